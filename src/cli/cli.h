@@ -1,0 +1,46 @@
+/* The `ssae` program: one function per subcommand, each in its own file.
+ * Exit status (SPEC section 4): 0 success, 1 some input failed (the rest was
+ * still processed), 2 usage error. */
+#ifndef SSAE_CLI_H
+#define SSAE_CLI_H
+
+#include <stddef.h>
+
+#include "ssae_err.h"
+
+enum { SSAE_EXIT_OK = 0, SSAE_EXIT_INPUT = 1, SSAE_EXIT_USAGE = 2 };
+
+typedef int (*ssae_cmd_fn)(int argc, char **argv);
+
+/* Subcommands; argv[0] is the subcommand's name. */
+int ssae_cmd_features(int argc, char **argv);
+int ssae_cmd_score(int argc, char **argv);
+int ssae_cmd_info(int argc, char **argv);
+int ssae_cmd_train(int argc, char **argv);
+int ssae_cmd_eval(int argc, char **argv);
+int ssae_cmd_monitor(int argc, char **argv);
+int ssae_cmd_jack(int argc, char **argv);
+int ssae_cmd_report(int argc, char **argv);
+int ssae_cmd_bench(int argc, char **argv);
+
+/* Expands files and directories (recursively, audio files only, sorted
+ * bytewise) into a list of paths. A path that does not exist is kept in the
+ * list so that the caller reports it in order with the rest. */
+int ssae_cli_collect(char *const *args, int n, char ***paths, size_t *count,
+                     ssae_err *err);
+void ssae_cli_free_paths(char **paths, size_t count);
+
+/* 1 when stdout / stderr is a terminal (progress lines, meters). */
+int ssae_cli_stdout_tty(void);
+int ssae_cli_stderr_tty(void);
+
+/* Prints "ssae CMD: msg" on stderr. */
+void ssae_cli_error(const char *cmd, const char *fmt, ...) SSAE_PRINTF(2, 3);
+
+/* Number parsing for flags; print a usage error naming the flag on failure. */
+int ssae_cli_parse_int(const char *cmd, const char *flag, const char *s,
+                       long min, long max, long *out);
+int ssae_cli_parse_double(const char *cmd, const char *flag, const char *s,
+                          double min, double max, double *out);
+
+#endif

@@ -1,0 +1,58 @@
+/* Backend table: one struct of function pointers per backend (CUDA, CPU;
+ * the CPU is always present and always last). ssae_backend runs a batch on
+ * the chosen backend and, if that backend fails, reports it once, switches to
+ * the CPU and reruns the batch: no window is lost. */
+#ifndef SSAE_BACKEND_H
+#define SSAE_BACKEND_H
+
+#include <stddef.h>
+
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ssae_backend_ops {
+  const char *name;
+  /* 1 when the backend can run here (device present, ...). */
+  int (*available)(void);
+  /* Uploads the model once; max_batch bounds later calls (0: unbounded,
+   * buffers grow outside the run path). */
+  void *(*create)(const ssae_model *m, size_t max_batch, ssae_err *err);
+  /* x: n windows; scores: n floats; recon: n*F*M floats or NULL. */
+  int (*run)(void *impl, const float *x, size_t n, float *scores, float *recon,
+             ssae_err *err);
+  void (*destroy)(void *impl);
+} ssae_backend_ops;
+
+/* NULL-terminated, CPU last. */
+extern const ssae_backend_ops *const ssae_backends[];
+
+typedef struct ssae_backend ssae_backend;
+
+/* which: "auto" (CUDA when present and its start-up self-test against the
+ * CPU passes, else CPU), "cpu", "cuda" (an error when unavailable). */
+ssae_backend *ssae_backend_new(const ssae_model *m, const char *which,
+                               size_t max_batch, ssae_err *err);
+void ssae_backend_free(ssae_backend *b);
+
+/* Runs a batch; falls back to the CPU on failure (see above). Returns -1
+ * only if the CPU fails too. */
+int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores,
+                     float *recon, ssae_err *err);
+
+/* Name of the backend now in use ("cuda", "cpu"). */
+const char *ssae_backend_name(const ssae_backend *b);
+
+/* Called once, from the thread that ran the batch, when the backend falls
+ * back to the CPU; msg says why. */
+void ssae_backend_set_fallback_cb(ssae_backend *b,
+                                  void (*cb)(void *user, const char *msg),
+                                  void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

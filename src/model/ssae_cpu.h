@@ -1,0 +1,31 @@
+/* The SSAE forward pass on the CPU (SPEC section 2): the reference every
+ * other backend is checked against. */
+#ifndef SSAE_CPU_H
+#define SSAE_CPU_H
+
+#include <stddef.h>
+
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ssae_cpu ssae_cpu;
+
+/* threads: 0 = all cores, 1 = the calling thread only. The model must
+ * outlive the object. */
+ssae_cpu *ssae_cpu_new(const ssae_model *m, int threads, ssae_err *err);
+void ssae_cpu_free(ssae_cpu *c);
+
+/* n windows of F*M floats in x. scores: n floats (mean squared error per
+ * window). recon: n*F*M floats, or NULL for scores only. Large batches are
+ * split over the threads. No allocation. */
+int ssae_cpu_forward(ssae_cpu *c, const float *x, size_t n, float *scores,
+                     float *recon);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,23 @@
+#!/bin/sh
+# Installs what ssae needs on Debian 12 (apt-get; sudo when not root).
+#   tools/install-deps.sh          build and run
+#   tools/install-deps.sh --test   also the test oracles and peers (torch,
+#                                  torchaudio, jackd, sndfile-tools, lilv, jalv)
+set -e
+pkgs="meson ninja-build pkg-config gcc libkissfft-dev libsndfile1-dev libsoxr-dev
+portaudio19-dev libjack-jackd2-dev lv2-dev libcairo2-dev"
+if [ "$1" = "--test" ]; then
+  pkgs="$pkgs python3 python3-numpy python3-torch python3-torchaudio jackd2
+sndfile-tools liblilv-dev lilv-utils jalv sordi clang valgrind"
+fi
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends $missing
