@@ -12,6 +12,15 @@ typedef struct {
 
 /* One line per subcommand; SPEC section 4. */
 static const command commands[] = {
+    {"features", ssae_cmd_features, "log-mel frames of audio files as .npy arrays"},
+    {"score", ssae_cmd_score, "anomaly scores of audio files (one line per file)"},
+    {"info", ssae_cmd_info, "a model file's dimensions, features, threshold, provenance"},
+    {"bench", ssae_cmd_bench, "throughput and latency of the backends (CPU, CUDA)"},
+    {"train", ssae_cmd_train, "train a model on normal recordings, calibrate its threshold"},
+    {"monitor", ssae_cmd_monitor, "live monitor (PortAudio), or a file through the real-time engine"},
+    {"jack", ssae_cmd_jack, "the monitor as a JACK client"},
+    {"eval", ssae_cmd_eval, "AUC, pAUC, precision, recall, F1 on labelled recordings"},
+    {"report", ssae_cmd_report, "picture of one recording: spectrogram, scores, alarms"},
     {NULL, NULL, NULL},
 };
 

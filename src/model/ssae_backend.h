@@ -29,6 +29,7 @@ typedef struct ssae_backend_ops {
 
 /* NULL-terminated, CPU last. */
 extern const ssae_backend_ops *const ssae_backends[];
+extern const ssae_backend_ops ssae_backend_cpu;
 
 typedef struct ssae_backend ssae_backend;
 
@@ -39,7 +40,7 @@ ssae_backend *ssae_backend_new(const ssae_model *m, const char *which,
 void ssae_backend_free(ssae_backend *b);
 
 /* Runs a batch; falls back to the CPU on failure (see above). Returns -1
- * only if the CPU fails too. */
+ * only if the CPU fails too. One thread at a time per object. */
 int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores,
                      float *recon, ssae_err *err);
 
@@ -51,6 +52,19 @@ const char *ssae_backend_name(const ssae_backend *b);
 void ssae_backend_set_fallback_cb(ssae_backend *b,
                                   void (*cb)(void *user, const char *msg),
                                   void *user);
+
+/* Why "auto" passed over a faster backend (its start or self-test failed);
+ * "" when it did not. */
+const char *ssae_backend_note(const ssae_backend *b);
+
+/* 1 once the backend has fallen back to the CPU. */
+int ssae_backend_fell_back(const ssae_backend *b);
+
+/* Test hook: the next ssae_backend_run fails on the current backend as a
+ * device error would, so that tests exercise the fall back on any build.
+ * The environment variable SSAE_BACKEND_FAIL_AT=N (read by
+ * ssae_backend_new) does the same for the N-th run (1-based). */
+void ssae_backend_fail_next(ssae_backend *b);
 
 #ifdef __cplusplus
 }

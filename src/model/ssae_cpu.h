@@ -19,11 +19,16 @@ typedef struct ssae_cpu ssae_cpu;
 ssae_cpu *ssae_cpu_new(const ssae_model *m, int threads, ssae_err *err);
 void ssae_cpu_free(ssae_cpu *c);
 
-/* n windows of F*M floats in x. scores: n floats (mean squared error per
+/* One call at a time per object. Arithmetic is float64 inside, so results
+ * agree with the float64 PyTorch module to about 1e-7.
+ * n windows of F*M floats in x. scores: n floats (mean squared error per
  * window). recon: n*F*M floats, or NULL for scores only. Large batches are
  * split over the threads. No allocation. */
 int ssae_cpu_forward(ssae_cpu *c, const float *x, size_t n, float *scores,
                      float *recon);
+
+/* Threads the object runs on (the calling thread included). */
+int ssae_cpu_threads(const ssae_cpu *c);
 
 #ifdef __cplusplus
 }

@@ -55,7 +55,8 @@ typedef struct ssae_model {
 /* Number of floats of all 11 parameter tensors together. */
 size_t ssae_model_param_count(const ssae_dims *d);
 
-/* A model with zeroed weights and default features. */
+/* A model with zeroed weights and default features (d NULL: default
+ * dimensions). */
 ssae_model *ssae_model_new(const ssae_dims *d, ssae_err *err);
 void ssae_model_free(ssae_model *m);
 
@@ -77,6 +78,24 @@ ssae_model *ssae_model_open(const char *path, ssae_err *err);
 /* Writes a safetensors file (atomically: temp file, then rename), metadata
  * refreshed from d, feat and threshold. */
 int ssae_model_save(const ssae_model *m, const char *path, ssae_err *err);
+
+/* Checks dimensions for range and size; names the bad one. */
+int ssae_dims_check(const ssae_dims *d, ssae_err *err);
+
+/* The 11 parameter tensors in file order, with their PyTorch names and
+ * shapes (shape[1] is 0 for vectors); data points into the model. */
+#define SSAE_MODEL_N_TENSORS 11
+typedef struct ssae_model_tensor {
+  const char *name;
+  int ndim;
+  uint64_t shape[2];
+  float *data;
+} ssae_model_tensor;
+int ssae_model_tensor_list(const ssae_model *m,
+                           ssae_model_tensor out[SSAE_MODEL_N_TENSORS]);
+
+/* A deep copy (weights, features, threshold, metadata). */
+ssae_model *ssae_model_clone(const ssae_model *m, ssae_err *err);
 
 const char *ssae_model_meta_get(const ssae_model *m, const char *key);
 int ssae_model_meta_set(ssae_model *m, const char *key, const char *value,

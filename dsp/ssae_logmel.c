@@ -1,0 +1,309 @@
+#include "ssae_logmel.h"
+
+#include <kiss_fftr.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ssae_fft.h"
+#include "ssae_melbank.h"
+
+/* float64 machine epsilon: the floor of the dB scale (SPEC section 1). */
+#define SSAE_LOG_EPS 2.220446049250313e-16
+
+struct ssae_logmel {
+  ssae_feat_cfg cfg;
+  int n_fft, hop, half, n_bins, n_mels;
+  /* Power-of-two sizes (the default 1024) take the double FFT; other even
+   * sizes take kiss_fftr in float (see ssae_fft.h). */
+  ssae_rfft *dfft;
+  kiss_fftr_cfg fft;
+  double *win;       /* periodic Hann, n_fft */
+  float *frame;      /* a frame that needs padding, before the window */
+  float *fframe;     /* windowed frame for kiss_fftr */
+  kiss_fft_cpx *spec;
+  double *power;     /* n_bins */
+  ssae_melbank bank;
+  /* The last samples of the stream: hist[i] is sample base + i. When full,
+   * the newest n_fft samples move to the front, which is all that the next
+   * frame and the end reflection can reach; the room beyond n_fft (at least
+   * 8192) keeps those moves rare. */
+  float *hist;
+  size_t cap;
+  uint64_t base, n_in, next_t;
+};
+
+void ssae_logmel_free(ssae_logmel *lm) {
+  if (!lm) return;
+  ssae_rfft_free(lm->dfft);
+  kiss_fftr_free(lm->fft);
+  free(lm->win);
+  free(lm->frame);
+  free(lm->fframe);
+  free(lm->spec);
+  free(lm->power);
+  ssae_melbank_release(&lm->bank);
+  free(lm->hist);
+  free(lm);
+}
+
+ssae_logmel *ssae_logmel_new(const ssae_feat_cfg *cfg, ssae_err *err) {
+  if (ssae_feat_cfg_validate(cfg, err)) return NULL;
+  ssae_logmel *lm = calloc(1, sizeof *lm);
+  if (!lm) {
+    ssae_err_set(err, "out of memory for the log-mel front end");
+    return NULL;
+  }
+  lm->cfg = *cfg;
+  lm->n_fft = cfg->n_fft;
+  lm->hop = cfg->hop_length;
+  lm->half = cfg->n_fft / 2;
+  lm->n_bins = cfg->n_fft / 2 + 1;
+  lm->n_mels = cfg->n_mels;
+  lm->cap = (size_t)cfg->n_fft + (cfg->n_fft > 8192 ? (size_t)cfg->n_fft : 8192);
+  const int pow2 = (cfg->n_fft & (cfg->n_fft - 1)) == 0;
+  if (pow2 && !(lm->dfft = ssae_rfft_new(cfg->n_fft, err))) {
+    ssae_logmel_free(lm);
+    return NULL;
+  }
+  if (!pow2) {
+    lm->fft = kiss_fftr_alloc(cfg->n_fft, 0, NULL, NULL);
+    lm->fframe = malloc(sizeof *lm->fframe * (size_t)lm->n_fft);
+    lm->spec = malloc(sizeof *lm->spec * (size_t)lm->n_bins);
+  }
+  lm->win = malloc(sizeof *lm->win * (size_t)lm->n_fft);
+  lm->frame = malloc(sizeof *lm->frame * (size_t)lm->n_fft);
+  lm->power = malloc(sizeof *lm->power * (size_t)lm->n_bins);
+  lm->hist = malloc(sizeof *lm->hist * lm->cap);
+  if ((!pow2 && (!lm->fft || !lm->fframe || !lm->spec)) || !lm->win || !lm->frame ||
+      !lm->power || !lm->hist) {
+    ssae_err_set(err, "out of memory for the log-mel front end");
+    ssae_logmel_free(lm);
+    return NULL;
+  }
+  if (ssae_melbank_init(&lm->bank, cfg, err)) {
+    ssae_logmel_free(lm);
+    return NULL;
+  }
+  for (int i = 0; i < lm->n_fft; i++)
+    lm->win[i] = 0.5 - 0.5 * cos(2.0 * M_PI * i / lm->n_fft);
+  ssae_logmel_reset(lm);
+  return lm;
+}
+
+void ssae_logmel_reset(ssae_logmel *lm) {
+  if (!lm) return;
+  lm->base = 0;
+  lm->n_in = 0;
+  lm->next_t = 0;
+}
+
+size_t ssae_logmel_max_frames(const ssae_logmel *lm, size_t n) {
+  /* A call emits the frames whose last sample it brings, plus at most one
+   * frame held back by the start reflection (process) or the frames that
+   * wait for the end padding (flush: n = 0 gives that bound). */
+  return (n + (size_t)lm->half) / (size_t)lm->hop + 2;
+}
+
+/* numpy's 'reflect' (no edge repeat), repeated for signals shorter than the
+ * padding; torchaudio refuses those, librosa (numpy) reflects again. */
+static uint64_t reflect_index(int64_t j, uint64_t n) {
+  if (n == 1) return 0;
+  int64_t period = 2 * (int64_t)(n - 1);
+  int64_t m = j % period;
+  if (m < 0) m += period;
+  if (m >= (int64_t)n) m = period - m;
+  return (uint64_t)m;
+}
+
+/* Computes frame t into out. `ended`: the stream is over (n_in samples in
+ * all), so samples past the end are padding. */
+static void emit_frame(ssae_logmel *lm, uint64_t t, int ended, float *out) {
+  const int n_fft = lm->n_fft;
+  int64_t start = (int64_t)(t * (uint64_t)lm->hop) - (lm->cfg.center ? lm->half : 0);
+  const int64_t n = (int64_t)lm->n_in;
+  const float *src;
+  if (start >= 0 && start + n_fft <= n) {
+    src = lm->hist + (start - (int64_t)lm->base);
+  } else {
+    const int reflect = lm->cfg.pad_mode == SSAE_PAD_REFLECT;
+    for (int i = 0; i < n_fft; i++) {
+      int64_t j = start + i;
+      float v;
+      if (j >= 0 && j < n) v = lm->hist[j - (int64_t)lm->base];
+      else if (!reflect) v = 0.0f;
+      else if (!ended && j < 0) v = lm->hist[-j - (int64_t)lm->base];
+      else v = lm->hist[reflect_index(j, (uint64_t)n) - lm->base];
+      lm->frame[i] = v;
+    }
+    src = lm->frame;
+  }
+  if (lm->dfft) {
+    ssae_rfft_power(lm->dfft, src, lm->win, lm->power);
+  } else {
+    for (int i = 0; i < n_fft; i++) lm->fframe[i] = (float)(src[i] * lm->win[i]);
+    kiss_fftr(lm->fft, lm->fframe, lm->spec);
+    for (int k = 0; k < lm->n_bins; k++) {
+      double re = lm->spec[k].r, im = lm->spec[k].i;
+      lm->power[k] = re * re + im * im;
+    }
+  }
+  const double p = lm->cfg.power;
+  if (p != 2.0)
+    for (int k = 0; k < lm->n_bins; k++)
+      lm->power[k] = p == 1.0 ? sqrt(lm->power[k]) : pow(lm->power[k], 0.5 * p);
+  ssae_melbank_apply(&lm->bank, lm->power, out, SSAE_LOG_EPS);
+}
+
+static int frame_ready(const ssae_logmel *lm, uint64_t t) {
+  uint64_t reach = t * (uint64_t)lm->hop + (uint64_t)(lm->cfg.center ? lm->half : lm->n_fft);
+  if (reach > lm->n_in) return 0;
+  /* The start reflection of a centred frame reads samples 1..n_fft/2. */
+  if (lm->cfg.center && lm->cfg.pad_mode == SSAE_PAD_REFLECT &&
+      t * (uint64_t)lm->hop < (uint64_t)lm->half && lm->n_in <= (uint64_t)lm->half)
+    return 0;
+  return 1;
+}
+
+size_t ssae_logmel_process(ssae_logmel *lm, const float *in, size_t n, float *frames) {
+  size_t out = 0;
+  while (n > 0) {
+    size_t used = (size_t)(lm->n_in - lm->base);
+    if (used == lm->cap) {
+      size_t keep = (size_t)lm->n_fft;
+      memmove(lm->hist, lm->hist + used - keep, keep * sizeof *lm->hist);
+      lm->base += used - keep;
+      used = keep;
+    }
+    size_t take = lm->cap - used;
+    if (take > n) take = n;
+    memcpy(lm->hist + used, in, take * sizeof *in);
+    lm->n_in += take;
+    in += take;
+    n -= take;
+    while (frame_ready(lm, lm->next_t)) {
+      emit_frame(lm, lm->next_t, 0, frames + out * (size_t)lm->n_mels);
+      lm->next_t++;
+      out++;
+    }
+  }
+  return out;
+}
+
+/* Frames of a stream of n samples (torch.stft's count). */
+static uint64_t total_frames(const ssae_logmel *lm, uint64_t n) {
+  if (lm->cfg.center) return n ? 1 + n / (uint64_t)lm->hop : 0;
+  return n >= (uint64_t)lm->n_fft ? 1 + (n - (uint64_t)lm->n_fft) / (uint64_t)lm->hop : 0;
+}
+
+size_t ssae_logmel_flush(ssae_logmel *lm, float *frames) {
+  size_t out = 0;
+  uint64_t total = total_frames(lm, lm->n_in);
+  for (; lm->next_t < total; lm->next_t++, out++)
+    emit_frame(lm, lm->next_t, 1, frames + out * (size_t)lm->n_mels);
+  ssae_logmel_reset(lm);
+  return out;
+}
+
+int ssae_logmel_compute(const ssae_feat_cfg *cfg, const float *x, size_t n, float **out,
+                        size_t *n_frames, ssae_err *err) {
+  *out = NULL;
+  *n_frames = 0;
+  ssae_logmel *lm = ssae_logmel_new(cfg, err);
+  if (!lm) return -1;
+  size_t total = (size_t)total_frames(lm, n);
+  if (total == 0) {
+    ssae_logmel_free(lm);
+    return 0;
+  }
+  float *f = malloc(sizeof *f * total * (size_t)cfg->n_mels);
+  if (!f) {
+    ssae_logmel_free(lm);
+    return ssae_err_set(err, "out of memory for %zu log-mel frames", total);
+  }
+  /* Blocks keep the bound of ssae_logmel_max_frames inside the array even
+   * for the frames that process holds back. */
+  size_t got = 0;
+  const size_t block = 1 << 16;
+  for (size_t i = 0; i < n; i += block) {
+    size_t len = n - i < block ? n - i : block;
+    got += ssae_logmel_process(lm, x + i, len, f + got * (size_t)cfg->n_mels);
+  }
+  got += ssae_logmel_flush(lm, f + got * (size_t)cfg->n_mels);
+  ssae_logmel_free(lm);
+  if (got != total) {
+    free(f);
+    return ssae_err_set(err, "internal error: %zu log-mel frames instead of %zu", got, total);
+  }
+  *out = f;
+  *n_frames = total;
+  return 0;
+}
+
+struct ssae_window {
+  int n_mels, frames, count;
+  float *buf;
+};
+
+ssae_window *ssae_window_new(int n_mels, int frames, ssae_err *err) {
+  if (n_mels < 1 || frames < 1) {
+    ssae_err_set(err, "window of %d frames of %d mel bands is not possible", frames, n_mels);
+    return NULL;
+  }
+  ssae_window *w = calloc(1, sizeof *w);
+  if (w) w->buf = malloc(sizeof *w->buf * (size_t)n_mels * (size_t)frames);
+  if (!w || !w->buf) {
+    ssae_window_free(w);
+    ssae_err_set(err, "out of memory for a feature window");
+    return NULL;
+  }
+  w->n_mels = n_mels;
+  w->frames = frames;
+  return w;
+}
+
+void ssae_window_free(ssae_window *w) {
+  if (!w) return;
+  free(w->buf);
+  free(w);
+}
+
+int ssae_window_push(ssae_window *w, const float *frame, float *out) {
+  size_t m = (size_t)w->n_mels;
+  if (w->count < w->frames) {
+    memcpy(w->buf + (size_t)w->count * m, frame, m * sizeof *frame);
+    w->count++;
+  } else {
+    memmove(w->buf, w->buf + m, (size_t)(w->frames - 1) * m * sizeof *w->buf);
+    memcpy(w->buf + (size_t)(w->frames - 1) * m, frame, m * sizeof *frame);
+  }
+  if (w->count < w->frames) return 0;
+  memcpy(out, w->buf, (size_t)w->frames * m * sizeof *out);
+  return 1;
+}
+
+void ssae_window_reset(ssae_window *w) {
+  if (w) w->count = 0;
+}
+
+int ssae_windows_from_frames(const float *frames, size_t n_frames, int n_mels,
+                             int frames_per_window, float **out, size_t *n_windows,
+                             ssae_err *err) {
+  *out = NULL;
+  *n_windows = 0;
+  if (n_mels < 1 || frames_per_window < 1)
+    return ssae_err_set(err, "window of %d frames of %d mel bands is not possible",
+                        frames_per_window, n_mels);
+  if (n_frames < (size_t)frames_per_window) return 0;
+  size_t nw = n_frames - (size_t)frames_per_window + 1;
+  size_t len = (size_t)n_mels * (size_t)frames_per_window;
+  float *w = malloc(sizeof *w * nw * len);
+  if (!w) return ssae_err_set(err, "out of memory for %zu feature windows", nw);
+  /* Frames are frame-major, so window t is one contiguous run. */
+  for (size_t t = 0; t < nw; t++)
+    memcpy(w + t * len, frames + t * (size_t)n_mels, len * sizeof *w);
+  *out = w;
+  *n_windows = nw;
+  return 0;
+}

@@ -1,0 +1,496 @@
+/* The CUDA backend (see ssae_cuda.h): weight folding and upload, buffers,
+ * kernel choice, CUDA graphs for small batches, chunking, error handling. */
+#include "ssae_cuda.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "ssae_cuda_kernels.cuh"
+
+namespace {
+
+/* Batches up to this size replay a captured graph (copy in, kernel, copy
+ * out): one launch instead of three API calls. */
+const size_t kGraphMax = 4096;
+const int kGraphSlots = 8;
+/* Default buffer capacity in windows when the caller gives no bound. */
+const size_t kDefaultCap = 65536;
+
+enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128 };
+
+struct graph_slot {
+  cudaGraphExec_t exec;
+  size_t n;
+  int recon;
+  unsigned long long used;
+};
+
+struct cuda_impl {
+  int dev;
+  int sms;
+  size_t smem_optin;
+  ssae_cuda_layout lo;
+  int FM;
+  int tiled_ok[3]; /* TW 32, 64, 128 */
+  int force;       /* -1 auto, else kernel_kind */
+  size_t gen_gmax; /* windows per block the generic kernel can hold */
+  cudaStream_t stream;
+  float *d_w, *d_x, *d_scores, *d_recon;
+  float *h_x, *h_scores, *h_recon;
+  size_t cap;
+  graph_slot graphs[kGraphSlots];
+  unsigned long long tick;
+  long fail_after; /* -1: no injected failure */
+  long runs;
+  int broken;
+  char broken_msg[SSAE_ERR_LEN];
+};
+
+int cuda_fail(cuda_impl *c, ssae_err *err, const char *what, cudaError_t e) {
+  if (c) {
+    c->broken = 1;
+    snprintf(c->broken_msg, sizeof c->broken_msg, "CUDA: %s: %s", what,
+             cudaGetErrorString(e));
+  }
+  return ssae_err_set(err, "CUDA: %s: %s", what, cudaGetErrorString(e));
+}
+
+#define CK(call, what)                                   \
+  do {                                                   \
+    cudaError_t e_ = (call);                             \
+    if (e_ != cudaSuccess) return cuda_fail(c, err, what, e_); \
+  } while (0)
+
+int pad4(int v) { return (v + 3) & ~3; }
+
+ssae_cuda_layout make_layout(const ssae_dims *d) {
+  ssae_cuda_layout lo;
+  lo.M = d->n_mels;
+  lo.F = d->frames;
+  lo.L = d->latent;
+  lo.S = d->slice_latent;
+  const int C = lo.F * lo.S, FM = lo.F * lo.M;
+  int o = 0;
+  lo.we = o; o += pad4(lo.M * lo.S);
+  lo.bt = o; o += pad4(C * lo.L);
+  lo.wbt = o; o += pad4(lo.L * lo.L);
+  lo.dt = o; o += pad4(lo.L * FM);
+  lo.be = o; o += pad4(lo.S);
+  lo.bb = o; o += pad4(lo.L);
+  lo.bd = o; o += pad4(lo.M);
+  lo.total = o;
+  return lo;
+}
+
+/* Folds the LayerNorm affine parameters into the next Linear and the
+ * decoder into the reconstruction (see ssae_cuda_kernels.cuh), in double. */
+void fold_weights(const ssae_model *m, const ssae_cuda_layout &lo, float *w) {
+  const int M = lo.M, F = lo.F, L = lo.L, S = lo.S, C = F * S, FM = F * M;
+  memset(w, 0, sizeof(float) * lo.total);
+  for (int s = 0; s < S; s++) {
+    double b = m->enc_b[s];
+    for (int k = 0; k < M; k++) {
+      w[lo.we + k * S + s] = (float)((double)m->enc_w[s * M + k] * m->ln_enc_w[k]);
+      b += (double)m->enc_w[s * M + k] * m->ln_enc_b[k];
+    }
+    w[lo.be + s] = (float)b;
+  }
+  for (int l = 0; l < L; l++)
+    for (int c = 0; c < C; c++) w[lo.bt + c * L + l] = m->basis_n[l * C + c];
+  for (int l = 0; l < L; l++) {
+    double b = m->bn_b[l];
+    for (int k = 0; k < L; k++) {
+      w[lo.wbt + k * L + l] = (float)((double)m->bn_w[l * L + k] * m->ln_bn_w[k]);
+      b += (double)m->bn_w[l * L + k] * m->ln_bn_b[k];
+    }
+    w[lo.bb + l] = (float)b;
+  }
+  for (int f = 0; f < F; f++)
+    for (int mm = 0; mm < M; mm++)
+      for (int l = 0; l < L; l++) {
+        double a = 0;
+        for (int s = 0; s < S; s++)
+          a += (double)m->dec_w[mm * S + s] * m->basis_n[l * C + f * S + s];
+        w[lo.dt + l * FM + f * M + mm] = (float)a;
+      }
+  for (int mm = 0; mm < M; mm++) w[lo.bd + mm] = m->dec_b[mm];
+}
+
+int tw_index(int tw) { return tw == 32 ? 0 : tw == 64 ? 1 : 2; }
+
+kernel_kind choose_kernel(const cuda_impl *c, size_t n) {
+  if (c->force == K_GENERIC) return K_GENERIC;
+  if (c->force > 0) return c->tiled_ok[tw_index(c->force)] ? (kernel_kind)c->force : K_GENERIC;
+  if (!c->tiled_ok[0] || n <= 64) return K_GENERIC;
+  const size_t sms = (size_t)c->sms;
+  if (c->tiled_ok[2] && n >= 128 * sms) return K_TILED128;
+  if (c->tiled_ok[1] && n >= 64 * sms) return K_TILED64;
+  return K_TILED32;
+}
+
+size_t generic_g(const cuda_impl *c, size_t n) {
+  size_t g = (n + 2 * (size_t)c->sms - 1) / (2 * (size_t)c->sms);
+  return std::max<size_t>(1, std::min(g, c->gen_gmax));
+}
+
+size_t generic_smem(const ssae_cuda_layout &lo, size_t g) {
+  return g * (size_t)(lo.F * lo.M + lo.F * lo.S + 2 * lo.L) * sizeof(float);
+}
+
+/* Enqueues one launch on the stream (no synchronisation). */
+int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *drecon,
+           int poison_config, ssae_err *err) {
+  const kernel_kind k = choose_kernel(c, n);
+  dim3 block(poison_config ? 4096 : SSAE_CUDA_THREADS);
+  if (k == K_GENERIC) {
+    const size_t g = generic_g(c, n);
+    const size_t nblk = (n + g - 1) / g;
+    const unsigned grid = (unsigned)std::min<size_t>(nblk, (size_t)c->sms * 8);
+    ssae_fused_generic<<<grid, block, generic_smem(c->lo, g), c->stream>>>(
+        c->d_w, c->lo, (int)g, dx, n, dscores, drecon);
+  } else {
+    const size_t ntiles = (n + k - 1) / k;
+    const unsigned grid = (unsigned)std::min<size_t>(ntiles, (size_t)c->sms);
+    const size_t smem = ssae_tiled_smem(&c->lo, k);
+    if (k == K_TILED128)
+      ssae_fused_tiled<128><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
+    else if (k == K_TILED64)
+      ssae_fused_tiled<64><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
+    else
+      ssae_fused_tiled<32><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
+  }
+  CK(cudaGetLastError(), "kernel launch");
+  return 0;
+}
+
+void destroy_impl(cuda_impl *c) {
+  if (!c) return;
+  cudaSetDevice(c->dev);
+  for (int i = 0; i < kGraphSlots; i++)
+    if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
+  if (c->stream) cudaStreamDestroy(c->stream);
+  cudaFree(c->d_w);
+  cudaFree(c->d_x);
+  cudaFree(c->d_scores);
+  cudaFree(c->d_recon);
+  cudaFreeHost(c->h_x);
+  cudaFreeHost(c->h_scores);
+  cudaFreeHost(c->h_recon);
+  free(c);
+}
+
+template <typename K>
+int set_smem_attr(cuda_impl *c, K kern, size_t bytes, ssae_err *err) {
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+     "raising the kernel's shared-memory limit");
+  return 0;
+}
+
+cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
+  const ssae_dims *d = &m->d;
+  if (d->n_mels < 1 || d->frames < 1 || d->latent < 1 || d->slice_latent < 1) {
+    ssae_err_set(err, "CUDA: invalid model dimensions");
+    return NULL;
+  }
+  cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
+  if (!c) {
+    ssae_err_set(err, "CUDA: out of memory");
+    return NULL;
+  }
+  {
+    /* Folding and uploading would take too long or overflow int offsets. */
+    const double M = d->n_mels, F = d->frames, L = d->latent, S = d->slice_latent;
+    const double floats = M * S + F * S * L + L * L + L * F * M + S + L + M;
+    if (floats > (double)(1 << 28) || F * M * L * S > 1e11) {
+      ssae_err_set(err, "CUDA: model dimensions too large for the CUDA backend");
+      free(c);
+      return NULL;
+    }
+  }
+  c->force = -1;
+  c->fail_after = -1;
+  c->lo = make_layout(d);
+  c->FM = d->frames * d->n_mels;
+  const char *fa = getenv("SSAE_CUDA_FAIL_AFTER");
+  if (fa && *fa) c->fail_after = strtol(fa, NULL, 10);
+  const char *fk = getenv("SSAE_CUDA_KERNEL");
+  if (fk && *fk) {
+    if (!strcmp(fk, "generic")) c->force = K_GENERIC;
+    else if (!strcmp(fk, "tiled32")) c->force = K_TILED32;
+    else if (!strcmp(fk, "tiled64")) c->force = K_TILED64;
+    else if (!strcmp(fk, "tiled128") || !strcmp(fk, "tiled")) c->force = K_TILED128;
+  }
+
+#define CKN(call, what)                                      \
+  do {                                                       \
+    cudaError_t e_ = (call);                                 \
+    if (e_ != cudaSuccess) {                                 \
+      cuda_fail(c, err, what, e_);                           \
+      destroy_impl(c);                                       \
+      return NULL;                                           \
+    }                                                        \
+  } while (0)
+
+  int ndev = 0;
+  CKN(cudaGetDeviceCount(&ndev), "looking for a device");
+  if (ndev < 1) {
+    ssae_err_set(err, "CUDA: no device");
+    free(c);
+    return NULL;
+  }
+  c->dev = 0;
+  CKN(cudaSetDevice(c->dev), "selecting device 0");
+  cudaDeviceProp prop;
+  CKN(cudaGetDeviceProperties(&prop, c->dev), "reading device properties");
+  c->sms = prop.multiProcessorCount;
+  c->smem_optin = prop.sharedMemPerBlockOptin;
+
+  /* The specialised kernel: M = S = 64, L = 32, weights + tile in shared
+   * memory. */
+  const int spec = d->n_mels == 64 && d->slice_latent == 64 && d->latent == 32;
+  const int tws[3] = {32, 64, 128};
+  for (int i = 0; i < 3; i++) {
+    const size_t b = ssae_tiled_smem(&c->lo, tws[i]);
+    c->tiled_ok[i] = spec && b <= c->smem_optin;
+    if (!c->tiled_ok[i]) continue;
+    int r = 0;
+    if (tws[i] == 32) r = set_smem_attr(c, ssae_fused_tiled<32>, b, err);
+    else if (tws[i] == 64) r = set_smem_attr(c, ssae_fused_tiled<64>, b, err);
+    else r = set_smem_attr(c, ssae_fused_tiled<128>, b, err);
+    if (r) {
+      destroy_impl(c);
+      return NULL;
+    }
+  }
+  const size_t per = generic_smem(c->lo, 1);
+  c->gen_gmax = std::min<size_t>(16, c->smem_optin / per);
+  if (c->gen_gmax < 1) {
+    ssae_err_set(err,
+                 "CUDA: model dimensions too large for the GPU's shared memory "
+                 "(%zu bytes per window, %zu available)",
+                 per, c->smem_optin);
+    destroy_impl(c);
+    return NULL;
+  }
+  if (set_smem_attr(c, ssae_fused_generic, generic_smem(c->lo, c->gen_gmax), err)) {
+    destroy_impl(c);
+    return NULL;
+  }
+
+  std::vector<float> w(c->lo.total);
+  fold_weights(m, c->lo, w.data());
+  c->cap = max_batch ? max_batch : kDefaultCap;
+  const size_t FM = (size_t)c->FM;
+  CKN(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream");
+  CKN(cudaMalloc(&c->d_w, sizeof(float) * c->lo.total), "allocating weights");
+  CKN(cudaMalloc(&c->d_x, sizeof(float) * FM * c->cap), "allocating the input buffer");
+  CKN(cudaMalloc(&c->d_scores, sizeof(float) * c->cap), "allocating the score buffer");
+  CKN(cudaMalloc(&c->d_recon, sizeof(float) * FM * c->cap), "allocating the output buffer");
+  CKN(cudaMallocHost(&c->h_x, sizeof(float) * FM * c->cap), "allocating pinned memory");
+  CKN(cudaMallocHost(&c->h_scores, sizeof(float) * c->cap), "allocating pinned memory");
+  CKN(cudaMallocHost(&c->h_recon, sizeof(float) * FM * c->cap), "allocating pinned memory");
+  CKN(cudaMemcpy(c->d_w, w.data(), sizeof(float) * c->lo.total, cudaMemcpyHostToDevice),
+      "uploading the weights");
+#undef CKN
+  return c;
+}
+
+graph_slot *get_graph(cuda_impl *c, size_t n, int recon, ssae_err *err) {
+  graph_slot *lru = &c->graphs[0];
+  for (int i = 0; i < kGraphSlots; i++) {
+    graph_slot *g = &c->graphs[i];
+    if (g->exec && g->n == n && g->recon == recon) {
+      g->used = ++c->tick;
+      return g;
+    }
+    if (!g->exec || g->used < lru->used) lru = g;
+  }
+  if (lru->exec) {
+    cudaGraphExecDestroy(lru->exec);
+    lru->exec = NULL;
+  }
+  const size_t FM = (size_t)c->FM;
+  cudaGraph_t graph;
+  cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    cuda_fail(c, err, "starting graph capture", e);
+    return NULL;
+  }
+  cudaMemcpyAsync(c->d_x, c->h_x, sizeof(float) * FM * n, cudaMemcpyHostToDevice, c->stream);
+  int lr = launch(c, c->d_x, n, c->d_scores, recon ? c->d_recon : NULL, 0, err);
+  cudaMemcpyAsync(c->h_scores, c->d_scores, sizeof(float) * n, cudaMemcpyDeviceToHost, c->stream);
+  if (recon)
+    cudaMemcpyAsync(c->h_recon, c->d_recon, sizeof(float) * FM * n, cudaMemcpyDeviceToHost,
+                    c->stream);
+  e = cudaStreamEndCapture(c->stream, &graph);
+  if (lr) return NULL;
+  if (e != cudaSuccess) {
+    cuda_fail(c, err, "capturing the graph", e);
+    return NULL;
+  }
+  e = cudaGraphInstantiate(&lru->exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) {
+    lru->exec = NULL;
+    cuda_fail(c, err, "instantiating the graph", e);
+    return NULL;
+  }
+  lru->n = n;
+  lru->recon = recon;
+  lru->used = ++c->tick;
+  return lru;
+}
+
+int run_chunk(cuda_impl *c, const float *x, size_t n, float *scores, float *recon,
+              ssae_err *err) {
+  const size_t FM = (size_t)c->FM;
+  memcpy(c->h_x, x, sizeof(float) * FM * n);
+  const int inject = c->fail_after >= 0 && c->runs > c->fail_after;
+  if (n <= kGraphMax && !inject) {
+    graph_slot *g = get_graph(c, n, recon != NULL, err);
+    if (!g) return -1;
+    CK(cudaGraphLaunch(g->exec, c->stream), "launching the graph");
+  } else {
+    CK(cudaMemcpyAsync(c->d_x, c->h_x, sizeof(float) * FM * n, cudaMemcpyHostToDevice,
+                       c->stream),
+       "copying windows to the device");
+    if (launch(c, c->d_x, n, c->d_scores, recon ? c->d_recon : NULL, inject, err)) return -1;
+    CK(cudaMemcpyAsync(c->h_scores, c->d_scores, sizeof(float) * n, cudaMemcpyDeviceToHost,
+                       c->stream),
+       "copying scores from the device");
+    if (recon)
+      CK(cudaMemcpyAsync(c->h_recon, c->d_recon, sizeof(float) * FM * n,
+                         cudaMemcpyDeviceToHost, c->stream),
+         "copying reconstructions from the device");
+  }
+  CK(cudaStreamSynchronize(c->stream), "running the batch");
+  memcpy(scores, c->h_scores, sizeof(float) * n);
+  if (recon) memcpy(recon, c->h_recon, sizeof(float) * FM * n);
+  return 0;
+}
+
+}  // namespace
+
+static int cuda_available(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n > 0;
+}
+
+static void *cuda_create(const ssae_model *m, size_t max_batch, ssae_err *err) {
+  return create_impl(m, max_batch, err);
+}
+
+static int cuda_run(void *impl, const float *x, size_t n, float *scores, float *recon,
+                    ssae_err *err) {
+  cuda_impl *c = (cuda_impl *)impl;
+  if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);
+  c->runs++;
+  const size_t FM = (size_t)c->FM;
+  for (size_t i = 0; i < n; i += c->cap) {
+    const size_t k = std::min(c->cap, n - i);
+    if (run_chunk(c, x + i * FM, k, scores + i, recon ? recon + i * FM : NULL, err)) return -1;
+  }
+  return 0;
+}
+
+static void cuda_destroy(void *impl) { destroy_impl((cuda_impl *)impl); }
+
+extern "C" const ssae_backend_ops ssae_backend_cuda = {
+    "cuda", cuda_available, cuda_create, cuda_run, cuda_destroy,
+};
+
+extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
+  switch (choose_kernel((const cuda_impl *)impl, n)) {
+    case K_TILED32: return "tiled32";
+    case K_TILED64: return "tiled64";
+    case K_TILED128: return "tiled128";
+    default: return "generic";
+  }
+}
+
+extern "C" const char *ssae_cuda_device_name(void) {
+  static char name[256];
+  cudaDeviceProp p;
+  if (!cuda_available() || cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "";
+  snprintf(name, sizeof name, "%s", p.name);
+  return name;
+}
+
+extern "C" int ssae_cuda_time_kernel(const ssae_model *m, size_t n, int recon, int graph,
+                                     int reps, double *us_median, double *us_p99,
+                                     ssae_err *err) {
+  cuda_impl *c = create_impl(m, n, err);
+  if (!c) return -1;
+  const size_t FM = (size_t)c->FM;
+  /* Log-mel-like input: a level per window, +-20 dB around it. */
+  uint64_t s = 0x9E3779B97F4A7C15ull ^ n;
+  for (size_t w = 0; w < n; w++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const float level = -80.0f + 80.0f * (float)((s >> 40) * (1.0 / 16777216.0));
+    for (size_t i = 0; i < FM; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      c->h_x[w * FM + i] = level + 40.0f * ((float)((s >> 40) * (1.0 / 16777216.0)) - 0.5f);
+    }
+  }
+  int rc = -1;
+  std::vector<float> t;
+  cudaEvent_t e0 = NULL, e1 = NULL;
+  cudaGraphExec_t exec = NULL;
+  float *dr = recon ? c->d_recon : NULL;
+#define CKT(call, what)                                        \
+  do {                                                         \
+    cudaError_t e_ = (call);                                   \
+    if (e_ != cudaSuccess) {                                   \
+      cuda_fail(c, err, what, e_);                             \
+      goto done;                                               \
+    }                                                          \
+  } while (0)
+  CKT(cudaMemcpy(c->d_x, c->h_x, sizeof(float) * FM * n, cudaMemcpyHostToDevice), "upload");
+  CKT(cudaEventCreate(&e0), "event");
+  CKT(cudaEventCreate(&e1), "event");
+  if (graph) {
+    cudaGraph_t g;
+    CKT(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "capture");
+    if (launch(c, c->d_x, n, c->d_scores, dr, 0, err)) {
+      cudaStreamEndCapture(c->stream, &g);
+      goto done;
+    }
+    CKT(cudaStreamEndCapture(c->stream, &g), "capture");
+    CKT(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+    cudaGraphDestroy(g);
+  }
+  for (int i = 0; i < reps + 3; i++) {
+    CKT(cudaEventRecord(e0, c->stream), "event");
+    if (graph) {
+      CKT(cudaGraphLaunch(exec, c->stream), "graph launch");
+    } else if (launch(c, c->d_x, n, c->d_scores, dr, 0, err)) {
+      goto done;
+    }
+    CKT(cudaEventRecord(e1, c->stream), "event");
+    CKT(cudaEventSynchronize(e1), "running the kernel");
+    float ms = 0;
+    CKT(cudaEventElapsedTime(&ms, e0, e1), "event time");
+    if (i >= 3) t.push_back(ms * 1000.0);
+  }
+  std::sort(t.begin(), t.end());
+  *us_median = t[t.size() / 2];
+  *us_p99 = t[std::min(t.size() - 1, (size_t)ceil(0.99 * (double)t.size()) - 1)];
+  rc = 0;
+done:
+#undef CKT
+  if (exec) cudaGraphExecDestroy(exec);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  destroy_impl(c);
+  return rc;
+}

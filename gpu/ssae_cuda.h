@@ -1,0 +1,48 @@
+/* The CUDA backend: the SSAE forward pass as one fused kernel launch per
+ * batch (gpu/ssae_cuda_kernels.cuh), behind the backend table of
+ * src/model/ssae_backend.h. Present when the build found nvcc
+ * (SSAE_HAVE_CUDA); `available` says whether a device is there.
+ *
+ * create uploads the folded weights once, allocates device buffers, pinned
+ * host buffers and one stream; run copies in, launches, copies out (small
+ * batches replay a CUDA graph of exactly that sequence) and splits batches
+ * larger than the buffers into chunks. run never allocates.
+ *
+ * Test hook: with SSAE_CUDA_FAIL_AFTER=N in the environment at create time,
+ * every run after the first N launches the kernel with an invalid
+ * configuration, so that the real CUDA error path is taken (-1 with CUDA's
+ * message). SSAE_CUDA_KERNEL=generic|tiled forces one kernel (tests, bench). */
+#ifndef SSAE_CUDA_H
+#define SSAE_CUDA_H
+
+#include <stddef.h>
+
+#include "ssae_backend.h"
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern const ssae_backend_ops ssae_backend_cuda;
+
+/* Device-resident timing for `ssae bench`: n windows of random log-mel-like
+ * input already on the device, `reps` launches (after warm-up), each timed
+ * with CUDA events. Writes the median and the 99th percentile in
+ * microseconds. recon: also write reconstructions. graph: time the replay
+ * of a one-kernel CUDA graph instead of a plain launch. */
+int ssae_cuda_time_kernel(const ssae_model *m, size_t n, int recon, int graph,
+                          int reps, double *us_median, double *us_p99,
+                          ssae_err *err);
+
+/* Which kernel a batch of n windows uses ("tiled128", "generic", ...). */
+const char *ssae_cuda_kernel_name(void *impl, size_t n);
+
+/* Name of device 0 ("NVIDIA H100 80GB HBM3"), or "" when there is none. */
+const char *ssae_cuda_device_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

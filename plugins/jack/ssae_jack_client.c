@@ -1,0 +1,203 @@
+#include "ssae_jack_client.h"
+
+#include <errno.h>
+#include <jack/jack.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ssae_jack {
+  jack_client_t *client;
+  int n, passthrough;
+  jack_port_t **in, **out, **score, **alarm;
+  const float **inbuf; /* per-callback input pointers, allocated once */
+  ssae_engine *e;
+  _Atomic unsigned rate_now;   /* from the sample-rate callback */
+  _Atomic unsigned rate_engine; /* the rate the engine runs at */
+  _Atomic unsigned bufsize;
+  _Atomic int shutdown;
+  char reason[256];
+};
+
+/* Audio thread: analysis, passthrough, control outputs. No allocation, no
+ * locks, no system calls. */
+static int on_process(jack_nframes_t nframes, void *arg) {
+  ssae_jack *j = arg;
+  for (int c = 0; c < j->n; c++)
+    j->inbuf[c] = jack_port_get_buffer(j->in[c], nframes);
+  if (atomic_load_explicit(&j->rate_now, memory_order_relaxed) ==
+      atomic_load_explicit(&j->rate_engine, memory_order_acquire))
+    ssae_engine_process(j->e, j->inbuf, nframes);
+  for (int c = 0; c < j->n; c++) {
+    if (j->passthrough) {
+      float *o = jack_port_get_buffer(j->out[c], nframes);
+      memcpy(o, j->inbuf[c], nframes * sizeof(float));
+    }
+    ssae_channel_state st;
+    ssae_engine_channel_get(j->e, c, &st);
+    float *s = jack_port_get_buffer(j->score[c], nframes);
+    float *a = jack_port_get_buffer(j->alarm[c], nframes);
+    float sv = st.smoothed, av = st.alarm ? 1.0f : 0.0f;
+    for (jack_nframes_t i = 0; i < nframes; i++) {
+      s[i] = sv;
+      a[i] = av;
+    }
+  }
+  return 0;
+}
+
+static int on_srate(jack_nframes_t rate, void *arg) {
+  ssae_jack *j = arg;
+  atomic_store(&j->rate_now, (unsigned)rate);
+  return 0;
+}
+
+static int on_bufsize(jack_nframes_t n, void *arg) {
+  ssae_jack *j = arg;
+  /* The engine splits large blocks itself: nothing to reallocate. */
+  atomic_store(&j->bufsize, (unsigned)n);
+  return 0;
+}
+
+static void on_shutdown(jack_status_t code, const char *reason, void *arg) {
+  ssae_jack *j = arg;
+  (void)code;
+  /* Called from a JACK thread; the main loop reports it. */
+  snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "no reason given");
+  atomic_store(&j->shutdown, 1);
+}
+
+static void jack_quiet(const char *msg) { (void)msg; }
+
+ssae_jack *ssae_jack_open(const char *name, int inputs, int passthrough,
+                          ssae_err *err) {
+  if (inputs < 1 || inputs > 256) {
+    ssae_err_set(err, "--inputs must be 1..256 (got %d)", inputs);
+    return NULL;
+  }
+  ssae_jack *j = calloc(1, sizeof *j);
+  if (!j) {
+    ssae_err_set(err, "out of memory");
+    return NULL;
+  }
+  j->n = inputs;
+  j->passthrough = passthrough;
+  j->in = calloc((size_t)inputs, sizeof *j->in);
+  j->out = calloc((size_t)inputs, sizeof *j->out);
+  j->score = calloc((size_t)inputs, sizeof *j->score);
+  j->alarm = calloc((size_t)inputs, sizeof *j->alarm);
+  j->inbuf = calloc((size_t)inputs, sizeof *j->inbuf);
+  if (!j->in || !j->out || !j->score || !j->alarm || !j->inbuf) {
+    ssae_err_set(err, "out of memory");
+    ssae_jack_close(j);
+    return NULL;
+  }
+  /* libjack prints its own connection attempts; our message says it all. */
+  jack_set_error_function(jack_quiet);
+  jack_status_t status;
+  j->client = jack_client_open(name, JackNoStartServer, &status);
+  jack_set_error_function(NULL);
+  if (!j->client) {
+    ssae_err_set(err,
+                 "cannot connect to a JACK server (status 0x%x)%s; start one "
+                 "(e.g. jackd -d alsa, or jackd -d dummy) first",
+                 (unsigned)status,
+                 (status & JackServerFailed) ? ": no server running" : "");
+    ssae_jack_close(j);
+    return NULL;
+  }
+  char pn[64];
+  for (int c = 0; c < inputs; c++) {
+    snprintf(pn, sizeof pn, "in_%d", c + 1);
+    j->in[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
+                                  JackPortIsInput, 0);
+    if (passthrough) {
+      snprintf(pn, sizeof pn, "out_%d", c + 1);
+      j->out[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
+                                     JackPortIsOutput, 0);
+    }
+    snprintf(pn, sizeof pn, "score_%d", c + 1);
+    j->score[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
+                                     JackPortIsOutput, 0);
+    snprintf(pn, sizeof pn, "alarm_%d", c + 1);
+    j->alarm[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
+                                     JackPortIsOutput, 0);
+    if (!j->in[c] || !j->score[c] || !j->alarm[c] || (passthrough && !j->out[c])) {
+      ssae_err_set(err, "cannot register JACK ports for channel %d", c + 1);
+      ssae_jack_close(j);
+      return NULL;
+    }
+  }
+  unsigned r = (unsigned)jack_get_sample_rate(j->client);
+  atomic_init(&j->rate_now, r);
+  atomic_init(&j->rate_engine, r);
+  atomic_init(&j->bufsize, (unsigned)jack_get_buffer_size(j->client));
+  atomic_init(&j->shutdown, 0);
+  return j;
+}
+
+double ssae_jack_rate(const ssae_jack *j) {
+  return (double)atomic_load(&((ssae_jack *)j)->rate_engine);
+}
+const char *ssae_jack_name(const ssae_jack *j) {
+  return jack_get_client_name(j->client);
+}
+unsigned ssae_jack_buffer_size(const ssae_jack *j) {
+  return atomic_load(&((ssae_jack *)j)->bufsize);
+}
+const char *ssae_jack_shutdown_reason(const ssae_jack *j) { return j->reason; }
+
+int ssae_jack_start(ssae_jack *j, ssae_engine *e, ssae_err *err) {
+  j->e = e;
+  if (jack_set_process_callback(j->client, on_process, j) ||
+      jack_set_sample_rate_callback(j->client, on_srate, j) ||
+      jack_set_buffer_size_callback(j->client, on_bufsize, j))
+    return ssae_err_set(err, "cannot install the JACK callbacks");
+  jack_on_info_shutdown(j->client, on_shutdown, j);
+  if (jack_activate(j->client))
+    return ssae_err_set(err, "cannot activate the JACK client");
+  return 0;
+}
+
+int ssae_jack_connect(ssae_jack *j, const char *port, int index, ssae_err *err) {
+  if (index < 0 || index >= j->n)
+    return ssae_err_set(err, "--connect %s: only %d input(s) (--inputs)", port,
+                        j->n);
+  jack_port_t *src = jack_port_by_name(j->client, port);
+  if (!src)
+    return ssae_err_set(err, "--connect: no JACK port '%s'", port);
+  if (!(jack_port_flags(src) & JackPortIsOutput))
+    return ssae_err_set(err, "--connect: JACK port '%s' is not an output", port);
+  int rc = jack_connect(j->client, port, jack_port_name(j->in[index]));
+  if (rc && rc != EEXIST)
+    return ssae_err_set(err, "--connect: cannot connect '%s' to '%s'", port,
+                        jack_port_name(j->in[index]));
+  return 0;
+}
+
+int ssae_jack_poll(ssae_jack *j, ssae_err *err) {
+  if (atomic_load(&j->shutdown)) return 1;
+  unsigned r = atomic_load(&j->rate_now);
+  if (r != atomic_load(&j->rate_engine) && r > 0) {
+    /* process() skips analysis while the rates differ, so the engine can
+     * be rebuilt for the new rate here. */
+    if (ssae_engine_set_input_rate(j->e, (double)r, err)) return -1;
+    atomic_store_explicit(&j->rate_engine, r, memory_order_release);
+  }
+  return 0;
+}
+
+void ssae_jack_close(ssae_jack *j) {
+  if (!j) return;
+  if (j->client) {
+    if (!atomic_load(&j->shutdown)) jack_deactivate(j->client);
+    jack_client_close(j->client);
+  }
+  free(j->in);
+  free(j->out);
+  free(j->score);
+  free(j->alarm);
+  free(j->inbuf);
+  free(j);
+}

@@ -1,0 +1,492 @@
+/* ssae eval: how well a model separates normal from anomalous recordings. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+#include "ssae_audio.h"
+#include "ssae_backend.h"
+#include "ssae_config.h"
+#include "ssae_filescore.h"
+#include "ssae_metrics.h"
+#include "ssae_model.h"
+#include "ssae_plot.h"
+
+static const char *const CMD = "eval";
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ssae eval [options] --normal DIR --anomaly DIR [--normal DIR --anomaly DIR...]\n"
+          "       ssae eval [options] --csv FILE\n\n"
+          "Scores normal and anomalous recordings with the model and reports how well\n"
+          "the scores separate them: ROC AUC, partial AUC up to a false-positive rate of\n"
+          "0.1 (McClish-standardised, as scikit-learn's roc_auc_score(max_fpr=0.1)), and\n"
+          "precision, recall and F1 when a file is called anomalous at score > threshold\n"
+          "(the model's threshold). Anomalous files are the positive class.\n\n"
+          "Each --normal/--anomaly pair (in order; directories are searched recursively,\n"
+          "or single files) is one section, for instance one machine; with several\n"
+          "sections a last section \"all\" pools every file. A CSV file has lines\n"
+          "path,label (label normal|anomaly, or 0|1; a header line is skipped; relative\n"
+          "paths are relative to the CSV's directory) and forms one section.\n"
+          "A file that cannot be read or scored is reported and skipped (exit 1).\n\n"
+          "options:\n"
+          "  --model M          model file (default: the model that ships with ssae)\n"
+          "  --normal PATH      normal recordings (directory or file)\n"
+          "  --anomaly PATH     anomalous recordings (directory or file)\n"
+          "  --csv FILE         labelled file list instead of directories\n"
+          "  --format tsv|json  output format (default tsv)\n"
+          "  --plot OUT.png|.svg  ROC curves and score histograms with the threshold\n"
+          "  --scores FILE      also write every file's score (TSV: section, path, label,\n"
+          "                     score, windows)\n"
+          "  --threshold X      decide at X instead of the model's threshold\n"
+          "  --max-fpr X        partial AUC limit (default 0.1)\n"
+          "  --backend auto|cpu|cuda  (default auto)\n"
+          "  --channel N|mix    channel of multi-channel files (default 0)\n"
+          "  -h, --help         this text\n\n"
+          "Exit status: 0 success, 1 some file or section failed (the rest is still\n"
+          "reported), 2 usage error.\n");
+}
+
+typedef struct {
+  char *name;        /* section name */
+  char *normal_src;  /* what the user gave */
+  char *anomaly_src;
+  char **paths;
+  int *labels;
+  size_t n;
+  double *scores; /* per path; NAN when the file failed */
+  size_t *windows;
+} section;
+
+static void section_free(section *s) {
+  free(s->name);
+  free(s->normal_src);
+  free(s->anomaly_src);
+  ssae_cli_free_paths(s->paths, s->n);
+  free(s->labels);
+  free(s->scores);
+  free(s->windows);
+}
+
+static int add_path(section *s, const char *p, int label) {
+  char **v = realloc(s->paths, (s->n + 1) * sizeof *v);
+  if (!v) return -1;
+  s->paths = v;
+  int *l = realloc(s->labels, (s->n + 1) * sizeof *l);
+  if (!l) return -1;
+  s->labels = l;
+  if (!(s->paths[s->n] = strdup(p))) return -1;
+  s->labels[s->n++] = label;
+  return 0;
+}
+
+static int add_collected(section *s, char *arg, int label) {
+  char **paths;
+  size_t n;
+  ssae_err err;
+  if (ssae_cli_collect(&arg, 1, &paths, &n, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    return -1;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i++) rc = add_path(s, paths[i], label);
+  ssae_cli_free_paths(paths, n);
+  if (rc) ssae_cli_error(CMD, "out of memory");
+  else if (n == 0) ssae_cli_error(CMD, "%s: no audio files", arg);
+  return rc;
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t') s++;
+  size_t n = strlen(s);
+  while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+    s[--n] = 0;
+  if (n >= 2 && s[0] == '"' && s[n - 1] == '"') {
+    s[n - 1] = 0;
+    s++;
+  }
+  return s;
+}
+
+/* Returns 0, or -1 after printing why (a bad CSV is an input failure). */
+static int read_csv(section *s, const char *csv) {
+  FILE *f = fopen(csv, "r");
+  if (!f) {
+    ssae_cli_error(CMD, "%s: %s", csv, strerror(errno));
+    return -1;
+  }
+  const char *slash = strrchr(csv, '/');
+  size_t dirlen = slash ? (size_t)(slash - csv + 1) : 0;
+  char line[8192];
+  int lineno = 0, rc = 0;
+  while (!rc && fgets(line, sizeof line, f)) {
+    lineno++;
+    char *p = trim(line);
+    if (!*p || *p == '#') continue;
+    char *comma = strrchr(p, ',');
+    if (!comma) {
+      ssae_cli_error(CMD, "%s:%d: expected path,label", csv, lineno);
+      rc = -1;
+      break;
+    }
+    *comma = 0;
+    char *path = trim(p), *lab = trim(comma + 1);
+    int label;
+    if (!strcasecmp(lab, "normal") || !strcmp(lab, "0")) label = 0;
+    else if (!strcasecmp(lab, "anomaly") || !strcasecmp(lab, "anomalous") || !strcmp(lab, "1"))
+      label = 1;
+    else if (lineno == 1 || !strcasecmp(lab, "label")) continue; /* header */
+    else {
+      ssae_cli_error(CMD, "%s:%d: label '%s' is not normal, anomaly, 0 or 1", csv, lineno, lab);
+      rc = -1;
+      break;
+    }
+    char full[8192 + 4096];
+    if (path[0] == '/' || !dirlen) snprintf(full, sizeof full, "%s", path);
+    else snprintf(full, sizeof full, "%.*s%s", (int)dirlen, csv, path);
+    if (add_path(s, full, label)) {
+      ssae_cli_error(CMD, "out of memory");
+      rc = -1;
+    }
+  }
+  fclose(f);
+  if (!rc && s->n == 0) {
+    ssae_cli_error(CMD, "%s: no files listed", csv);
+    rc = -1;
+  }
+  return rc;
+}
+
+static void progress(size_t done, size_t total, const char *name) {
+  if (ssae_cli_stderr_tty()) {
+    fprintf(stderr, "\rscoring %zu/%zu %-40.40s", done, total, name);
+    if (done == total) fprintf(stderr, "\r%-70s\r", "");
+  } else if (done == total || (total >= 40 && done % (total / 4) == 0)) {
+    fprintf(stderr, "ssae eval: scored %zu/%zu files\n", done, total);
+  }
+  fflush(stderr);
+}
+
+static void fmt_num(char *buf, size_t len, double v, int json) {
+  if (isnan(v)) snprintf(buf, len, json ? "null" : "nan");
+  else snprintf(buf, len, "%.6f", v);
+}
+
+static void print_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static void print_row(const char *name, const char *normal, const char *anomaly,
+                      const ssae_metrics *m, int json, int last) {
+  char auc[32], pauc[32], thr[32], p[32], r[32], f1[32];
+  fmt_num(auc, sizeof auc, m->auc, json);
+  fmt_num(pauc, sizeof pauc, m->pauc, json);
+  fmt_num(thr, sizeof thr, m->threshold, json);
+  fmt_num(p, sizeof p, m->precision, json);
+  fmt_num(r, sizeof r, m->recall, json);
+  fmt_num(f1, sizeof f1, m->f1, json);
+  if (!json) {
+    printf("%s\t%s\t%s\t%zu\t%zu\t%s\t%s\t%g\t%s\t%s\t%s\t%s\t%zu\t%zu\t%zu\t%zu\n", name, normal,
+           anomaly, m->n_normal, m->n_anomaly, auc, pauc, m->max_fpr, thr, p, r, f1, m->tp,
+           m->fp, m->tn, m->fn);
+    return;
+  }
+  printf("    {\"name\": ");
+  print_json_str(stdout, name);
+  printf(", \"normal\": ");
+  print_json_str(stdout, normal);
+  printf(", \"anomaly\": ");
+  print_json_str(stdout, anomaly);
+  printf(",\n     \"n_normal\": %zu, \"n_anomaly\": %zu, \"auc\": %s, \"pauc\": %s, "
+         "\"max_fpr\": %g,\n     \"threshold\": %s, \"precision\": %s, \"recall\": %s, "
+         "\"f1\": %s, \"tp\": %zu, \"fp\": %zu, \"tn\": %zu, \"fn\": %zu}%s\n",
+         m->n_normal, m->n_anomaly, auc, pauc, m->max_fpr, thr, p, r, f1, m->tp, m->fp, m->tn,
+         m->fn, last ? "" : ",");
+}
+
+/* The files of a section that were scored. */
+static size_t gather(const section *s, double *scores, int *labels) {
+  size_t k = 0;
+  for (size_t i = 0; i < s->n; i++)
+    if (!isnan(s->scores[i])) {
+      scores[k] = s->scores[i];
+      labels[k++] = s->labels[i];
+    }
+  return k;
+}
+
+int ssae_cmd_eval(int argc, char **argv) {
+  const char *model_path = NULL, *format = "tsv", *plot = NULL, *scores_out = NULL,
+             *backend_name = "auto", *csv = NULL;
+  char **normals = calloc((size_t)argc, sizeof *normals),
+       **anomalies = calloc((size_t)argc, sizeof *anomalies);
+  int n_norm = 0, n_anom = 0, channel = 0;
+  double threshold = NAN, max_fpr = 0.1;
+  int rc = SSAE_EXIT_OK;
+  if (!normals || !anomalies) {
+    ssae_cli_error(CMD, "out of memory");
+    free(normals);
+    free(anomalies);
+    return SSAE_EXIT_INPUT;
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      free(normals);
+      free(anomalies);
+      return SSAE_EXIT_OK;
+    }
+    if (i + 1 >= argc) {
+      ssae_cli_error(CMD, "%s: unknown option or missing value (see ssae eval --help)", a);
+      rc = SSAE_EXIT_USAGE;
+      break;
+    }
+    char *v = argv[++i];
+    ssae_err err;
+    if (!strcmp(a, "--model")) model_path = v;
+    else if (!strcmp(a, "--normal")) normals[n_norm++] = v;
+    else if (!strcmp(a, "--anomaly")) anomalies[n_anom++] = v;
+    else if (!strcmp(a, "--csv")) csv = v;
+    else if (!strcmp(a, "--format")) format = v;
+    else if (!strcmp(a, "--plot")) plot = v;
+    else if (!strcmp(a, "--scores")) scores_out = v;
+    else if (!strcmp(a, "--backend")) backend_name = v;
+    else if (!strcmp(a, "--threshold")) {
+      if (ssae_cli_parse_double(CMD, a, v, 0, INFINITY, &threshold)) rc = SSAE_EXIT_USAGE;
+    } else if (!strcmp(a, "--max-fpr")) {
+      if (ssae_cli_parse_double(CMD, a, v, 1e-6, 1, &max_fpr)) rc = SSAE_EXIT_USAGE;
+    } else if (!strcmp(a, "--channel")) {
+      if (ssae_audio_parse_channel(v, &channel, &err) || channel == SSAE_CHANNEL_ALL) {
+        ssae_cli_error(CMD, "--channel wants a channel index from 0 or mix, not '%s'", v);
+        rc = SSAE_EXIT_USAGE;
+      }
+    } else {
+      ssae_cli_error(CMD, "unknown option '%s' (see ssae eval --help)", a);
+      rc = SSAE_EXIT_USAGE;
+    }
+    if (rc) break;
+  }
+  if (!rc && strcmp(format, "tsv") && strcmp(format, "json")) {
+    ssae_cli_error(CMD, "--format must be tsv or json, not '%s'", format);
+    rc = SSAE_EXIT_USAGE;
+  }
+  if (!rc && n_norm != n_anom) {
+    ssae_cli_error(CMD, "give --normal and --anomaly in pairs (%d --normal, %d --anomaly)",
+                   n_norm, n_anom);
+    rc = SSAE_EXIT_USAGE;
+  }
+  if (!rc && !csv && n_norm == 0) {
+    ssae_cli_error(CMD, "nothing to evaluate: give --normal DIR --anomaly DIR or --csv FILE");
+    rc = SSAE_EXIT_USAGE;
+  }
+  if (!rc && plot && !SSAE_HAVE_CAIRO) {
+    ssae_cli_error(CMD, "--plot: this ssae was built without cairo (libcairo2-dev), so it "
+                        "cannot draw pictures");
+    rc = SSAE_EXIT_USAGE;
+  }
+  if (rc) {
+    free(normals);
+    free(anomalies);
+    return rc;
+  }
+
+  /* The sections and their files. */
+  size_t n_sec = (size_t)n_norm + (csv ? 1 : 0);
+  section *sec = calloc(n_sec + 1, sizeof *sec);
+  if (!sec) {
+    ssae_cli_error(CMD, "out of memory");
+    free(normals);
+    free(anomalies);
+    return SSAE_EXIT_INPUT;
+  }
+  char name[64];
+  for (int i = 0; i < n_norm; i++) {
+    snprintf(name, sizeof name, "%d", i + 1);
+    sec[i].name = strdup(name);
+    sec[i].normal_src = strdup(normals[i]);
+    sec[i].anomaly_src = strdup(anomalies[i]);
+    if (add_collected(&sec[i], normals[i], 0) | add_collected(&sec[i], anomalies[i], 1))
+      rc = SSAE_EXIT_INPUT;
+  }
+  if (csv) {
+    section *s = &sec[n_norm];
+    snprintf(name, sizeof name, "%d", n_norm + 1);
+    s->name = strdup(name);
+    s->normal_src = strdup(csv);
+    s->anomaly_src = strdup(csv);
+    if (read_csv(s, csv)) rc = SSAE_EXIT_INPUT;
+  }
+  free(normals);
+  free(anomalies);
+
+  ssae_err err;
+  ssae_model *m = ssae_model_open(model_path, &err);
+  ssae_backend *b = NULL;
+  if (!m) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    rc = SSAE_EXIT_INPUT;
+  } else if (!(b = ssae_backend_new(m, backend_name, 256, &err))) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    rc = SSAE_EXIT_INPUT;
+  }
+  if (m && isnan(threshold)) threshold = m->threshold;
+
+  size_t total = 0, done = 0;
+  for (size_t k = 0; k < n_sec; k++) total += sec[k].n;
+  for (size_t k = 0; b && k < n_sec; k++) {
+    section *s = &sec[k];
+    s->scores = malloc((s->n ? s->n : 1) * sizeof *s->scores);
+    s->windows = calloc(s->n ? s->n : 1, sizeof *s->windows);
+    if (!s->scores || !s->windows) {
+      ssae_cli_error(CMD, "out of memory");
+      rc = SSAE_EXIT_INPUT;
+      break;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+      ssae_file_scores fs;
+      s->scores[i] = NAN;
+      if (ssae_file_score(m, b, 256, s->paths[i], channel, 0, &fs, &err)) {
+        if (ssae_cli_stderr_tty()) fputc('\n', stderr);
+        ssae_cli_error(CMD, "skipped: %s", err.msg);
+        rc = SSAE_EXIT_INPUT;
+      } else {
+        s->scores[i] = fs.file_score;
+        s->windows[i] = fs.n_windows;
+        ssae_file_scores_release(&fs);
+      }
+      progress(++done, total, s->paths[i]);
+    }
+  }
+
+  /* The pooled section. */
+  if (b && n_sec > 1) {
+    section *all = &sec[n_sec];
+    all->name = strdup("all");
+    all->normal_src = strdup("*");
+    all->anomaly_src = strdup("*");
+    all->scores = malloc((total ? total : 1) * sizeof *all->scores);
+    all->labels = malloc((total ? total : 1) * sizeof *all->labels);
+    if (all->scores && all->labels) {
+      for (size_t k = 0; k < n_sec; k++)
+        for (size_t i = 0; i < sec[k].n; i++) {
+          all->scores[all->n] = sec[k].scores[i];
+          all->labels[all->n++] = sec[k].labels[i];
+        }
+      n_sec++;
+    }
+  }
+
+  if (b && scores_out) {
+    FILE *f = fopen(scores_out, "w");
+    if (!f) {
+      ssae_cli_error(CMD, "%s: %s", scores_out, strerror(errno));
+      rc = SSAE_EXIT_INPUT;
+    } else {
+      fprintf(f, "section\tpath\tlabel\tscore\twindows\n");
+      for (size_t k = 0; k < n_sec; k++)
+        for (size_t i = 0; i < sec[k].n && sec[k].paths; i++)
+          if (!isnan(sec[k].scores[i]))
+            fprintf(f, "%s\t%s\t%s\t%.9g\t%zu\n", sec[k].name, sec[k].paths[i],
+                    sec[k].labels[i] ? "anomaly" : "normal", sec[k].scores[i],
+                    sec[k].windows[i]);
+      if (fclose(f)) {
+        ssae_cli_error(CMD, "%s: write failed", scores_out);
+        rc = SSAE_EXIT_INPUT;
+      }
+    }
+  }
+
+  int json = !strcmp(format, "json");
+  if (b) {
+    ssae_metrics *met = calloc(n_sec, sizeof *met);
+    int *ok = calloc(n_sec, sizeof *ok);
+    ssae_evalplot_section *ps = calloc(n_sec, sizeof *ps);
+    double **pscores = calloc(n_sec, sizeof *pscores);
+    int **plabels = calloc(n_sec, sizeof *plabels);
+    if (!met || !ok || !ps || !pscores || !plabels) {
+      ssae_cli_error(CMD, "out of memory");
+      rc = SSAE_EXIT_INPUT;
+      n_sec = 0;
+    }
+    size_t n_ok = 0, n_plot = 0;
+    for (size_t k = 0; k < n_sec; k++) {
+      section *s = &sec[k];
+      pscores[k] = malloc((s->n ? s->n : 1) * sizeof **pscores);
+      plabels[k] = malloc((s->n ? s->n : 1) * sizeof **plabels);
+      if (!pscores[k] || !plabels[k]) {
+        ssae_cli_error(CMD, "out of memory");
+        rc = SSAE_EXIT_INPUT;
+        continue;
+      }
+      size_t n = gather(s, pscores[k], plabels[k]);
+      if (ssae_metrics_compute(pscores[k], plabels[k], n, threshold, max_fpr, &met[k], &err)) {
+        ssae_cli_error(CMD, "section %s (%s, %s): %s", s->name, s->normal_src, s->anomaly_src,
+                       err.msg);
+        rc = SSAE_EXIT_INPUT;
+        continue;
+      }
+      ok[k] = 1;
+      n_ok++;
+      /* The pooled section is not drawn as a curve of its own. */
+      if (strcmp(s->name, "all") || n_sec == 1)
+        ps[n_plot++] = (ssae_evalplot_section){s->name, pscores[k], plabels[k], n, met[k].auc,
+                                               met[k].pauc};
+    }
+    if (json) {
+      printf("{\n  \"model\": ");
+      print_json_str(stdout, model_path ? model_path : "default");
+      printf(",\n  \"sections\": [\n");
+    } else {
+      printf("section\tnormal\tanomaly\tn_normal\tn_anomaly\tauc\tpauc\tmax_fpr\tthreshold\t"
+             "precision\trecall\tf1\ttp\tfp\ttn\tfn\n");
+    }
+    size_t printed = 0;
+    for (size_t k = 0; k < n_sec; k++)
+      if (ok[k])
+        print_row(sec[k].name, sec[k].normal_src, sec[k].anomaly_src, &met[k], json,
+                  ++printed == n_ok);
+    if (json) printf("  ]\n}\n");
+    fflush(stdout);
+    if (plot && n_plot) {
+#if SSAE_HAVE_CAIRO
+      char title[512];
+      snprintf(title, sizeof title, "ssae eval: model %s, threshold %.4g",
+               model_path ? model_path : "default", threshold);
+      if (ssae_evalplot_draw(ps, n_plot, threshold, max_fpr, title, plot, 0, 0, NULL, &err)) {
+        ssae_cli_error(CMD, "%s", err.msg);
+        rc = SSAE_EXIT_INPUT;
+      } else {
+        fprintf(stderr, "ssae eval: wrote %s\n", plot);
+      }
+      ssae_plot_cleanup();
+#endif
+    } else if (plot) {
+      ssae_cli_error(CMD, "--plot: no section could be evaluated, %s not written", plot);
+    }
+    for (size_t k = 0; k < n_sec; k++) {
+      if (pscores) free(pscores[k]);
+      if (plabels) free(plabels[k]);
+    }
+    free(pscores);
+    free(plabels);
+    free(met);
+    free(ok);
+    free(ps);
+  }
+  for (size_t k = 0; k <= (size_t)n_norm + (csv ? 1 : 0); k++) section_free(&sec[k]);
+  free(sec);
+  ssae_backend_free(b);
+  ssae_model_free(m);
+  return rc;
+}

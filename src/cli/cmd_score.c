@@ -1,0 +1,431 @@
+/* ssae score: anomaly scores of audio files (SPEC section 4).
+ *
+ * Worker threads decode files and compute their features (in parallel, a
+ * bounded distance ahead); the main thread gathers the windows of the files
+ * that are ready into batches for the backend and prints results in input
+ * order. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ssae_audio.h"
+#include "ssae_backend.h"
+#include "ssae_logmel.h"
+#include "ssae_model.h"
+
+static const char *const CMD = "score";
+
+/* Windows per backend call: big batches for a GPU, and the CPU splits them
+ * over its threads. */
+#define BATCH_WINDOWS 8192
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: ssae score [options] FILE|DIR...\n\n"
+          "Scores audio files with the model: one line per file with the path, the\n"
+          "file score (mean of its window scores), the number of windows and the\n"
+          "verdict: 'anomaly' when the file score is above the model's threshold,\n"
+          "'normal' otherwise, 'unknown' when the model has no threshold. A window\n"
+          "score is the mean squared error of the model's reconstruction of one\n"
+          "window of log-mel frames. Directories are searched recursively for audio\n"
+          "files, in sorted order.\n\n"
+          "options:\n"
+          "  --model M              model file (default: the model built into ssae)\n"
+          "  --backend auto|cpu|cuda  where the model runs (default auto: CUDA when\n"
+          "                         present and its self-test passes, else the CPU)\n"
+          "  --channel N|mix        channel index from 0 (default 0) or the mean of all\n"
+          "  --windows OUT.tsv      also write every window: path, window index, time in\n"
+          "                         seconds of the window's centre (the centre of its\n"
+          "                         middle frame), window score; first line a header\n"
+          "  --format tsv|json      tsv (default): path, score, windows, verdict\n"
+          "                         separated by tabs; json: one JSON object per line\n"
+          "                         with keys path, score, windows, verdict\n"
+          "  --jobs N               decoding threads (default: all cores)\n"
+          "  -q, --quiet            no progress line\n"
+          "  -h, --help             this text\n\n"
+          "A file that cannot be read or is shorter than one window is reported on\n"
+          "stderr and the rest are still scored.\n"
+          "Exit status: 0 all files scored, 1 some file failed, 2 usage error.\n");
+}
+
+typedef struct {
+  int state; /* 0 pending, 1 ready, 2 failed */
+  float *windows;
+  size_t n_windows;
+  int rate, hop;
+  char *error;
+} slot;
+
+typedef struct {
+  char **paths;
+  size_t n;
+  slot *slots;
+  const ssae_model *m;
+  int channel;
+  size_t next;     /* next file for a worker */
+  size_t consumed; /* files done by the main thread */
+  size_t ahead;    /* how far workers may run ahead */
+  int stop;
+  pthread_mutex_t mu;
+  pthread_cond_t ready, room;
+} job;
+
+static int decode(job *j, ssae_logmel *lm, size_t i, slot *s, ssae_err *err) {
+  const ssae_feat_cfg *cfg = &j->m->feat;
+  ssae_audio a;
+  if (ssae_audio_load(j->paths[i], j->channel, cfg->sample_rate, &a, err)) return -1;
+  size_t cap = ssae_logmel_max_frames(lm, a.frames) + ssae_logmel_max_frames(lm, 0) + 1;
+  size_t M = (size_t)cfg->n_mels, F = (size_t)cfg->frames;
+  float *frames = malloc(cap * M * sizeof *frames);
+  if (!frames) {
+    ssae_audio_release(&a);
+    return ssae_err_set(err, "%s: out of memory for features", j->paths[i]);
+  }
+  ssae_logmel_reset(lm);
+  size_t nf = ssae_logmel_process(lm, a.data, a.frames, frames);
+  nf += ssae_logmel_flush(lm, frames + nf * M);
+  size_t samples = a.frames;
+  ssae_audio_release(&a);
+  if (nf < F) {
+    free(frames);
+    return ssae_err_set(err, "%s: too short: %zu samples give %zu frame%s, one window needs "
+                        "%zu", j->paths[i], samples, nf, nf == 1 ? "" : "s", F);
+  }
+  int rc = ssae_windows_from_frames(frames, nf, (int)M, (int)F, &s->windows, &s->n_windows, err);
+  free(frames);
+  if (rc) return ssae_err_prefix(err, "%s", j->paths[i]);
+  s->rate = cfg->sample_rate;
+  s->hop = cfg->hop_length;
+  return 0;
+}
+
+static void *worker(void *arg) {
+  job *j = arg;
+  ssae_err err = {{0}};
+  ssae_logmel *lm = ssae_logmel_new(&j->m->feat, &err);
+  pthread_mutex_lock(&j->mu);
+  for (;;) {
+    while (!j->stop && j->next < j->n && j->next >= j->consumed + j->ahead)
+      pthread_cond_wait(&j->room, &j->mu);
+    if (j->stop || j->next >= j->n) break;
+    size_t i = j->next++;
+    pthread_mutex_unlock(&j->mu);
+    slot s = {0};
+    ssae_err_clear(&err);
+    int rc = lm ? decode(j, lm, i, &s, &err) : ssae_err_prefix(&err, "%s", j->paths[i]);
+    if (rc) s.error = strdup(err.msg[0] ? err.msg : "failed");
+    pthread_mutex_lock(&j->mu);
+    s.state = rc ? 2 : 1;
+    j->slots[i] = s;
+    pthread_cond_broadcast(&j->ready);
+  }
+  pthread_mutex_unlock(&j->mu);
+  ssae_logmel_free(lm);
+  return NULL;
+}
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+typedef struct {
+  int json, tty, quiet;
+  double threshold;
+  FILE *wf;
+  size_t done, failed, total;
+  double t0, last_log;
+} out_state;
+
+static void progress(out_state *o, int final) {
+  if (o->quiet || o->total < 2) return;
+  double t = now(), el = t - o->t0;
+  if (o->tty) {
+    if (final) {
+      fprintf(stderr, "\r\033[K");
+      return;
+    }
+    if (t - o->last_log < 0.1) return;
+    fprintf(stderr, "\r\033[Kssae score: %zu/%zu files, %.1f files/s", o->done, o->total,
+            el > 0 ? (double)o->done / el : 0.0);
+  } else {
+    /* Plain lines, and only for long runs. */
+    if (final || t - o->last_log < 10.0) return;
+    fprintf(stderr, "ssae score: %zu/%zu files, %.1f files/s\n", o->done, o->total,
+            el > 0 ? (double)o->done / el : 0.0);
+  }
+  o->last_log = t;
+}
+
+static void emit(out_state *o, const char *path, const slot *s, const float *scores) {
+  double sum = 0;
+  for (size_t k = 0; k < s->n_windows; k++) sum += scores[k];
+  double score = sum / (double)s->n_windows;
+  const char *verdict = isnan(o->threshold) ? "unknown" : score > o->threshold ? "anomaly" : "normal";
+  if (o->json) {
+    fputs("{\"path\":", stdout);
+    json_str(stdout, path);
+    printf(",\"score\":%.9g,\"windows\":%zu,\"verdict\":\"%s\"}\n", score, s->n_windows, verdict);
+  } else {
+    printf("%s\t%.9g\t%zu\t%s\n", path, score, s->n_windows, verdict);
+  }
+}
+
+static void emit_windows(out_state *o, const char *path, const slot *s, const float *scores,
+                         int frames) {
+  if (!o->wf) return;
+  /* Frame t is centred on sample t*hop; a window's centre is its middle
+   * frame's. */
+  for (size_t k = 0; k < s->n_windows; k++) {
+    double t = ((double)k + 0.5 * (frames - 1)) * s->hop / s->rate;
+    fprintf(o->wf, "%s\t%zu\t%.6f\t%.9g\n", path, k, t, scores[k]);
+  }
+}
+
+int ssae_cmd_score(int argc, char **argv) {
+  const char *model_path = NULL, *backend = "auto", *windows_path = NULL;
+  int channel = 0, json = 0, quiet = 0;
+  long jobs = 0;
+  int nfirst = 0;
+  char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+  if (!inputs) return SSAE_EXIT_INPUT;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int more = i + 1 < argc;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      free(inputs);
+      return SSAE_EXIT_OK;
+    } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+      quiet = 1;
+    } else if (!strcmp(a, "--model") || !strcmp(a, "--backend") || !strcmp(a, "--channel") ||
+               !strcmp(a, "--windows") || !strcmp(a, "--format") || !strcmp(a, "--jobs")) {
+      if (!more) {
+        ssae_cli_error(CMD, "%s needs a value (see ssae score --help)", a);
+        free(inputs);
+        return SSAE_EXIT_USAGE;
+      }
+      const char *v = argv[++i];
+      if (!strcmp(a, "--model")) model_path = v;
+      else if (!strcmp(a, "--backend")) {
+        if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
+          ssae_cli_error(CMD, "--backend wants auto, cpu or cuda, not '%s'", v);
+          free(inputs);
+          return SSAE_EXIT_USAGE;
+        }
+        backend = v;
+      } else if (!strcmp(a, "--channel")) {
+        ssae_err err = {{0}};
+        if (ssae_audio_parse_channel(v, &channel, &err) || channel == SSAE_CHANNEL_ALL) {
+          ssae_cli_error(CMD, "--channel: %s", channel == SSAE_CHANNEL_ALL
+                                                   ? "'all' is not supported here: give an "
+                                                     "index from 0 or 'mix'"
+                                                   : err.msg);
+          free(inputs);
+          return SSAE_EXIT_USAGE;
+        }
+      } else if (!strcmp(a, "--windows")) windows_path = v;
+      else if (!strcmp(a, "--format")) {
+        if (!strcmp(v, "json")) json = 1;
+        else if (!strcmp(v, "tsv")) json = 0;
+        else {
+          ssae_cli_error(CMD, "--format wants tsv or json, not '%s'", v);
+          free(inputs);
+          return SSAE_EXIT_USAGE;
+        }
+      } else if (ssae_cli_parse_int(CMD, "--jobs", v, 1, 256, &jobs)) {
+        free(inputs);
+        return SSAE_EXIT_USAGE;
+      }
+    } else if (a[0] == '-' && a[1] && strcmp(a, "-")) {
+      ssae_cli_error(CMD, "unknown option '%s' (see ssae score --help)", a);
+      free(inputs);
+      return SSAE_EXIT_USAGE;
+    } else {
+      inputs[nfirst++] = argv[i];
+    }
+  }
+  if (!nfirst) {
+    ssae_cli_error(CMD, "no input files (see ssae score --help)");
+    free(inputs);
+    return SSAE_EXIT_USAGE;
+  }
+
+  ssae_err err = {{0}};
+  char **paths = NULL;
+  size_t n = 0;
+  if (ssae_cli_collect(inputs, nfirst, &paths, &n, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    free(inputs);
+    return SSAE_EXIT_INPUT;
+  }
+  free(inputs);
+  if (!n) {
+    ssae_cli_error(CMD, "no audio files found");
+    return SSAE_EXIT_INPUT;
+  }
+  ssae_model *m = ssae_model_open(model_path, &err);
+  if (!m) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    ssae_cli_free_paths(paths, n);
+    return SSAE_EXIT_INPUT;
+  }
+  ssae_backend *be = ssae_backend_new(m, backend, BATCH_WINDOWS, &err);
+  if (!be) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    ssae_model_free(m);
+    ssae_cli_free_paths(paths, n);
+    return SSAE_EXIT_INPUT;
+  }
+  if (*ssae_backend_note(be)) ssae_cli_error(CMD, "using the CPU: %s", ssae_backend_note(be));
+
+  out_state o = {.json = json, .tty = ssae_cli_stderr_tty(), .quiet = quiet,
+                 .threshold = m->threshold, .total = n, .t0 = now()};
+  int status = SSAE_EXIT_OK;
+  if (windows_path) {
+    o.wf = fopen(windows_path, "w");
+    if (!o.wf) {
+      ssae_cli_error(CMD, "%s: cannot write: %s", windows_path, strerror(errno));
+      ssae_backend_free(be);
+      ssae_model_free(m);
+      ssae_cli_free_paths(paths, n);
+      return SSAE_EXIT_INPUT;
+    }
+    fprintf(o.wf, "path\twindow\ttime\tscore\n");
+  }
+
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int nw = jobs ? (int)jobs : ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
+  if ((size_t)nw > n) nw = (int)n;
+  job j = {.paths = paths, .n = n, .m = m, .channel = channel,
+           .ahead = (size_t)nw * 4 + 8};
+  j.slots = calloc(n, sizeof *j.slots);
+  pthread_t *tids = calloc((size_t)nw, sizeof *tids);
+  size_t win = (size_t)m->d.frames * (size_t)m->d.n_mels;
+  float *batch = NULL, *scores = NULL;
+  size_t batch_cap = 0;
+  int started = 0;
+  if (!j.slots || !tids || pthread_mutex_init(&j.mu, NULL)) {
+    ssae_cli_error(CMD, "out of memory");
+    status = SSAE_EXIT_INPUT;
+    goto done;
+  }
+  pthread_cond_init(&j.ready, NULL);
+  pthread_cond_init(&j.room, NULL);
+  for (; started < nw; started++)
+    if (pthread_create(&tids[started], NULL, worker, &j)) break;
+  if (!started) {
+    ssae_cli_error(CMD, "cannot start worker threads");
+    status = SSAE_EXIT_INPUT;
+    goto joined;
+  }
+
+  size_t i = 0;
+  while (i < n) {
+    /* Files [i, e) that are ready, up to a batch's worth of windows. */
+    pthread_mutex_lock(&j.mu);
+    while (j.slots[i].state == 0) pthread_cond_wait(&j.ready, &j.mu);
+    size_t e = i, total = 0;
+    while (e < n && j.slots[e].state != 0 &&
+           (e == i || total + j.slots[e].n_windows <= BATCH_WINDOWS)) {
+      total += j.slots[e].n_windows;
+      e++;
+    }
+    pthread_mutex_unlock(&j.mu);
+
+    if (total > batch_cap) {
+      free(batch);
+      free(scores);
+      batch = malloc(total * win * sizeof *batch);
+      scores = malloc(total * sizeof *scores);
+      batch_cap = total;
+      if (!batch || !scores) {
+        ssae_cli_error(CMD, "out of memory for %zu windows", total);
+        status = SSAE_EXIT_INPUT;
+        break;
+      }
+    }
+    size_t off = 0;
+    for (size_t k = i; k < e; k++) {
+      if (j.slots[k].state != 1) continue;
+      memcpy(batch + off * win, j.slots[k].windows, j.slots[k].n_windows * win * sizeof *batch);
+      off += j.slots[k].n_windows;
+    }
+    int run_failed = off && ssae_backend_run(be, batch, off, scores, NULL, &err);
+    if (run_failed) ssae_cli_error(CMD, "the model failed: %s", err.msg);
+    off = 0;
+    for (size_t k = i; k < e; k++) {
+      slot *s = &j.slots[k];
+      if (s->state == 2 || run_failed) {
+        progress(&o, 1);
+        if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
+        status = SSAE_EXIT_INPUT;
+        o.failed++;
+      } else {
+        emit(&o, paths[k], s, scores + off);
+        emit_windows(&o, paths[k], s, scores + off, m->d.frames);
+        off += s->n_windows;
+      }
+      free(s->windows);
+      free(s->error);
+      s->windows = NULL;
+      s->error = NULL;
+      o.done++;
+    }
+    if (!o.tty || o.quiet) fflush(stdout);
+    pthread_mutex_lock(&j.mu);
+    j.consumed = e;
+    pthread_cond_broadcast(&j.room);
+    pthread_mutex_unlock(&j.mu);
+    i = e;
+    progress(&o, 0);
+  }
+  progress(&o, 1);
+
+joined:
+  pthread_mutex_lock(&j.mu);
+  j.stop = 1;
+  pthread_cond_broadcast(&j.room);
+  pthread_mutex_unlock(&j.mu);
+  for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+  pthread_cond_destroy(&j.ready);
+  pthread_cond_destroy(&j.room);
+  pthread_mutex_destroy(&j.mu);
+done:
+  if (j.slots)
+    for (size_t k = 0; k < n; k++) {
+      free(j.slots[k].windows);
+      free(j.slots[k].error);
+    }
+  free(j.slots);
+  free(tids);
+  free(batch);
+  free(scores);
+  if (o.wf && fclose(o.wf) != 0) {
+    ssae_cli_error(CMD, "%s: write failed", windows_path);
+    status = SSAE_EXIT_INPUT;
+  }
+  if (o.failed) ssae_cli_error(CMD, "%zu of %zu files failed", o.failed, n);
+  ssae_backend_free(be);
+  ssae_model_free(m);
+  ssae_cli_free_paths(paths, n);
+  return status;
+}

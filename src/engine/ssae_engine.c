@@ -1,0 +1,833 @@
+#include "ssae_engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ssae_backend.h"
+#include "ssae_logmel.h"
+#include "ssae_resample.h"
+#include "ssae_ring.h"
+
+/* Header of a ring item; the window's F*M floats follow at ITEM_HDR. */
+typedef struct item_hdr {
+  uint32_t channel;
+  uint32_t pad;
+  uint64_t window;     /* index in its channel since the engine started */
+  uint64_t end_sample; /* model-rate sample position of the window's end */
+  int64_t t_ns;        /* CLOCK_MONOTONIC when its last sample arrived */
+} item_hdr;
+#define ITEM_HDR 32
+
+/* Audio-thread side of a channel. The counters are written only by the
+ * audio thread (relaxed stores) and read elsewhere. */
+typedef struct front {
+  ssae_resampler *rs; /* NULL when the input runs at the model's rate */
+  ssae_logmel *lm;
+  ssae_window *win;
+  uint64_t frame_base;  /* frames before the current stream */
+  uint64_t frames;      /* frames of the current stream */
+  uint64_t samples;     /* model-rate samples fed since the engine started */
+  uint64_t next_window; /* window index */
+  _Atomic uint64_t made;
+  _Atomic uint64_t dropped;
+} front;
+
+/* Worker side of a channel: detector state and published results. */
+typedef struct chan {
+  double ema;
+  int have_ema;
+  int above, below;
+  int alarm_w; /* worker's alarm state */
+  _Atomic float score, smoothed, threshold, latency_ms;
+  _Atomic int alarm;
+  _Atomic uint64_t scored;
+} chan;
+
+#define LAT_FINE 10000  /* 1 us buckets up to 10 ms */
+#define LAT_COARSE 9900 /* 100 us buckets from 10 ms to 1 s */
+
+struct ssae_engine {
+  ssae_engine_cfg cfg;
+  const ssae_model *model;
+  ssae_feat_cfg feat;
+  int C, wf; /* channels, floats per window */
+  double in_rate;
+  size_t max_block;
+
+  /* audio thread */
+  front *fr;
+  float *rs_out, *frames_buf, *scratch_win, *deint, *zeros;
+  size_t rs_cap;
+  int was_enabled;
+  ssae_ring *ring;
+  _Atomic int in_process; /* Dekker pair with pause_req (seq_cst) */
+  _Atomic int pause_req;
+
+  /* parameters (any thread) */
+  _Atomic double p_threshold, p_smoothing;
+  _Atomic int p_on, p_off, p_enabled;
+
+  /* worker */
+  pthread_t thread;
+  int thread_started;
+  _Atomic int stop;
+  ssae_backend *backend;
+  double model_threshold;
+  chan *ch;
+  float *batch_x, *batch_scores;
+  item_hdr *batch_hdr;
+  size_t max_batch;
+  _Atomic uint64_t scored_total;
+  _Atomic uint64_t batches;
+  uint64_t dropped_reported;
+  uint64_t status_scored, status_dropped; /* counters of the last STATUS */
+  int status_sent;
+  double next_status_t;
+  double last_t;
+
+  /* latency histogram and backend name: shared with stats readers */
+  pthread_mutex_t stats_mu;
+  int mu_ok;
+  uint64_t lat_hist[LAT_FINE + LAT_COARSE + 1];
+  uint64_t lat_n;
+  double lat_max_ms;
+  char backend_name[32];
+
+  /* model swap (swapper thread <-> worker) */
+  pthread_mutex_t swap_mu;
+  pthread_cond_t swap_cv;
+  int swap_ok;
+  _Atomic(ssae_backend *) pending_backend;
+  const ssae_model *pending_model;
+};
+
+void ssae_engine_params_default(ssae_engine_params *p) {
+  p->threshold = NAN;
+  p->smoothing_s = 0.1;
+  p->on_count = 3;
+  p->off_count = 5;
+  p->enabled = 1;
+}
+
+void ssae_engine_cfg_default(ssae_engine_cfg *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->channels = 1;
+  cfg->backend = "auto";
+  ssae_engine_params_default(&cfg->params);
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* front end (audio thread)                                            */
+
+static int build_resamplers(ssae_engine *e, double rate, ssae_err *err) {
+  long in = lround(rate), out = e->feat.sample_rate;
+  size_t cap = e->max_block;
+  ssae_resampler **rs = calloc((size_t)e->C, sizeof *rs);
+  if (!rs) return ssae_err_set(err, "engine: out of memory");
+  if (in != out) {
+    for (int c = 0; c < e->C; c++) {
+      rs[c] = ssae_resampler_new(in, out, e->max_block, err);
+      if (!rs[c]) {
+        for (int k = 0; k < c; k++) ssae_resampler_free(rs[k]);
+        free(rs);
+        return -1;
+      }
+    }
+    cap = ssae_resampler_max_out(rs[0], e->max_block);
+  }
+  size_t nf = ssae_logmel_max_frames(e->fr[0].lm, cap);
+  size_t nf0 = ssae_logmel_max_frames(e->fr[0].lm, 0);
+  if (nf0 > nf) nf = nf0;
+  float *ro = malloc(cap * sizeof *ro);
+  float *fb = malloc((nf + 1) * (size_t)e->feat.n_mels * sizeof *fb);
+  if (!ro || !fb) {
+    free(ro);
+    free(fb);
+    for (int c = 0; c < e->C; c++) ssae_resampler_free(rs[c]);
+    free(rs);
+    return ssae_err_set(err, "engine: out of memory");
+  }
+  memset(ro, 0, cap * sizeof *ro);
+  memset(fb, 0, (nf + 1) * (size_t)e->feat.n_mels * sizeof *fb);
+  for (int c = 0; c < e->C; c++) {
+    ssae_resampler_free(e->fr[c].rs);
+    e->fr[c].rs = rs[c];
+  }
+  free(rs);
+  free(e->rs_out);
+  free(e->frames_buf);
+  e->rs_out = ro;
+  e->frames_buf = fb;
+  e->rs_cap = cap;
+  e->in_rate = (double)in;
+  return 0;
+}
+
+static void stream_restart(ssae_engine *e, front *f) {
+  if (f->rs) ssae_resampler_reset(f->rs);
+  ssae_logmel_reset(f->lm);
+  ssae_window_reset(f->win);
+  /* Continue the time axis where the samples are. */
+  f->frame_base = f->samples / (uint64_t)e->feat.hop_length;
+  f->frames = 0;
+}
+
+static void emit_frames(ssae_engine *e, front *f, uint32_t c, size_t nfr,
+                        int64_t t) {
+  const int M = e->feat.n_mels;
+  const uint64_t hop = (uint64_t)e->feat.hop_length;
+  const uint64_t tail = e->feat.center ? (uint64_t)e->feat.n_fft / 2
+                                       : (uint64_t)e->feat.n_fft;
+  for (size_t k = 0; k < nfr; k++) {
+    unsigned char *slot = ssae_ring_write_slot(e->ring);
+    float *dst = slot ? (float *)(slot + ITEM_HDR) : e->scratch_win;
+    f->frames++;
+    if (!ssae_window_push(f->win, e->frames_buf + k * (size_t)M, dst))
+      continue;
+    uint64_t w = f->next_window++;
+    atomic_store_explicit(&f->made, atomic_load_explicit(&f->made, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (!slot) {
+      atomic_store_explicit(
+          &f->dropped,
+          atomic_load_explicit(&f->dropped, memory_order_relaxed) + 1,
+          memory_order_relaxed);
+      continue;
+    }
+    item_hdr *h = (item_hdr *)slot;
+    h->channel = c;
+    h->window = w;
+    uint64_t last_frame = f->frame_base + f->frames - 1;
+    h->end_sample = last_frame * hop + tail;
+    h->t_ns = t;
+    ssae_ring_commit(e->ring);
+  }
+}
+
+static void channel_block(ssae_engine *e, int c, const float *src, size_t n,
+                          int64_t t) {
+  front *f = &e->fr[c];
+  const float *feed = src ? src : e->zeros;
+  size_t m = n;
+  if (f->rs) {
+    m = ssae_resampler_process(f->rs, feed, n, e->rs_out);
+    feed = e->rs_out;
+  }
+  f->samples += m;
+  size_t nfr = ssae_logmel_process(f->lm, feed, m, e->frames_buf);
+  emit_frames(e, f, (uint32_t)c, nfr, t);
+}
+
+/* While analysis is paused the time axis keeps moving. */
+static void skip_block(ssae_engine *e, size_t n) {
+  for (int c = 0; c < e->C; c++)
+    e->fr[c].samples +=
+        e->fr[c].rs
+            ? (uint64_t)llround((double)n * e->feat.sample_rate / e->in_rate)
+            : n;
+}
+
+/* Returns 0 when the caller may touch the front end; the caller must then
+ * call leave(). Never waits. */
+static int enter(ssae_engine *e) {
+  atomic_store(&e->in_process, 1);
+  if (atomic_load(&e->pause_req)) {
+    atomic_store(&e->in_process, 0);
+    return -1;
+  }
+  return 0;
+}
+static void leave(ssae_engine *e) { atomic_store(&e->in_process, 0); }
+
+static int check_enabled(ssae_engine *e) {
+  int en = atomic_load_explicit(&e->p_enabled, memory_order_relaxed);
+  if (en && !e->was_enabled)
+    for (int c = 0; c < e->C; c++) stream_restart(e, &e->fr[c]);
+  e->was_enabled = en;
+  return en;
+}
+
+void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n) {
+  if (enter(e)) return;
+  int en = check_enabled(e);
+  int64_t t = now_ns();
+  for (size_t off = 0; off < n;) {
+    size_t len = n - off < e->max_block ? n - off : e->max_block;
+    if (!en)
+      skip_block(e, len);
+    else
+      for (int c = 0; c < e->C; c++)
+        channel_block(e, c, in && in[c] ? in[c] + off : NULL, len, t);
+    off += len;
+  }
+  leave(e);
+}
+
+void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
+                                     size_t n) {
+  if (enter(e)) return;
+  int en = check_enabled(e);
+  int64_t t = now_ns();
+  const size_t C = (size_t)e->C;
+  for (size_t off = 0; off < n;) {
+    size_t len = n - off < e->max_block ? n - off : e->max_block;
+    if (!en) {
+      skip_block(e, len);
+    } else {
+      for (size_t c = 0; c < C; c++) {
+        const float *s = in + off * C + c;
+        for (size_t i = 0; i < len; i++) e->deint[i] = s[i * C];
+        channel_block(e, (int)c, e->deint, len, t);
+      }
+    }
+    off += len;
+  }
+  leave(e);
+}
+
+void ssae_engine_flush(ssae_engine *e) {
+  if (enter(e)) return;
+  int64_t t = now_ns();
+  for (int c = 0; c < e->C; c++) {
+    front *f = &e->fr[c];
+    size_t nfr = ssae_logmel_flush(f->lm, e->frames_buf);
+    emit_frames(e, f, (uint32_t)c, nfr, t);
+    /* The next stream's frames continue this one's numbering. */
+    uint64_t next = f->frame_base + f->frames;
+    stream_restart(e, f);
+    f->frame_base = next;
+  }
+  leave(e);
+}
+
+/* ------------------------------------------------------------------ */
+/* parameters                                                          */
+
+void ssae_engine_set_params(ssae_engine *e, const ssae_engine_params *p) {
+  atomic_store_explicit(&e->p_threshold, p->threshold, memory_order_relaxed);
+  atomic_store_explicit(&e->p_smoothing, p->smoothing_s < 0 ? 0 : p->smoothing_s,
+                        memory_order_relaxed);
+  atomic_store_explicit(&e->p_on, p->on_count < 1 ? 1 : p->on_count,
+                        memory_order_relaxed);
+  atomic_store_explicit(&e->p_off, p->off_count < 1 ? 1 : p->off_count,
+                        memory_order_relaxed);
+  atomic_store_explicit(&e->p_enabled, p->enabled ? 1 : 0,
+                        memory_order_relaxed);
+}
+
+void ssae_engine_get_params(const ssae_engine *e, ssae_engine_params *p) {
+  ssae_engine *m = (ssae_engine *)e;
+  p->threshold = atomic_load_explicit(&m->p_threshold, memory_order_relaxed);
+  p->smoothing_s = atomic_load_explicit(&m->p_smoothing, memory_order_relaxed);
+  p->on_count = atomic_load_explicit(&m->p_on, memory_order_relaxed);
+  p->off_count = atomic_load_explicit(&m->p_off, memory_order_relaxed);
+  p->enabled = atomic_load_explicit(&m->p_enabled, memory_order_relaxed);
+}
+
+void ssae_engine_channel_get(const ssae_engine *e, int ch,
+                             ssae_channel_state *out) {
+  ssae_engine *m = (ssae_engine *)e;
+  memset(out, 0, sizeof *out);
+  if (ch < 0 || ch >= m->C) return;
+  chan *k = &m->ch[ch];
+  out->score = atomic_load_explicit(&k->score, memory_order_relaxed);
+  out->smoothed = atomic_load_explicit(&k->smoothed, memory_order_relaxed);
+  out->threshold = atomic_load_explicit(&k->threshold, memory_order_relaxed);
+  out->alarm = atomic_load_explicit(&k->alarm, memory_order_relaxed);
+  out->windows = atomic_load_explicit(&k->scored, memory_order_relaxed);
+  out->dropped = atomic_load_explicit(&m->fr[ch].dropped, memory_order_relaxed);
+  out->latency_ms = atomic_load_explicit(&k->latency_ms, memory_order_relaxed);
+}
+
+int ssae_engine_channels(const ssae_engine *e) { return e->C; }
+int ssae_engine_model_rate(const ssae_engine *e) { return e->feat.sample_rate; }
+int ssae_engine_window_floats(const ssae_engine *e) { return e->wf; }
+
+/* ------------------------------------------------------------------ */
+/* stats                                                               */
+
+static double lat_bucket_ms(size_t b) {
+  if (b < LAT_FINE) return (b + 0.5) / 1000.0;
+  if (b < LAT_FINE + LAT_COARSE) return 10.0 + (b - LAT_FINE + 0.5) / 10.0;
+  return 1000.0;
+}
+
+static void lat_add(ssae_engine *e, double ms) {
+  size_t b;
+  if (ms < 0) ms = 0;
+  if (ms < 10.0)
+    b = (size_t)(ms * 1000.0);
+  else if (ms < 1000.0)
+    b = LAT_FINE + (size_t)((ms - 10.0) * 10.0);
+  else
+    b = LAT_FINE + LAT_COARSE;
+  e->lat_hist[b]++;
+  e->lat_n++;
+  if (ms > e->lat_max_ms) e->lat_max_ms = ms;
+}
+
+static double lat_pct(const ssae_engine *e, double q) {
+  if (!e->lat_n) return 0;
+  uint64_t want = (uint64_t)ceil(q * (double)e->lat_n);
+  if (want < 1) want = 1;
+  uint64_t acc = 0;
+  for (size_t b = 0; b <= LAT_FINE + LAT_COARSE; b++) {
+    acc += e->lat_hist[b];
+    if (acc >= want) {
+      double v = lat_bucket_ms(b);
+      return v > e->lat_max_ms ? e->lat_max_ms : v;
+    }
+  }
+  return e->lat_max_ms;
+}
+
+static void stats_fill(ssae_engine *e, ssae_engine_stats *s) {
+  memset(s, 0, sizeof *s);
+  for (int c = 0; c < e->C; c++) {
+    s->windows += atomic_load_explicit(&e->fr[c].made, memory_order_relaxed);
+    s->dropped += atomic_load_explicit(&e->fr[c].dropped, memory_order_relaxed);
+  }
+  s->scored = atomic_load(&e->scored_total);
+  s->batches = atomic_load(&e->batches);
+  s->lat_p50_ms = lat_pct(e, 0.50);
+  s->lat_p99_ms = lat_pct(e, 0.99);
+  s->lat_max_ms = e->lat_max_ms;
+  s->audio_s = e->last_t;
+  s->backend = e->backend_name;
+}
+
+void ssae_engine_stats_get(ssae_engine *e, ssae_engine_stats *out) {
+  pthread_mutex_lock(&e->stats_mu);
+  stats_fill(e, out);
+  pthread_mutex_unlock(&e->stats_mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* worker                                                              */
+
+static void emit(ssae_engine *e, const ssae_event *ev) {
+  if (e->cfg.on_event) e->cfg.on_event(e->cfg.user, ev);
+}
+
+static void emit_counters(ssae_engine *e, ssae_event_type type, double t) {
+  ssae_engine_stats s;
+  ssae_engine_stats_get(e, &s);
+  ssae_event ev = {0};
+  ev.type = type;
+  ev.channel = -1;
+  ev.t = t;
+  ev.score = NAN;
+  ev.raw_score = NAN;
+  ev.threshold = isfinite(e->model_threshold) ? e->model_threshold : NAN;
+  double ut = atomic_load_explicit(&e->p_threshold, memory_order_relaxed);
+  if (isfinite(ut) && ut > 0) ev.threshold = ut;
+  ev.stats = &s;
+  if (type == SSAE_EVENT_STATUS) {
+    e->status_sent = 1;
+    e->status_scored = s.scored;
+    e->status_dropped = s.dropped;
+  }
+  emit(e, &ev);
+}
+
+static void on_fallback(void *user, const char *msg) {
+  ssae_engine *e = user;
+  pthread_mutex_lock(&e->stats_mu);
+  snprintf(e->backend_name, sizeof e->backend_name, "%s",
+           ssae_backend_name(e->backend));
+  pthread_mutex_unlock(&e->stats_mu);
+  ssae_event ev = {0};
+  ev.type = SSAE_EVENT_BACKEND;
+  ev.channel = -1;
+  ev.t = e->last_t;
+  ev.score = NAN;
+  ev.raw_score = NAN;
+  ev.threshold = NAN;
+  ev.msg = msg;
+  emit(e, &ev);
+}
+
+/* A window of digital silence (zeros in: an unconnected port, a muted
+ * device) has every band at 10*log10(eps) = -156.5 dB. It says nothing about
+ * the machine, so the detector does not judge it. */
+#define SILENT_DB (-150.0f)
+static int silent(const float *x, int n) {
+  for (int i = 0; i < n; i++)
+    if (x[i] > SILENT_DB) return 0;
+  return 1;
+}
+
+static void detect(ssae_engine *e, const item_hdr *h, const float *x,
+                   float score, double lat) {
+  chan *k = &e->ch[h->channel];
+  double t = (double)h->end_sample / e->feat.sample_rate;
+  if (t > e->last_t) e->last_t = t;
+  double thr = atomic_load_explicit(&e->p_threshold, memory_order_relaxed);
+  if (!(isfinite(thr) && thr > 0)) thr = e->model_threshold;
+  double tau = atomic_load_explicit(&e->p_smoothing, memory_order_relaxed);
+  int on = atomic_load_explicit(&e->p_on, memory_order_relaxed);
+  int off = atomic_load_explicit(&e->p_off, memory_order_relaxed);
+  int en = atomic_load_explicit(&e->p_enabled, memory_order_relaxed);
+  double dt = (double)e->feat.hop_length / e->feat.sample_rate;
+  double alpha = tau > 0 ? 1.0 - exp(-dt / tau) : 1.0;
+  if (!isfinite(score) || silent(x, e->wf)) {
+    /* A failed batch (the CPU failed too): the window carries no
+     * evidence either way. */
+  } else if (!k->have_ema) {
+    k->ema = score;
+    k->have_ema = 1;
+  } else {
+    k->ema += alpha * (score - k->ema);
+  }
+  if (e->cfg.emit_windows) {
+    ssae_event ev = {SSAE_EVENT_WINDOW, (int)h->channel, t, h->window,
+                     score, score, thr, NULL, NULL};
+    emit(e, &ev);
+  }
+  int was = k->alarm_w;
+  if (silent(x, e->wf)) {
+    k->have_ema = 0;
+    k->above = k->below = 0;
+    k->alarm_w = 0;
+  } else if (!en || !isfinite(thr)) {
+    k->above = k->below = 0;
+    k->alarm_w = 0;
+  } else if (isfinite(score)) {
+    if (k->ema > thr) {
+      k->above++;
+      k->below = 0;
+      if (!k->alarm_w && k->above >= on) k->alarm_w = 1;
+    } else {
+      k->below++;
+      k->above = 0;
+      if (k->alarm_w && k->below >= off) k->alarm_w = 0;
+    }
+  }
+  atomic_store_explicit(&k->score, score, memory_order_relaxed);
+  atomic_store_explicit(&k->smoothed, (float)k->ema, memory_order_relaxed);
+  atomic_store_explicit(&k->threshold, (float)thr, memory_order_relaxed);
+  atomic_store_explicit(&k->latency_ms, (float)lat, memory_order_relaxed);
+  atomic_store_explicit(&k->alarm, k->alarm_w, memory_order_relaxed);
+  atomic_store_explicit(&k->scored,
+                        atomic_load_explicit(&k->scored, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  if (was != k->alarm_w) {
+    ssae_event ev = {k->alarm_w ? SSAE_EVENT_ALARM_ON : SSAE_EVENT_ALARM_OFF,
+                     (int)h->channel, t, h->window, k->ema, score, thr,
+                     NULL, NULL};
+    emit(e, &ev);
+  }
+}
+
+static void take_swap(ssae_engine *e) {
+  ssae_backend *nb = atomic_load(&e->pending_backend);
+  if (!nb) return;
+  pthread_mutex_lock(&e->swap_mu);
+  ssae_backend *old = e->backend;
+  e->backend = nb;
+  e->model = e->pending_model;
+  e->model_threshold = e->model->threshold;
+  pthread_mutex_lock(&e->stats_mu);
+  snprintf(e->backend_name, sizeof e->backend_name, "%s",
+           ssae_backend_name(nb));
+  pthread_mutex_unlock(&e->stats_mu);
+  atomic_store(&e->pending_backend, NULL);
+  pthread_cond_broadcast(&e->swap_cv);
+  pthread_mutex_unlock(&e->swap_mu);
+  ssae_backend_free(old);
+}
+
+static void run_batch(ssae_engine *e, size_t n) {
+  if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
+  ssae_err err;
+  err.msg[0] = 0;
+  if (ssae_backend_run(e->backend, e->batch_x, n, e->batch_scores, NULL,
+                       &err) != 0) {
+    for (size_t i = 0; i < n; i++) e->batch_scores[i] = NAN;
+    ssae_event ev = {SSAE_EVENT_BACKEND, -1, e->last_t, 0, NAN, NAN, NAN,
+                     NULL, err.msg};
+    emit(e, &ev);
+  }
+  atomic_fetch_add(&e->batches, 1);
+  int64_t t1 = now_ns();
+  pthread_mutex_lock(&e->stats_mu);
+  for (size_t i = 0; i < n; i++)
+    lat_add(e, (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
+  pthread_mutex_unlock(&e->stats_mu);
+  for (size_t i = 0; i < n; i++)
+    detect(e, &e->batch_hdr[i], e->batch_x + i * (size_t)e->wf,
+           e->batch_scores[i],
+           (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
+  atomic_fetch_add(&e->scored_total, n);
+
+  uint64_t dropped = 0;
+  for (int c = 0; c < e->C; c++)
+    dropped += atomic_load_explicit(&e->fr[c].dropped, memory_order_relaxed);
+  if (dropped != e->dropped_reported && e->last_t >= e->next_status_t - 1e-9) {
+    e->dropped_reported = dropped;
+    emit_counters(e, SSAE_EVENT_DROP, e->last_t);
+  }
+  if (e->cfg.status_every_s > 0 && e->last_t >= e->next_status_t) {
+    emit_counters(e, SSAE_EVENT_STATUS, e->last_t);
+    while (e->next_status_t <= e->last_t) e->next_status_t += e->cfg.status_every_s;
+  }
+}
+
+static void *worker_main(void *arg) {
+  ssae_engine *e = arg;
+  const int64_t poll = (int64_t)(e->cfg.poll_ms * 1e6);
+  const int64_t deadline = (int64_t)(e->cfg.batch_deadline_ms * 1e6);
+  size_t n = 0;
+  for (;;) {
+    take_swap(e);
+    int stopping = atomic_load(&e->stop);
+    while (n < e->max_batch) {
+      const unsigned char *slot = ssae_ring_read_slot(e->ring);
+      if (!slot) break;
+      memcpy(&e->batch_hdr[n], slot, sizeof(item_hdr));
+      memcpy(e->batch_x + n * (size_t)e->wf, slot + ITEM_HDR,
+             (size_t)e->wf * sizeof(float));
+      ssae_ring_release(e->ring);
+      n++;
+    }
+    if (n == 0) {
+      if (stopping) break;
+      sleep_ns(poll);
+      continue;
+    }
+    if (n < e->max_batch && deadline > 0 && !stopping &&
+        now_ns() - e->batch_hdr[0].t_ns < deadline) {
+      sleep_ns(poll < deadline ? poll : deadline);
+      continue;
+    }
+    run_batch(e, n);
+    n = 0;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* life cycle                                                          */
+
+static int same_features(const ssae_feat_cfg *a, const ssae_feat_cfg *b) {
+  return a->sample_rate == b->sample_rate && a->n_fft == b->n_fft &&
+         a->hop_length == b->hop_length && a->center == b->center &&
+         a->pad_mode == b->pad_mode && a->n_mels == b->n_mels &&
+         a->fmin == b->fmin && a->fmax == b->fmax &&
+         a->mel_scale == b->mel_scale && a->mel_norm == b->mel_norm &&
+         a->power == b->power && a->frames == b->frames;
+}
+
+ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
+                             ssae_err *err) {
+  ssae_engine_cfg def;
+  if (!cfg) {
+    ssae_engine_cfg_default(&def);
+    cfg = &def;
+  }
+  if (!m) {
+    ssae_err_set(err, "engine: no model");
+    return NULL;
+  }
+  if (cfg->channels < 1 || cfg->channels > 65536) {
+    ssae_err_set(err, "engine: channels must be 1..65536 (got %d)",
+                 cfg->channels);
+    return NULL;
+  }
+  if (cfg->input_rate < 0 || cfg->input_rate > 1e6) {
+    ssae_err_set(err, "engine: input rate %g Hz out of range", cfg->input_rate);
+    return NULL;
+  }
+  if (m->feat.frames != m->d.frames || m->feat.n_mels != m->d.n_mels) {
+    ssae_err_set(err, "engine: model features (%d frames x %d mels) do not "
+                      "match its dimensions (%d x %d)",
+                 m->feat.frames, m->feat.n_mels, m->d.frames, m->d.n_mels);
+    return NULL;
+  }
+  ssae_engine *e = calloc(1, sizeof *e);
+  if (!e) {
+    ssae_err_set(err, "engine: out of memory");
+    return NULL;
+  }
+  e->cfg = *cfg;
+  if (!e->cfg.backend) e->cfg.backend = "auto";
+  if (e->cfg.poll_ms <= 0) e->cfg.poll_ms = 0.2;
+  e->model = m;
+  e->feat = m->feat;
+  e->C = cfg->channels;
+  e->wf = m->feat.n_mels * m->feat.frames;
+  e->max_block = cfg->max_block ? cfg->max_block : 8192;
+  e->max_batch = cfg->max_batch ? cfg->max_batch : 256;
+  e->model_threshold = m->threshold;
+  e->was_enabled = 1;
+  e->next_status_t = cfg->status_every_s > 0 ? cfg->status_every_s : 0;
+  atomic_init(&e->in_process, 0);
+  atomic_init(&e->pause_req, 0);
+  atomic_init(&e->stop, 0);
+  atomic_init(&e->pending_backend, NULL);
+  atomic_init(&e->scored_total, 0);
+  atomic_init(&e->batches, 0);
+  ssae_engine_set_params(e, &cfg->params);
+  if (pthread_mutex_init(&e->stats_mu, NULL) == 0) e->mu_ok |= 1;
+  if (pthread_mutex_init(&e->swap_mu, NULL) == 0) e->mu_ok |= 2;
+  if (pthread_cond_init(&e->swap_cv, NULL) == 0) e->mu_ok |= 4;
+  if (e->mu_ok != 7) {
+    ssae_err_set(err, "engine: cannot create a mutex");
+    goto fail;
+  }
+
+  e->fr = calloc((size_t)e->C, sizeof *e->fr);
+  e->ch = calloc((size_t)e->C, sizeof *e->ch);
+  if (!e->fr || !e->ch) goto oom;
+  for (int c = 0; c < e->C; c++) {
+    e->fr[c].lm = ssae_logmel_new(&e->feat, err);
+    if (!e->fr[c].lm) goto fail;
+    e->fr[c].win = ssae_window_new(e->feat.n_mels, e->feat.frames, err);
+    if (!e->fr[c].win) goto fail;
+    atomic_init(&e->fr[c].made, 0);
+    atomic_init(&e->fr[c].dropped, 0);
+    atomic_init(&e->ch[c].score, 0.0f);
+    atomic_init(&e->ch[c].smoothed, 0.0f);
+    atomic_init(&e->ch[c].threshold, (float)m->threshold);
+    atomic_init(&e->ch[c].latency_ms, 0.0f);
+    atomic_init(&e->ch[c].alarm, 0);
+    atomic_init(&e->ch[c].scored, 0);
+  }
+  double rate = cfg->input_rate > 0 ? cfg->input_rate : e->feat.sample_rate;
+  if (build_resamplers(e, rate, err)) goto fail;
+  e->scratch_win = calloc((size_t)e->wf, sizeof(float));
+  e->deint = calloc(e->max_block, sizeof(float));
+  e->zeros = calloc(e->max_block, sizeof(float));
+  if (!e->scratch_win || !e->deint || !e->zeros) goto oom;
+
+  size_t cap = cfg->ring_windows;
+  if (!cap) {
+    cap = (size_t)e->C * 64;
+    if (cap < 1024) cap = 1024;
+  }
+  e->ring = ssae_ring_new(cap, ITEM_HDR + (size_t)e->wf * sizeof(float), err);
+  if (!e->ring) goto fail;
+
+  e->batch_x = calloc(e->max_batch * (size_t)e->wf, sizeof(float));
+  e->batch_scores = calloc(e->max_batch, sizeof(float));
+  e->batch_hdr = calloc(e->max_batch, sizeof(item_hdr));
+  if (!e->batch_x || !e->batch_scores || !e->batch_hdr) goto oom;
+
+  e->backend = ssae_backend_new(m, e->cfg.backend, e->max_batch, err);
+  if (!e->backend) goto fail;
+  ssae_backend_set_fallback_cb(e->backend, on_fallback, e);
+  snprintf(e->backend_name, sizeof e->backend_name, "%s",
+           ssae_backend_name(e->backend));
+
+  if (pthread_create(&e->thread, NULL, worker_main, e) != 0) {
+    ssae_err_set(err, "engine: cannot start the worker thread");
+    goto fail;
+  }
+  e->thread_started = 1;
+  return e;
+oom:
+  ssae_err_set(err, "engine: out of memory");
+fail:
+  ssae_engine_free(e);
+  return NULL;
+}
+
+void ssae_engine_drain(ssae_engine *e) {
+  for (;;) {
+    uint64_t pushed = 0;
+    for (int c = 0; c < e->C; c++)
+      pushed += atomic_load_explicit(&e->fr[c].made, memory_order_relaxed) -
+                atomic_load_explicit(&e->fr[c].dropped, memory_order_relaxed);
+    if (atomic_load(&e->scored_total) >= pushed) return;
+    sleep_ns(100000);
+  }
+}
+
+void ssae_engine_free(ssae_engine *e) {
+  if (!e) return;
+  if (e->thread_started) {
+    atomic_store(&e->stop, 1);
+    pthread_join(e->thread, NULL);
+    e->thread_started = 0;
+    /* The final counters, unless the last periodic status said it all. */
+    ssae_engine_stats s;
+    ssae_engine_stats_get(e, &s);
+    if (!e->status_sent || s.scored != e->status_scored ||
+        s.dropped != e->status_dropped)
+      emit_counters(e, SSAE_EVENT_STATUS, e->last_t);
+  }
+  if (e->fr)
+    for (int c = 0; c < e->C; c++) {
+      ssae_resampler_free(e->fr[c].rs);
+      ssae_logmel_free(e->fr[c].lm);
+      ssae_window_free(e->fr[c].win);
+    }
+  free(e->fr);
+  free(e->ch);
+  free(e->rs_out);
+  free(e->frames_buf);
+  free(e->scratch_win);
+  free(e->deint);
+  free(e->zeros);
+  ssae_ring_free(e->ring);
+  free(e->batch_x);
+  free(e->batch_scores);
+  free(e->batch_hdr);
+  ssae_backend_free(e->backend);
+  ssae_backend_free(atomic_load(&e->pending_backend));
+  if (e->mu_ok & 1) pthread_mutex_destroy(&e->stats_mu);
+  if (e->mu_ok & 2) pthread_mutex_destroy(&e->swap_mu);
+  if (e->mu_ok & 4) pthread_cond_destroy(&e->swap_cv);
+  free(e);
+}
+
+int ssae_engine_swap_model(ssae_engine *e, const ssae_model *m, ssae_err *err) {
+  if (!m) return ssae_err_set(err, "engine: no model to swap in");
+  if (!same_features(&m->feat, &e->feat) || m->d.n_mels != e->feat.n_mels ||
+      m->d.frames != e->feat.frames)
+    return ssae_err_set(err,
+                        "engine: the new model's features differ from the "
+                        "running one's (rate, FFT, mels or frames); restart "
+                        "with it instead");
+  ssae_backend *nb = ssae_backend_new(m, e->cfg.backend, e->max_batch, err);
+  if (!nb) return -1;
+  ssae_backend_set_fallback_cb(nb, on_fallback, e);
+  pthread_mutex_lock(&e->swap_mu);
+  e->pending_model = m;
+  atomic_store(&e->pending_backend, nb);
+  while (atomic_load(&e->pending_backend) && e->thread_started)
+    pthread_cond_wait(&e->swap_cv, &e->swap_mu);
+  pthread_mutex_unlock(&e->swap_mu);
+  return 0;
+}
+
+int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err) {
+  if (!(rate > 0 && rate <= 1e6))
+    return ssae_err_set(err, "engine: input rate %g Hz out of range", rate);
+  if (lround(rate) == lround(e->in_rate)) return 0;
+  atomic_store(&e->pause_req, 1);
+  while (atomic_load(&e->in_process)) sleep_ns(100000);
+  int rc = build_resamplers(e, rate, err);
+  for (int c = 0; c < e->C; c++) stream_restart(e, &e->fr[c]);
+  atomic_store(&e->pause_req, 0);
+  return rc;
+}

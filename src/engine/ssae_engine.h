@@ -1,0 +1,194 @@
+/* The real-time engine (SPEC section 5).
+ *
+ * N channels of audio go in on the audio thread (PortAudio callback, JACK
+ * process callback, LV2 run) through ssae_engine_process(), which does the
+ * whole feature path per channel: resample (fixed-ratio polyphase, built at
+ * creation) -> frame -> FFT -> mel -> 5-frame window -> push into an SPSC
+ * lock-free ring. When the ring is full the newest window is dropped and
+ * counted; the audio thread never waits.
+ *
+ * A worker thread (started by ssae_engine_new) drains the ring, batches
+ * windows across channels (up to max_batch windows or batch_deadline_ms after
+ * the oldest one arrived), runs the backend (ssae_backend: CUDA or CPU, with
+ * fallback to the CPU), and runs the detector per channel: exponential
+ * smoothing with a time constant, a threshold (the model's or the user's) and
+ * hysteresis (alarm on after on_count smoothed scores above the threshold,
+ * off after off_count below). Windows of digital silence (all bands at
+ * 10*log10(eps), i.e. zeros in: an unconnected port, a muted device) are
+ * scored but not judged: they reset the detector and end an alarm. Per-channel results are published through
+ * atomics (ssae_engine_channel_get, audio-thread safe) and as events through
+ * a callback that runs on the worker thread. */
+#ifndef SSAE_ENGINE_H
+#define SSAE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ssae_engine ssae_engine;
+
+/* Detector parameters. Changeable at any time, from any thread (the audio
+ * thread included) with ssae_engine_set_params: lock-free. */
+typedef struct ssae_engine_params {
+  double threshold;   /* NAN (or <= 0): the model's threshold */
+  double smoothing_s; /* EMA time constant in seconds of audio; 0: none */
+  int on_count;       /* alarm on after this many smoothed scores above (>=1) */
+  int off_count;      /* alarm off after this many below (>=1) */
+  int enabled;        /* 0: analysis paused (audio thread skips the feature
+                         path, alarms are cleared) */
+} ssae_engine_params;
+
+/* threshold NAN, smoothing 0.1 s, on 3, off 5, enabled. */
+void ssae_engine_params_default(ssae_engine_params *p);
+
+typedef enum ssae_event_type {
+  SSAE_EVENT_ALARM_ON = 0,
+  SSAE_EVENT_ALARM_OFF = 1,
+  SSAE_EVENT_STATUS = 2,  /* periodic / final counters (channel -1) */
+  SSAE_EVENT_WINDOW = 3,  /* every scored window (only with emit_windows) */
+  SSAE_EVENT_BACKEND = 4, /* the backend fell back to the CPU; msg says why */
+  SSAE_EVENT_DROP = 5     /* windows were dropped since the last report */
+} ssae_event_type;
+
+typedef struct ssae_engine_stats {
+  uint64_t windows;   /* windows made by the audio thread (pushed + dropped) */
+  uint64_t scored;    /* windows scored by the worker */
+  uint64_t dropped;   /* windows dropped because the ring was full */
+  uint64_t batches;   /* backend calls */
+  double lat_p50_ms;  /* window's last sample -> its score published */
+  double lat_p99_ms;
+  double lat_max_ms;
+  double audio_s;     /* seconds of audio processed (channel 0) */
+  const char *backend; /* backend now in use: "cpu", "cuda" */
+} ssae_engine_stats;
+
+typedef struct ssae_event {
+  ssae_event_type type;
+  int channel;          /* -1 for engine-wide events */
+  double t;             /* seconds of audio since start, at the window's end */
+  uint64_t window;      /* window index in its channel (ALARM_*, WINDOW) */
+  double score;         /* smoothed score (ALARM_*), raw score (WINDOW) */
+  double raw_score;     /* the window's own score */
+  double threshold;     /* threshold in use (NAN if none) */
+  const ssae_engine_stats *stats; /* STATUS, DROP: counters; else NULL */
+  const char *msg;      /* BACKEND: the reason; else NULL */
+} ssae_event;
+
+/* Runs on the worker thread (or, for the final STATUS, on the thread calling
+ * ssae_engine_stop/free). May block briefly (write a file); never calls back
+ * into the engine except the getters. */
+typedef void (*ssae_event_fn)(void *user, const ssae_event *ev);
+
+typedef struct ssae_engine_cfg {
+  int channels;            /* >= 1 */
+  double input_rate;       /* rate of the samples given to process(); 0 = the
+                              model's rate. Resampled when it differs. */
+  size_t max_block;        /* hint: largest block per process() call; larger
+                              blocks are split internally (0: 8192) */
+  const char *backend;     /* "auto" (default when NULL), "cpu", "cuda" */
+  int cpu_threads;         /* threads of the CPU backend (0: default 1) */
+  size_t ring_windows;     /* ring capacity in windows (0: 64 per channel,
+                              at least 1024) */
+  size_t max_batch;        /* windows per backend call (0: 256) */
+  double batch_deadline_ms;/* wait at most this long for a fuller batch
+                              after the oldest window arrived (0: run what is
+                              there) */
+  double poll_ms;          /* worker's sleep when the ring is empty (0: 0.2) */
+  double status_every_s;   /* STATUS event period in seconds of audio
+                              (0: none except the final one) */
+  int emit_windows;        /* 1: a WINDOW event for every scored window */
+  ssae_engine_params params;
+  ssae_event_fn on_event;  /* may be NULL */
+  void *user;
+  /* Test hook: the worker sleeps this long before each backend call (an
+   * overloaded backend). 0 in normal use. */
+  unsigned slow_backend_us;
+} ssae_engine_cfg;
+
+/* channels 1, input_rate 0, defaults above. */
+void ssae_engine_cfg_default(ssae_engine_cfg *cfg);
+
+/* Builds everything (front ends, ring, backend) and starts the worker. The
+ * model is borrowed: it must outlive the engine (or be swapped out). */
+ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
+                             ssae_err *err);
+/* Stops the worker after it has scored every window in the ring, emits the
+ * final STATUS event, frees everything. Accepts NULL. */
+void ssae_engine_free(ssae_engine *e);
+
+int ssae_engine_channels(const ssae_engine *e);
+/* The rate the front end runs at (the model's sample_rate). */
+int ssae_engine_model_rate(const ssae_engine *e);
+int ssae_engine_window_floats(const ssae_engine *e); /* F*M */
+
+/* ---- audio thread ---- */
+
+/* One block of n samples for every channel: in[c] points to channel c's
+ * samples (in[c] may be NULL: silence). Audio-thread safe: no allocation,
+ * no locks, no waiting, no system calls (one clock_gettime, which is a
+ * vDSO call), bounded work. Never blocks: a full ring drops windows. */
+void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n);
+
+/* Same with interleaved input (stride = channels). Audio-thread safe. */
+void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
+                                     size_t n);
+
+/* End of input: emits the frames that need the end padding (SPEC: offline
+ * and streaming are one path), so that a file played through the engine
+ * gives exactly the windows of `ssae score`. Audio-thread safe; call it from
+ * the thread that calls process(). The channels then start a new stream. */
+void ssae_engine_flush(ssae_engine *e);
+
+/* Per-channel state published by the worker (atomics). Audio-thread safe. */
+typedef struct ssae_channel_state {
+  float score;       /* last window's score */
+  float smoothed;    /* smoothed score the detector uses */
+  float threshold;   /* threshold in use (NAN when none) */
+  int alarm;         /* 0/1 */
+  uint64_t windows;  /* windows scored on this channel */
+  uint64_t dropped;  /* windows of this channel dropped (ring full) */
+  float latency_ms;  /* last window's last sample -> score */
+} ssae_channel_state;
+void ssae_engine_channel_get(const ssae_engine *e, int ch,
+                             ssae_channel_state *out);
+
+/* Lock-free parameter update (any thread, audio thread included); the worker
+ * applies it at its next batch. */
+void ssae_engine_set_params(ssae_engine *e, const ssae_engine_params *p);
+void ssae_engine_get_params(const ssae_engine *e, ssae_engine_params *p);
+
+/* ---- other threads (never the audio thread) ---- */
+
+/* Blocks until every window pushed so far has been scored and its events
+ * delivered (used when a file is played as fast as possible). */
+void ssae_engine_drain(ssae_engine *e);
+
+/* Counters and latency percentiles. Thread-safe; not for the audio thread. */
+void ssae_engine_stats_get(ssae_engine *e, ssae_engine_stats *out);
+
+/* Replaces the model (e.g. from an LV2 worker): builds the new backend on
+ * the calling thread, hands it to the worker, and returns once the worker
+ * uses it and has released the old model, which the caller may then free.
+ * The new model must have the same features and dimensions (the audio
+ * thread's front end is unchanged); else -1 with a message. */
+int ssae_engine_swap_model(ssae_engine *e, const ssae_model *m, ssae_err *err);
+
+/* Changes the input rate (JACK sample-rate callback): briefly pauses the
+ * audio-thread path (process() returns without analysing while this runs;
+ * it never waits), rebuilds the resamplers, resumes. The streams restart. */
+int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err);
+
+/* Formats an event as one JSON line (SPEC section 4), with "\n". Returns the
+ * length, or -1 if buf is too small. Thread-safe, no allocation. */
+int ssae_event_json(const ssae_event *ev, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,45 @@
+/* Where engine events go for the command-line front ends (`ssae monitor`,
+ * `ssae jack`): JSON lines to a file and/or stdout, window scores to a TSV,
+ * backend reports to stderr. Runs on the engine's worker thread (never the
+ * audio thread); every line is flushed so that a crash or a kill loses
+ * nothing already reported. */
+#ifndef SSAE_EVSINK_H
+#define SSAE_EVSINK_H
+
+#include <stdint.h>
+
+#include "ssae_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ssae_evsink ssae_evsink;
+
+typedef struct ssae_evsink_cfg {
+  const char *events_path;  /* JSON lines; NULL: none ("-": stdout) */
+  int events_stdout;        /* 1: also JSON lines on stdout */
+  const char *windows_path; /* TSV: label, window, time (s), score; NULL: none */
+  const char *label;        /* first TSV column (the input's path) */
+  int hop_length, sample_rate; /* for the TSV time column */
+  const char *prog;         /* "ssae monitor": prefix of stderr reports */
+} ssae_evsink_cfg;
+
+ssae_evsink *ssae_evsink_new(const ssae_evsink_cfg *cfg, ssae_err *err);
+/* Flushes and closes. Returns -1 when a write failed earlier (disk full). */
+int ssae_evsink_free(ssae_evsink *s);
+
+/* The engine callback: pass as cfg.on_event with the sink as user. */
+void ssae_evsink_on_event(void *user, const ssae_event *ev);
+
+/* Writes a free-form event (e.g. "device_lost") with a message. */
+void ssae_evsink_note(ssae_evsink *s, double t, const char *event,
+                      const char *msg);
+
+/* alarm_on events seen so far, per channel c (c < 0: all). */
+uint64_t ssae_evsink_alarms(const ssae_evsink *s, int c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

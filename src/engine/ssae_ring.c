@@ -1,0 +1,122 @@
+#include "ssae_ring.h"
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RING_LINE 64
+
+/* Indices count up forever (size_t wraps modulo a power of two, so
+ * head - tail stays exact); slot = index & mask. The producer owns head, the
+ * consumer owns tail; each side keeps its own index in a plain variable too,
+ * so that an operation needs one acquire load of the other side's index and
+ * one release store of its own. */
+struct ssae_ring {
+  alignas(RING_LINE) _Atomic size_t head; /* written by the producer */
+  size_t head_local;                      /* producer's own copy */
+  alignas(RING_LINE) _Atomic size_t tail; /* written by the consumer */
+  size_t tail_local;                      /* consumer's own copy */
+  alignas(RING_LINE) size_t mask;
+  size_t item_size;   /* bytes the caller uses */
+  size_t stride;      /* bytes per slot, multiple of RING_LINE */
+  unsigned char *buf; /* aligned, touched at creation */
+};
+
+ssae_ring *ssae_ring_new(size_t capacity, size_t item_size, ssae_err *err) {
+  if (item_size == 0) {
+    ssae_err_set(err, "ring: item size must be positive");
+    return NULL;
+  }
+  if (capacity < 2) capacity = 2;
+  if (capacity > ((size_t)1 << 30)) {
+    ssae_err_set(err, "ring: capacity %zu too large", capacity);
+    return NULL;
+  }
+  size_t cap = 2;
+  while (cap < capacity) cap <<= 1;
+  size_t stride = (item_size + RING_LINE - 1) / RING_LINE * RING_LINE;
+  if (stride / RING_LINE > SIZE_MAX / RING_LINE / cap) {
+    ssae_err_set(err, "ring: %zu items of %zu bytes is too large", cap,
+                 item_size);
+    return NULL;
+  }
+  ssae_ring *r = aligned_alloc(RING_LINE, sizeof *r);
+  if (!r) {
+    ssae_err_set(err, "ring: out of memory");
+    return NULL;
+  }
+  memset(r, 0, sizeof *r);
+  r->buf = aligned_alloc(RING_LINE, cap * stride);
+  if (!r->buf) {
+    free(r);
+    ssae_err_set(err, "ring: out of memory for %zu items of %zu bytes", cap,
+                 item_size);
+    return NULL;
+  }
+  /* Touch every page now: the audio thread must not take the first-touch
+   * page faults. */
+  memset(r->buf, 0, cap * stride);
+  r->mask = cap - 1;
+  r->item_size = item_size;
+  r->stride = stride;
+  atomic_init(&r->head, 0);
+  atomic_init(&r->tail, 0);
+  return r;
+}
+
+void ssae_ring_free(ssae_ring *r) {
+  if (!r) return;
+  free(r->buf);
+  free(r);
+}
+
+size_t ssae_ring_capacity(const ssae_ring *r) { return r->mask + 1; }
+size_t ssae_ring_item_size(const ssae_ring *r) { return r->item_size; }
+
+void *ssae_ring_write_slot(ssae_ring *r) {
+  size_t head = r->head_local;
+  size_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  if (head - tail > r->mask) return NULL;
+  return r->buf + (head & r->mask) * r->stride;
+}
+
+void ssae_ring_commit(ssae_ring *r) {
+  r->head_local++;
+  atomic_store_explicit(&r->head, r->head_local, memory_order_release);
+}
+
+int ssae_ring_push(ssae_ring *r, const void *item) {
+  void *slot = ssae_ring_write_slot(r);
+  if (!slot) return -1;
+  memcpy(slot, item, r->item_size);
+  ssae_ring_commit(r);
+  return 0;
+}
+
+const void *ssae_ring_read_slot(ssae_ring *r) {
+  size_t tail = r->tail_local;
+  size_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  if (head == tail) return NULL;
+  return r->buf + (tail & r->mask) * r->stride;
+}
+
+void ssae_ring_release(ssae_ring *r) {
+  r->tail_local++;
+  atomic_store_explicit(&r->tail, r->tail_local, memory_order_release);
+}
+
+int ssae_ring_pop(ssae_ring *r, void *item) {
+  const void *slot = ssae_ring_read_slot(r);
+  if (!slot) return -1;
+  memcpy(item, slot, r->item_size);
+  ssae_ring_release(r);
+  return 0;
+}
+
+size_t ssae_ring_count(const ssae_ring *r) {
+  size_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  size_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  return head - tail;
+}

@@ -1,0 +1,95 @@
+#include "plot_common.h"
+
+#include <cairo-svg.h>
+#include <fontconfig/fontconfig.h>
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+int plot_open(plot_target *t, const char *path, int width, int height, ssae_err *err) {
+  memset(t, 0, sizeof *t);
+  t->path = path;
+  const char *dot = strrchr(path, '.');
+  if (dot && !strcasecmp(dot, ".png")) {
+    t->png = 1;
+    t->surface = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, width, height);
+  } else if (dot && !strcasecmp(dot, ".svg")) {
+    t->surface = cairo_svg_surface_create(path, width, height);
+  } else {
+    return ssae_err_set(err, "%s: the picture's name must end in .png or .svg", path);
+  }
+  if (cairo_surface_status(t->surface) != CAIRO_STATUS_SUCCESS) {
+    ssae_err_set(err, "%s: cannot create the picture: %s", path,
+                 cairo_status_to_string(cairo_surface_status(t->surface)));
+    cairo_surface_destroy(t->surface);
+    t->surface = NULL;
+    return -1;
+  }
+  t->cr = cairo_create(t->surface);
+  cairo_set_source_rgb(t->cr, 1, 1, 1);
+  cairo_paint(t->cr);
+  cairo_select_font_face(t->cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
+                         CAIRO_FONT_WEIGHT_NORMAL);
+  return 0;
+}
+
+int plot_close(plot_target *t, int ok, ssae_err *err) {
+  int rc = 0;
+  if (t->cr) {
+    if (ok && cairo_status(t->cr) != CAIRO_STATUS_SUCCESS)
+      rc = ssae_err_set(err, "%s: drawing failed: %s", t->path,
+                        cairo_status_to_string(cairo_status(t->cr)));
+    cairo_destroy(t->cr);
+  }
+  if (t->surface) {
+    if (ok && !rc && t->png) {
+      cairo_status_t st = cairo_surface_write_to_png(t->surface, t->path);
+      if (st != CAIRO_STATUS_SUCCESS)
+        rc = ssae_err_set(err, "%s: cannot write the picture: %s", t->path,
+                          cairo_status_to_string(st));
+    }
+    cairo_surface_finish(t->surface);
+    if (ok && !rc && cairo_surface_status(t->surface) != CAIRO_STATUS_SUCCESS)
+      rc = ssae_err_set(err, "%s: cannot write the picture: %s", t->path,
+                        cairo_status_to_string(cairo_surface_status(t->surface)));
+    cairo_surface_destroy(t->surface);
+  }
+  memset(t, 0, sizeof *t);
+  return rc;
+}
+
+void plot_text(cairo_t *cr, double x, double y, double ax, double ay, double size,
+               const char *s) {
+  cairo_text_extents_t e;
+  cairo_set_font_size(cr, size);
+  cairo_text_extents(cr, s, &e);
+  /* Vertical anchor on the font size, not the ink, so that labels line up. */
+  cairo_move_to(cr, x - ax * e.x_advance, y + (1.0 - ay) * size * 0.75 - ay * size * 0.25);
+  cairo_show_text(cr, s);
+}
+
+void plot_text_vertical(cairo_t *cr, double x, double y, double size, const char *s) {
+  cairo_save(cr);
+  cairo_translate(cr, x, y);
+  cairo_rotate(cr, -M_PI / 2);
+  plot_text(cr, 0, 0, 0.5, 0.5, size, s);
+  cairo_restore(cr);
+}
+
+double plot_tick_step(double span, int n) {
+  if (!(span > 0)) return 1.0;
+  double raw = span / (n > 0 ? n : 1), p = pow(10.0, floor(log10(raw))), f = raw / p;
+  return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * p;
+}
+
+void plot_frame(cairo_t *cr, const ssae_rect *r) {
+  cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
+  cairo_set_line_width(cr, 1.0);
+  cairo_rectangle(cr, floor(r->x) + 0.5, floor(r->y) + 0.5, floor(r->w), floor(r->h));
+  cairo_stroke(cr);
+}
+
+void ssae_plot_cleanup(void) {
+  cairo_debug_reset_static_data();
+  FcFini();
+}

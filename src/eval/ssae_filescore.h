@@ -1,0 +1,40 @@
+/* One file scored the way `ssae eval` and `ssae report` need it: its
+ * log-mel frames (for the picture), every window's score and the file score
+ * (mean of the window scores, SPEC section 2). Not for the audio thread. */
+#ifndef SSAE_FILESCORE_H
+#define SSAE_FILESCORE_H
+
+#include <stddef.h>
+
+#include "ssae_backend.h"
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ssae_file_scores {
+  float *frames;     /* n_frames x n_mels log-mel dB; NULL unless asked for */
+  size_t n_frames;
+  int n_mels;
+  float *scores;     /* n_windows window scores */
+  size_t n_windows;
+  double file_score; /* mean of the window scores */
+  double seconds;    /* audio length at the model's rate */
+  int file_rate, file_channels;
+} ssae_file_scores;
+
+/* Loads path (channel: an index or SSAE_CHANNEL_MIX), resamples to the
+ * model's rate, computes the model's features and scores every window on
+ * the backend, batch_max windows per call (the backend's max_batch, 0:
+ * 256). keep_frames: also return the frames. Messages name the file. */
+int ssae_file_score(const ssae_model *m, ssae_backend *b, size_t batch_max,
+                    const char *path, int channel, int keep_frames,
+                    ssae_file_scores *out, ssae_err *err);
+void ssae_file_scores_release(ssae_file_scores *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

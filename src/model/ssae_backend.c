@@ -1,0 +1,239 @@
+/* Backend selection, start-up self-test and the fall back to the CPU. */
+#include "ssae_backend.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ssae_config.h"
+
+/* Faster backends are declared here, e.g.
+ *   #if SSAE_HAVE_CUDA
+ *   extern const ssae_backend_ops ssae_backend_cuda;
+ *   #endif
+ */
+
+/* Tried in this order by "auto"; the CPU is always present and last.
+ * Entries for faster backends go above the CPU's, each inside its own
+ * #if SSAE_HAVE_... */
+#if SSAE_HAVE_CUDA
+extern const ssae_backend_ops ssae_backend_cuda;
+#endif
+
+const ssae_backend_ops *const ssae_backends[] = {
+#if SSAE_HAVE_CUDA
+    &ssae_backend_cuda,
+#endif
+    &ssae_backend_cpu,
+    NULL,
+};
+
+/* A backend must match the CPU this closely on the self-test batch (ten
+ * times the accuracy SPEC section 2 asks of every backend). */
+#define SELFTEST_WINDOWS 37
+#define SELFTEST_RECON_TOL 1e-5
+#define SELFTEST_SCORE_TOL 1e-4
+
+struct ssae_backend {
+  const ssae_model *m;
+  const ssae_backend_ops *ops;
+  void *impl;
+  /* The CPU that takes over after a failure (created on first need). */
+  void *cpu;
+  int fell_back;
+  void (*cb)(void *user, const char *msg);
+  void *user;
+  /* Test hooks: fail the next run / the run with this 1-based number. */
+  int fail_next;
+  unsigned long fail_at, runs;
+  char note[SSAE_ERR_LEN];
+};
+
+/* Known input at log-mel scale (-100 ... +20 dB) with structure across mel
+ * bands, the way real windows look. */
+static void selftest_input(const ssae_model *m, float *x, size_t n) {
+  size_t win = (size_t)m->d.frames * (size_t)m->d.n_mels;
+  uint64_t s = 0x5EED5EEDull;
+  for (size_t i = 0; i < n * win; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    double u = (double)(s >> 11) * 0x1.0p-53;
+    double band = (double)(i % (size_t)m->d.n_mels) / (double)m->d.n_mels;
+    x[i] = (float)(-20.0 - 60.0 * band + 30.0 * (u - 0.5) + (i % 97 == 0 ? 40.0 : 0.0));
+  }
+}
+
+static int selftest(const ssae_backend_ops *ops, void *impl, const ssae_model *m,
+                    size_t max_batch, ssae_err *err) {
+  size_t n = SELFTEST_WINDOWS;
+  if (max_batch && max_batch < n) n = max_batch;
+  size_t win = (size_t)m->d.frames * (size_t)m->d.n_mels;
+  float *x = malloc(n * win * sizeof *x), *r0 = malloc(n * win * sizeof *r0),
+        *r1 = malloc(n * win * sizeof *r1), *s0 = malloc(n * sizeof *s0),
+        *s1 = malloc(n * sizeof *s1);
+  void *cpu = NULL;
+  int rc = -1;
+  if (!x || !r0 || !r1 || !s0 || !s1) {
+    ssae_err_set(err, "out of memory for the self-test");
+    goto done;
+  }
+  selftest_input(m, x, n);
+  if (!(cpu = ssae_backend_cpu.create(m, n, err))) goto done;
+  if (ssae_backend_cpu.run(cpu, x, n, s0, r0, err)) goto done;
+  if (ops->run(impl, x, n, s1, r1, err)) {
+    ssae_err_prefix(err, "self-test run failed");
+    goto done;
+  }
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n * win; i++) {
+    double d = (double)r1[i] - r0[i];
+    num += d * d;
+    den += (double)r0[i] * r0[i];
+  }
+  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  if (!(rel <= SELFTEST_RECON_TOL)) {
+    ssae_err_set(err, "self-test: reconstructions differ from the CPU by %.3g (relative L2, "
+                 "limit %g)", rel, SELFTEST_RECON_TOL);
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)s1[i] - s0[i]) / (fabs((double)s0[i]) + 1e-30);
+    if (!(e <= SELFTEST_SCORE_TOL)) {
+      ssae_err_set(err, "self-test: window %zu score %.9g, CPU %.9g", i, (double)s1[i],
+                   (double)s0[i]);
+      goto done;
+    }
+  }
+  rc = 0;
+done:
+  if (cpu) ssae_backend_cpu.destroy(cpu);
+  free(x);
+  free(r0);
+  free(r1);
+  free(s0);
+  free(s1);
+  return rc;
+}
+
+static const ssae_backend_ops *find_ops(const char *name) {
+  for (int i = 0; ssae_backends[i]; i++)
+    if (!strcmp(ssae_backends[i]->name, name)) return ssae_backends[i];
+  return NULL;
+}
+
+/* Creates and self-tests one backend. */
+static void *start(const ssae_backend_ops *ops, const ssae_model *m, size_t max_batch,
+                   ssae_err *err) {
+  if (!ops->available()) {
+    ssae_err_set(err, "%s: not available on this machine", ops->name);
+    return NULL;
+  }
+  void *impl = ops->create(m, max_batch, err);
+  if (!impl) {
+    ssae_err_prefix(err, "%s", ops->name);
+    return NULL;
+  }
+  if (ops != &ssae_backend_cpu && selftest(ops, impl, m, max_batch, err)) {
+    ssae_err_prefix(err, "%s", ops->name);
+    ops->destroy(impl);
+    return NULL;
+  }
+  return impl;
+}
+
+ssae_backend *ssae_backend_new(const ssae_model *m, const char *which, size_t max_batch,
+                               ssae_err *err) {
+  if (!m) {
+    ssae_err_set(err, "no model for the backend");
+    return NULL;
+  }
+  if (!which) which = "auto";
+  ssae_backend *b = calloc(1, sizeof *b);
+  if (!b) {
+    ssae_err_set(err, "out of memory for the backend");
+    return NULL;
+  }
+  b->m = m;
+  const char *env = getenv("SSAE_BACKEND_FAIL_AT");
+  if (env && *env) b->fail_at = strtoul(env, NULL, 10);
+  if (!strcmp(which, "auto")) {
+    for (int i = 0; ssae_backends[i]; i++) {
+      const ssae_backend_ops *ops = ssae_backends[i];
+      if (ops == &ssae_backend_cpu || !ops->available()) continue;
+      ssae_err e = {{0}};
+      if ((b->impl = start(ops, m, max_batch, &e))) {
+        b->ops = ops;
+        return b;
+      }
+      /* Kept for the caller to show: the user asked for the best backend
+       * and should learn why the GPU was passed over. */
+      snprintf(b->note, sizeof b->note, "%s", e.msg);
+    }
+    which = "cpu";
+  }
+  const ssae_backend_ops *ops = find_ops(which);
+  if (!ops) {
+    if (!strcmp(which, "cuda"))
+      ssae_err_set(err, "backend cuda: this ssae was built without CUDA");
+    else
+      ssae_err_set(err, "unknown backend '%s' (auto, cpu or cuda)", which);
+    free(b);
+    return NULL;
+  }
+  if (!(b->impl = start(ops, m, max_batch, err))) {
+    free(b);
+    return NULL;
+  }
+  b->ops = ops;
+  return b;
+}
+
+void ssae_backend_free(ssae_backend *b) {
+  if (!b) return;
+  if (b->impl) b->ops->destroy(b->impl);
+  if (b->cpu) ssae_backend_cpu.destroy(b->cpu);
+  free(b);
+}
+
+int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores, float *recon,
+                     ssae_err *err) {
+  if (!b->fell_back) {
+    b->runs++;
+    ssae_err e = {{0}};
+    if (b->fail_next || (b->fail_at && b->runs == b->fail_at)) {
+      b->fail_next = 0;
+      ssae_err_set(&e, "failure forced by the test hook");
+    } else if (b->ops->run(b->impl, x, n, scores, recon, &e) == 0) {
+      return 0;
+    }
+    if (!(b->cpu = ssae_backend_cpu.create(b->m, 0, err))) {
+      return ssae_err_prefix(err, "backend %s failed (%s) and the CPU could not take over",
+                             b->ops->name, e.msg);
+    }
+    b->fell_back = 1;
+    if (b->cb) {
+      char msg[SSAE_ERR_LEN + 64];
+      snprintf(msg, sizeof msg, "backend %s failed: %s; switched to the CPU", b->ops->name,
+               e.msg);
+      b->cb(b->user, msg);
+    }
+  }
+  return ssae_backend_cpu.run(b->cpu, x, n, scores, recon, err);
+}
+
+const char *ssae_backend_name(const ssae_backend *b) {
+  return b->fell_back ? "cpu" : b->ops->name;
+}
+
+void ssae_backend_set_fallback_cb(ssae_backend *b, void (*cb)(void *user, const char *msg),
+                                  void *user) {
+  b->cb = cb;
+  b->user = user;
+}
+
+const char *ssae_backend_note(const ssae_backend *b) { return b->note; }
+
+void ssae_backend_fail_next(ssae_backend *b) { b->fail_next = 1; }
+
+int ssae_backend_fell_back(const ssae_backend *b) { return b->fell_back; }

@@ -1,0 +1,347 @@
+/* Parameter layout, initialisation, Adam, the CPU backend and the training
+ * loop. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ssae_train.h"
+
+const char *const ssae_tensor_names[SSAE_N_TENSORS] = {
+    "slice_encoder.0.weight",  "slice_encoder.0.bias",
+    "slice_encoder.1.weight",  "slice_encoder.1.bias",
+    "global_basis",            "bottleneck_mlp.0.weight",
+    "bottleneck_mlp.0.bias",   "bottleneck_mlp.1.weight",
+    "bottleneck_mlp.1.bias",   "slice_decoder.0.weight",
+    "slice_decoder.0.bias"};
+
+void ssae_param_offsets(const ssae_dims *d, size_t off[SSAE_N_TENSORS + 1]) {
+  size_t M = (size_t)d->n_mels, L = (size_t)d->latent,
+         S = (size_t)d->slice_latent, C = (size_t)d->frames * S;
+  size_t len[SSAE_N_TENSORS] = {M, M, S * M, S, L * C, L, L, L * L, L, M * S, M};
+  off[0] = 0;
+  for (int i = 0; i < SSAE_N_TENSORS; i++) off[i + 1] = off[i] + len[i];
+}
+
+/* ---- generator ---------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void ssae_rng_seed(ssae_rng *r, uint64_t seed) {
+  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t ssae_rng_next(ssae_rng *r) {
+  uint64_t *s = r->s;
+  uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return out;
+}
+
+double ssae_rng_uniform(ssae_rng *r) {
+  return (double)(ssae_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+uint64_t ssae_rng_below(ssae_rng *r, uint64_t n) {
+  if (n <= 1) return 0;
+  uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+  uint64_t x;
+  do x = ssae_rng_next(r);
+  while (x >= limit);
+  return x % n;
+}
+
+/* ---- initialisation ----------------------------------------------------- */
+
+static void fill_uniform(ssae_rng *r, float *p, size_t n, double bound) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (float)((2.0 * ssae_rng_uniform(r) - 1.0) * bound);
+}
+
+void ssae_param_init(const ssae_dims *d, uint64_t seed, float *p) {
+  size_t off[SSAE_N_TENSORS + 1];
+  ssae_param_offsets(d, off);
+  size_t M = (size_t)d->n_mels, L = (size_t)d->latent,
+         S = (size_t)d->slice_latent, C = (size_t)d->frames * S;
+  ssae_rng r;
+  ssae_rng_seed(&r, seed);
+  for (size_t i = 0; i < M; i++) p[off[0] + i] = 1.0f, p[off[1] + i] = 0.0f;
+  fill_uniform(&r, p + off[2], S * M, 1.0 / sqrt((double)M));
+  fill_uniform(&r, p + off[3], S, 1.0 / sqrt((double)M));
+  fill_uniform(&r, p + off[4], L * C, sqrt(6.0 / (double)(L + C)));
+  for (size_t i = 0; i < L; i++) p[off[5] + i] = 1.0f, p[off[6] + i] = 0.0f;
+  fill_uniform(&r, p + off[7], L * L, 1.0 / sqrt((double)L));
+  fill_uniform(&r, p + off[8], L, 1.0 / sqrt((double)L));
+  fill_uniform(&r, p + off[9], M * S, 1.0 / sqrt((double)S));
+  fill_uniform(&r, p + off[10], M, 1.0 / sqrt((double)S));
+}
+
+/* ---- Adam --------------------------------------------------------------- */
+
+ssae_adam *ssae_adam_new(const ssae_adam_cfg *cfg, size_t n, ssae_err *err) {
+  ssae_adam *a = calloc(1, sizeof *a);
+  if (a) {
+    a->cfg = *cfg;
+    a->n = n;
+    a->m = calloc(n ? n : 1, sizeof(float));
+    a->v = calloc(n ? n : 1, sizeof(float));
+  }
+  if (!a || !a->m || !a->v) {
+    ssae_adam_free(a);
+    ssae_err_set(err, "out of memory for the optimiser state");
+    return NULL;
+  }
+  return a;
+}
+
+void ssae_adam_free(ssae_adam *a) {
+  if (!a) return;
+  free(a->m);
+  free(a->v);
+  free(a);
+}
+
+/* torch.optim.Adam (torch 1.13) in float32 as torch does for float32
+ * parameters, operation for operation: the Python scalars become floats in
+ * the kernels, add(alpha=) and addcmul are fused multiply-adds in torch's
+ * vectorised CPU kernels, addcdiv is p + (value * m) / denom, the bias
+ * corrections are computed in double. The result matches torch bit for
+ * bit. */
+void ssae_adam_step(ssae_adam *a, float *params, float *grad) {
+  a->step++;
+  const ssae_adam_cfg *c = &a->cfg;
+  float b1 = (float)c->beta1, b2 = (float)c->beta2;
+  float one_b1 = (float)(1.0 - c->beta1), one_b2 = (float)(1.0 - c->beta2);
+  float wd = (float)c->weight_decay;
+  double bc1 = 1.0 - pow(c->beta1, (double)a->step);
+  double bc2 = 1.0 - pow(c->beta2, (double)a->step);
+  float neg_step = (float)(-(c->lr / bc1));
+  float bc2_sqrt = (float)sqrt(bc2);
+  float eps = (float)c->eps;
+  float *m = a->m, *v = a->v;
+  for (size_t i = 0; i < a->n; i++) {
+    float g = grad[i];
+    if (wd != 0.0f) g = fmaf(params[i], wd, g);
+    m[i] = fmaf(g, one_b1, m[i] * b1);
+    v[i] = fmaf(one_b2 * g, g, v[i] * b2);
+    float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+    /* addcdiv's order: p + (value * m) / denom */
+    params[i] = params[i] + (neg_step * m[i]) / denom;
+  }
+}
+
+/* ---- CPU backend -------------------------------------------------------- */
+
+static int cpu_set_params(void *ctx, const float *p, ssae_err *err) {
+  return ssae_grad_set_params(ctx, p, err);
+}
+static int cpu_grad(void *ctx, const float *x, size_t n, double scale,
+                    double *sse, float *grad, ssae_err *err) {
+  return ssae_grad_compute(ctx, x, n, scale, sse, grad, err);
+}
+static int cpu_scores(void *ctx, const float *x, size_t n, float *s,
+                      ssae_err *err) {
+  return ssae_grad_scores(ctx, x, n, s, err);
+}
+static void cpu_free(void *ctx) { ssae_grad_free(ctx); }
+
+int ssae_train_backend_cpu(ssae_train_backend *be, const ssae_dims *d,
+                           int threads, ssae_err *err) {
+  memset(be, 0, sizeof *be);
+  ssae_grad *g = ssae_grad_new(d, threads, err);
+  if (!g) return -1;
+  be->name = "cpu";
+  be->ctx = g;
+  be->set_params = cpu_set_params;
+  be->grad = cpu_grad;
+  be->scores = cpu_scores;
+  be->free = cpu_free;
+  return 0;
+}
+
+void ssae_train_backend_free(ssae_train_backend *be) {
+  if (be && be->free && be->ctx) be->free(be->ctx);
+  if (be) be->ctx = NULL;
+}
+
+/* ---- training loop ------------------------------------------------------ */
+
+void ssae_train_cfg_default(ssae_train_cfg *c) {
+  memset(c, 0, sizeof *c);
+  c->epochs = 100;
+  c->batch = 512;
+  c->patience = 0;
+  c->adam.lr = 1e-3;
+  c->adam.beta1 = 0.9;
+  c->adam.beta2 = 0.999;
+  c->adam.eps = 1e-8;
+  c->adam.weight_decay = 0;
+  c->seed = 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const float *window_at(const ssae_window_set *w, size_t i, size_t fm) {
+  return w->data + (w->off ? w->off[i] : i * fm);
+}
+
+/* Mean squared error over all windows; xb holds cap windows. */
+static int mean_loss(const ssae_train_backend *be, const ssae_window_set *w,
+                     size_t fm, float *xb, float *buf, size_t cap, double *out,
+                     ssae_err *err) {
+  double s = 0;
+  for (size_t i = 0; i < w->n; i += cap) {
+    size_t k = w->n - i < cap ? w->n - i : cap;
+    for (size_t j = 0; j < k; j++)
+      memcpy(xb + j * fm, window_at(w, i + j, fm), fm * sizeof(float));
+    if (be->scores(be->ctx, xb, k, buf, err)) return -1;
+    for (size_t j = 0; j < k; j++) s += buf[j];
+  }
+  *out = s / (double)w->n;
+  return 0;
+}
+
+int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
+                   const ssae_train_backend *be, float *params,
+                   const ssae_window_set *train, const ssae_window_set *val,
+                   volatile sig_atomic_t *stop,
+                   ssae_train_progress_fn progress, void *user,
+                   ssae_train_result *res, ssae_err *err) {
+  size_t n_train = train->n, n_val = val ? val->n : 0;
+  memset(res, 0, sizeof *res);
+  res->val_loss = NAN;
+  res->loss = NAN;
+  if (n_train == 0) return ssae_err_set(err, "no training windows");
+  if (cfg->epochs < 1 || cfg->batch < 1)
+    return ssae_err_set(err, "epochs and batch must be at least 1");
+  size_t off[SSAE_N_TENSORS + 1];
+  ssae_param_offsets(d, off);
+  size_t P = off[SSAE_N_TENSORS];
+  size_t fm = (size_t)d->frames * (size_t)d->n_mels;
+  size_t batch = (size_t)cfg->batch;
+  if (batch > n_train) batch = n_train;
+  const size_t score_cap = batch;
+
+  int rc = -1;
+  float *grad = malloc(P * sizeof(float));
+  float *best = cfg->patience > 0 ? malloc(P * sizeof(float)) : NULL;
+  float *xb = malloc(batch * fm * sizeof(float));
+  float *sbuf = malloc(score_cap * sizeof(float));
+  size_t *perm = malloc(n_train * sizeof(size_t));
+  ssae_adam *adam = ssae_adam_new(&cfg->adam, P, err);
+  if (!adam) goto out;
+  if (!grad || !xb || !sbuf || !perm || (cfg->patience > 0 && !best)) {
+    ssae_err_set(err, "out of memory for the training buffers");
+    goto out;
+  }
+  for (size_t i = 0; i < n_train; i++) perm[i] = i;
+  ssae_rng rng;
+  ssae_rng_seed(&rng, cfg->seed);
+
+  double t0 = now_s(), best_val = INFINITY;
+  int since_best = 0;
+  ssae_train_progress pr = {0};
+  pr.epochs = cfg->epochs;
+  pr.total = n_train;
+  pr.val_loss = NAN;
+  for (int ep = 1; ep <= cfg->epochs; ep++) {
+    /* Fisher-Yates from the seeded generator: a new order every epoch */
+    for (size_t i = n_train - 1; i > 0; i--) {
+      size_t j = (size_t)ssae_rng_below(&rng, (uint64_t)i + 1);
+      size_t t = perm[i];
+      perm[i] = perm[j];
+      perm[j] = t;
+    }
+    double sse = 0;
+    size_t done = 0;
+    pr.epoch = ep;
+    pr.epoch_end = 0;
+    for (size_t b = 0; b < n_train; b += batch) {
+      size_t nb = n_train - b < batch ? n_train - b : batch;
+      for (size_t i = 0; i < nb; i++)
+        memcpy(xb + i * fm, window_at(train, perm[b + i], fm),
+               fm * sizeof(float));
+      double s;
+      if (be->set_params(be->ctx, params, err)) goto out;
+      if (be->grad(be->ctx, xb, nb, 1.0 / ((double)nb * (double)fm), &s, grad,
+                   err))
+        goto out;
+      if (!isfinite(s)) {
+        ssae_err_set(err, "the loss is not finite in epoch %d (training "
+                     "diverged; try a smaller --lr)", ep);
+        goto out;
+      }
+      ssae_adam_step(adam, params, grad);
+      sse += s;
+      done += nb;
+      if (progress) {
+        pr.done = done;
+        pr.loss = sse / ((double)done * (double)fm);
+        pr.elapsed = now_s() - t0;
+        progress(&pr, user);
+      }
+      if (stop && *stop) {
+        res->interrupted = 1;
+        break;
+      }
+    }
+    res->epochs_run = ep;
+    res->loss = sse / ((double)done * (double)fm);
+    if (n_val) {
+      if (be->set_params(be->ctx, params, err)) goto out;
+      if (mean_loss(be, val, fm, xb, sbuf, score_cap, &res->val_loss, err))
+        goto out;
+    }
+    if (progress) {
+      pr.done = done;
+      pr.loss = res->loss;
+      pr.val_loss = res->val_loss;
+      pr.elapsed = now_s() - t0;
+      pr.epoch_end = 1;
+      progress(&pr, user);
+    }
+    if (res->interrupted) break;
+    if (cfg->patience > 0) {
+      double crit = n_val ? res->val_loss : res->loss;
+      if (crit < best_val) {
+        best_val = crit;
+        res->best_epoch = ep;
+        memcpy(best, params, P * sizeof(float));
+        since_best = 0;
+      } else if (++since_best >= cfg->patience) {
+        res->early_stopped = 1;
+        break;
+      }
+    }
+  }
+  if (best && res->best_epoch > 0 && !res->interrupted) {
+    memcpy(params, best, P * sizeof(float));
+    if (n_val) res->val_loss = best_val;
+  }
+  res->seconds = now_s() - t0;
+  rc = 0;
+out:
+  ssae_adam_free(adam);
+  free(grad);
+  free(best);
+  free(xb);
+  free(sbuf);
+  free(perm);
+  return rc;
+}

@@ -1,0 +1,186 @@
+/* Training the SSAE (issue 5): gradients of the MSE loss, Adam with
+ * torch.optim.Adam's semantics, the training loop, and the gamma-fit
+ * threshold calibration.
+ *
+ * Parameters travel as one flat float vector in state_dict order
+ * (slice_encoder.0.weight, slice_encoder.0.bias, slice_encoder.1.weight,
+ * slice_encoder.1.bias, global_basis, bottleneck_mlp.0.weight,
+ * bottleneck_mlp.0.bias, bottleneck_mlp.1.weight, bottleneck_mlp.1.bias,
+ * slice_decoder.0.weight, slice_decoder.0.bias), PyTorch shapes. The
+ * trainer only sees a backend (ssae_train_backend): the CPU one is here, a
+ * GPU one plugs in through the same struct. */
+#ifndef SSAE_TRAIN_H
+#define SSAE_TRAIN_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SSAE_N_TENSORS 11
+
+extern const char *const ssae_tensor_names[SSAE_N_TENSORS];
+
+/* Offsets (in floats) of the tensors in the flat vector; off[11] is the
+ * total. */
+void ssae_param_offsets(const ssae_dims *d, size_t off[SSAE_N_TENSORS + 1]);
+
+/* PyTorch's default initialisation drawn from our own generator (the
+ * numbers differ from torch's, the distributions do not): Linear weights
+ * kaiming_uniform(a=sqrt 5) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), Linear
+ * biases the same bound, global_basis xavier_uniform, LayerNorm 1 / 0. */
+void ssae_param_init(const ssae_dims *d, uint64_t seed, float *params);
+
+/* Deterministic generator (xoshiro256**, seeded through splitmix64). */
+typedef struct ssae_rng {
+  uint64_t s[4];
+} ssae_rng;
+void ssae_rng_seed(ssae_rng *r, uint64_t seed);
+uint64_t ssae_rng_next(ssae_rng *r);
+/* Uniform in [0, 1) with 53 bits. */
+double ssae_rng_uniform(ssae_rng *r);
+/* Uniform integer in [0, n), unbiased. */
+uint64_t ssae_rng_below(ssae_rng *r, uint64_t n);
+
+/* ---- CPU gradients ------------------------------------------------------ */
+
+typedef struct ssae_grad ssae_grad;
+
+/* threads: 0 = all cores. The work is cut into chunks of a fixed number of
+ * windows whose gradients are summed in a fixed order, so the result does
+ * not depend on the number of threads. */
+ssae_grad *ssae_grad_new(const ssae_dims *d, int threads, ssae_err *err);
+void ssae_grad_free(ssae_grad *g);
+int ssae_grad_threads(const ssae_grad *g);
+
+/* Takes a copy of the parameters (and derives the normalised basis). */
+int ssae_grad_set_params(ssae_grad *g, const float *params, ssae_err *err);
+
+/* n windows of F*M floats. *sse: sum of squared errors over all n*F*M
+ * values. grad: d(sse * scale)/d(params) (scale = 1/(n*F*M) gives
+ * nn.MSELoss's mean). */
+int ssae_grad_compute(ssae_grad *g, const float *x, size_t n, double scale,
+                      double *sse, float *grad, ssae_err *err);
+
+/* Forward only: mean squared error of each window (scores, n floats). */
+int ssae_grad_scores(ssae_grad *g, const float *x, size_t n, float *scores,
+                     ssae_err *err);
+
+/* ---- Adam --------------------------------------------------------------- */
+
+typedef struct ssae_adam_cfg {
+  double lr, beta1, beta2, eps, weight_decay;
+} ssae_adam_cfg;
+
+typedef struct ssae_adam {
+  ssae_adam_cfg cfg;
+  size_t n;
+  long step;
+  float *m, *v;
+} ssae_adam;
+
+ssae_adam *ssae_adam_new(const ssae_adam_cfg *cfg, size_t n, ssae_err *err);
+void ssae_adam_free(ssae_adam *a);
+/* One torch.optim.Adam step (float32 state, L2 weight decay added to the
+ * gradient as PyTorch does); grad is overwritten when weight_decay != 0. */
+void ssae_adam_step(ssae_adam *a, float *params, float *grad);
+
+/* ---- backends ----------------------------------------------------------- */
+
+/* What the training loop needs from a device: forward + backward on a batch
+ * held in host memory, and forward-only scores. */
+typedef struct ssae_train_backend {
+  const char *name;
+  void *ctx;
+  int (*set_params)(void *ctx, const float *params, ssae_err *err);
+  int (*grad)(void *ctx, const float *x, size_t n, double scale, double *sse,
+              float *grad, ssae_err *err);
+  int (*scores)(void *ctx, const float *x, size_t n, float *scores,
+                ssae_err *err);
+  void (*free)(void *ctx);
+} ssae_train_backend;
+
+/* The CPU backend (ssae_grad). */
+int ssae_train_backend_cpu(ssae_train_backend *be, const ssae_dims *d,
+                           int threads, ssae_err *err);
+void ssae_train_backend_free(ssae_train_backend *be);
+
+/* ---- training loop ------------------------------------------------------ */
+
+typedef struct ssae_train_cfg {
+  int epochs;          /* 100 */
+  int batch;           /* 512 */
+  int patience;        /* 0: no early stop; else epochs without improvement */
+  ssae_adam_cfg adam;  /* lr 1e-3, betas 0.9/0.999, eps 1e-8, wd 0 */
+  uint64_t seed;       /* shuffling */
+} ssae_train_cfg;
+
+void ssae_train_cfg_default(ssae_train_cfg *c);
+
+typedef struct ssae_train_progress {
+  int epoch;       /* 1-based, the epoch under way or just finished */
+  int epochs;
+  size_t done;     /* windows of this epoch done */
+  size_t total;    /* windows per epoch */
+  double loss;     /* running mean loss of this epoch */
+  double val_loss; /* last validation loss, NAN when none */
+  double elapsed;  /* seconds since the start */
+  int epoch_end;   /* 1 once per finished epoch */
+} ssae_train_progress;
+
+typedef void (*ssae_train_progress_fn)(const ssae_train_progress *p,
+                                       void *user);
+
+typedef struct ssae_train_result {
+  int epochs_run;
+  double loss;      /* mean loss of the last epoch */
+  double val_loss;  /* validation loss of the model returned, NAN if none */
+  int best_epoch;   /* with patience: the epoch whose weights are returned */
+  int interrupted;  /* stop flag seen */
+  int early_stopped;
+  double seconds;
+} ssae_train_result;
+
+/* A set of windows: window i is the F*M floats at data + off[i] (windows of
+ * one recording overlap in its frame array, so they are not copied), or at
+ * data + i*F*M when off is NULL. */
+typedef struct ssae_window_set {
+  const float *data;
+  const size_t *off;
+  size_t n;
+} ssae_window_set;
+
+/* Trains params in place on train; val may hold no windows.
+ * stop: polled after every batch (may be NULL); when it becomes non-zero
+ * the loop ends and params hold the weights after the last batch. With
+ * patience > 0 and validation data, the weights of the best validation
+ * epoch are returned. */
+int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
+                   const ssae_train_backend *be, float *params,
+                   const ssae_window_set *train, const ssae_window_set *val,
+                   volatile sig_atomic_t *stop,
+                   ssae_train_progress_fn progress, void *user,
+                   ssae_train_result *res, ssae_err *err);
+
+/* ---- threshold ---------------------------------------------------------- */
+
+/* Gamma maximum-likelihood fit with the location fixed at 0, as
+ * scipy.stats.gamma.fit(x, floc=0). Needs n >= 2, every x > 0 and not all
+ * equal. */
+int ssae_gamma_fit(const double *x, size_t n, double *shape, double *scale,
+                   ssae_err *err);
+/* Regularised lower incomplete gamma P(a, x). */
+double ssae_gamma_p(double a, double x);
+/* Its inverse in x: P(a, x) = p, 0 < p < 1. */
+double ssae_gamma_p_inv(double a, double p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,153 @@
+/* Numeric kernels of the CPU trainer, written so that GCC vectorises them.
+ * Included twice by ssae_grad.c: once for the baseline ISA and once under
+ * target("avx2,fma") with a name suffix, picked at run time. KSFX(name)
+ * appends the suffix. Everything is static. */
+
+/* C[R x N] = A[R x K] * B[K x N] (+ bias[N]). Register tiles of 4 rows by
+ * 16 columns keep the accumulators out of memory. */
+static void KSFX(mm_nn)(size_t R, size_t K, size_t N, const float *restrict A,
+                        const float *restrict B, const float *restrict bias,
+                        float *restrict C) {
+  size_t N16 = N & ~(size_t)15, R4 = R & ~(size_t)3;
+  for (size_t i = 0; i < R4; i += 4) {
+    const float *a0 = A + i * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
+    for (size_t j = 0; j < N16; j += 16) {
+      float c0[16], c1[16], c2[16], c3[16];
+      for (int q = 0; q < 16; q++) c0[q] = c1[q] = c2[q] = c3[q] = bias ? bias[j + q] : 0.0f;
+      for (size_t k = 0; k < K; k++) {
+        const float *b = B + k * N + j;
+        float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+        for (int q = 0; q < 16; q++) {
+          c0[q] += x0 * b[q];
+          c1[q] += x1 * b[q];
+          c2[q] += x2 * b[q];
+          c3[q] += x3 * b[q];
+        }
+      }
+      float *c = C + i * N + j;
+      for (int q = 0; q < 16; q++) {
+        c[q] = c0[q];
+        c[N + q] = c1[q];
+        c[2 * N + q] = c2[q];
+        c[3 * N + q] = c3[q];
+      }
+    }
+    for (size_t r = i; r < i + 4; r++)
+      for (size_t j = N16; j < N; j++) {
+        float s = bias ? bias[j] : 0.0f;
+        for (size_t k = 0; k < K; k++) s += A[r * K + k] * B[k * N + j];
+        C[r * N + j] = s;
+      }
+  }
+  for (size_t r = R4; r < R; r++) {
+    float *c = C + r * N;
+    for (size_t j = 0; j < N; j++) c[j] = bias ? bias[j] : 0.0f;
+    for (size_t k = 0; k < K; k++) {
+      float x = A[r * K + k];
+      const float *b = B + k * N;
+      for (size_t j = 0; j < N; j++) c[j] += x * b[j];
+    }
+  }
+}
+
+/* G[P x N] += A[R x P]^T * B[R x N]: the weight gradients, summed over the
+ * R rows in order. */
+static void KSFX(mm_tn_acc)(size_t R, size_t P, size_t N,
+                            const float *restrict A, const float *restrict B,
+                            float *restrict G) {
+  size_t N16 = N & ~(size_t)15, P4 = P & ~(size_t)3;
+  for (size_t p = 0; p < P4; p += 4) {
+    for (size_t j = 0; j < N16; j += 16) {
+      float g0[16], g1[16], g2[16], g3[16];
+      float *g = G + p * N + j;
+      for (int q = 0; q < 16; q++) {
+        g0[q] = g[q];
+        g1[q] = g[N + q];
+        g2[q] = g[2 * N + q];
+        g3[q] = g[3 * N + q];
+      }
+      for (size_t i = 0; i < R; i++) {
+        const float *b = B + i * N + j;
+        const float *a = A + i * P + p;
+        float x0 = a[0], x1 = a[1], x2 = a[2], x3 = a[3];
+        for (int q = 0; q < 16; q++) {
+          g0[q] += x0 * b[q];
+          g1[q] += x1 * b[q];
+          g2[q] += x2 * b[q];
+          g3[q] += x3 * b[q];
+        }
+      }
+      for (int q = 0; q < 16; q++) {
+        g[q] = g0[q];
+        g[N + q] = g1[q];
+        g[2 * N + q] = g2[q];
+        g[3 * N + q] = g3[q];
+      }
+    }
+    for (size_t pp = p; pp < p + 4; pp++)
+      for (size_t j = N16; j < N; j++) {
+        float s = G[pp * N + j];
+        for (size_t i = 0; i < R; i++) s += A[i * P + pp] * B[i * N + j];
+        G[pp * N + j] = s;
+      }
+  }
+  for (size_t pp = P4; pp < P; pp++)
+    for (size_t i = 0; i < R; i++) {
+      float x = A[i * P + pp];
+      const float *b = B + i * N;
+      float *g = G + pp * N;
+      for (size_t j = 0; j < N; j++) g[j] += x * b[j];
+    }
+}
+
+/* exp(x) for x <= 0 (clamped at -87, where float underflows): Cody-Waite
+ * range reduction and a degree-6 Taylor polynomial, relative error about
+ * 2e-7; branch-free so that it vectorises. */
+static inline float KSFX(exp_neg)(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  float t = x * 1.44269504088896341f;
+  /* round to nearest through the float mantissa (|t| < 2^22) */
+  float n = (t + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t e = ((int32_t)n + 127) << 23;
+  float s;
+  memcpy(&s, &e, sizeof s);
+  return p * s;
+}
+
+/* Exact GELU, 0.5 a (1 + erf(a / sqrt 2)) = a Phi(a), with its derivative
+ * Phi(a) + a phi(a). Phi comes from erfc (Numerical Recipes' Chebyshev fit,
+ * fractional error < 1.2e-7 everywhere), so the negative tail keeps its
+ * relative accuracy instead of cancelling in 1 + erf. */
+static void KSFX(gelu_fwd)(size_t n, const float *restrict a,
+                           float *restrict h, float *restrict d) {
+  for (size_t i = 0; i < n; i++) {
+    float x = a[i];
+    float z = (x < 0 ? -x : x) * 0.70710678118654752f;
+    z = z > 10.0f ? 10.0f : z;
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float q = 0.17087277f;
+    q = q * t - 0.82215223f;
+    q = q * t + 1.48851587f;
+    q = q * t - 1.13520398f;
+    q = q * t + 0.27886807f;
+    q = q * t - 0.18628806f;
+    q = q * t + 0.09678418f;
+    q = q * t + 0.37409196f;
+    q = q * t + 1.00002368f;
+    q = q * t - 1.26551223f;
+    float erfc = t * KSFX(exp_neg)(q - z * z);
+    float phi_cdf = x < 0 ? 0.5f * erfc : 1.0f - 0.5f * erfc;
+    float pdf = 0.39894228040143268f * KSFX(exp_neg)(-0.5f * x * x);
+    h[i] = x * phi_cdf;
+    if (d) d[i] = phi_cdf + x * pdf;
+  }
+}

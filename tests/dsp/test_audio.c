@@ -1,0 +1,191 @@
+/* Audio input: an 8-channel WAVE_FORMAT_EXTENSIBLE file (16-bit, 48 kHz)
+ * with a different sine in each channel. Channel selection picks the right
+ * sine, the mix-down is the mean of the channels, and after resampling to
+ * 16 kHz each sine lands in its mel band at the level of the same sine
+ * generated at 16 kHz. Also: 16-bit samples read as k/32768, bad channel
+ * index and zero-length audio give clear errors. */
+#include <math.h>
+#include <sndfile.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ssae_audio.h"
+#include "ssae_logmel.h"
+
+static int failures;
+#define CHECK(c, ...)                                        \
+  do {                                                       \
+    if (!(c)) {                                              \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
+      fprintf(stderr, __VA_ARGS__);                          \
+      fputc('\n', stderr);                                   \
+      failures++;                                            \
+    }                                                        \
+  } while (0)
+
+#define CH 8
+static const double freqs[CH] = {250, 500, 1000, 1500, 2500, 3500, 5000, 7000};
+static const double amp = 0.25;
+
+static int write_wavex(const char *path, int rate, size_t frames) {
+  SF_INFO info = {0};
+  info.samplerate = rate;
+  info.channels = CH;
+  info.format = SF_FORMAT_WAVEX | SF_FORMAT_PCM_16;
+  SNDFILE *sf = sf_open(path, SFM_WRITE, &info);
+  if (!sf) return -1;
+  short *buf = malloc(sizeof *buf * frames * CH);
+  for (size_t i = 0; i < frames; i++)
+    for (int c = 0; c < CH; c++)
+      buf[i * CH + (size_t)c] = (short)lrint(32768 * amp * sin(2 * M_PI * freqs[c] * (double)i / rate));
+  sf_count_t w = sf_writef_short(sf, buf, (sf_count_t)frames);
+  free(buf);
+  sf_close(sf);
+  return w == (sf_count_t)frames ? 0 : -1;
+}
+
+/* Mean log-mel frame over the middle of the signal (away from the edges
+ * and the resampler's start-up). */
+static void mean_frame(const float *x, size_t n, float *out) {
+  ssae_feat_cfg cfg;
+  ssae_feat_cfg_default(&cfg);
+  ssae_err err = {{0}};
+  float *f;
+  size_t nf;
+  if (ssae_logmel_compute(&cfg, x, n, &f, &nf, &err)) {
+    CHECK(0, "logmel: %s", err.msg);
+    return;
+  }
+  for (int m = 0; m < 64; m++) {
+    double s = 0;
+    for (size_t t = 4; t + 4 < nf; t++) s += f[t * 64 + (size_t)m];
+    out[m] = (float)(s / (double)(nf - 8));
+  }
+  free(f);
+}
+
+static int argmax(const float *v) {
+  int b = 0;
+  for (int m = 1; m < 64; m++)
+    if (v[m] > v[b]) b = m;
+  return b;
+}
+
+int main(void) {
+  char dir[] = "/tmp/ssae_test_audio_XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  char path[256], empty[256], zero[256];
+  snprintf(path, sizeof path, "%s/eight.wav", dir);
+  snprintf(empty, sizeof empty, "%s/empty.wav", dir);
+  snprintf(zero, sizeof zero, "%s/zero.wav", dir);
+  const size_t frames48 = 48000 * 2;
+  CHECK(!write_wavex(path, 48000, frames48), "cannot write %s", path);
+  CHECK(!write_wavex(zero, 48000, 0), "cannot write %s", zero);
+  FILE *e = fopen(empty, "wb");
+  if (e) fclose(e);
+  ssae_err err = {{0}};
+  ssae_audio a, all, mix;
+
+  /* Native rate: exact 16-bit values, channel order. */
+  CHECK(!ssae_audio_load(path, SSAE_CHANNEL_ALL, 0, &all, &err), "load all: %s", err.msg);
+  CHECK(all.channels == CH && all.file_channels == CH && all.frames == frames48 &&
+            all.rate == 48000 && all.file_rate == 48000,
+        "load all: %d channels, %zu frames, %d Hz", all.channels, all.frames, all.rate);
+  for (int c = 0; c < CH && all.data; c++) {
+    size_t i = 123 + (size_t)c;
+    float want = (float)lrint(32768 * amp * sin(2 * M_PI * freqs[c] * (double)i / 48000)) / 32768.0f;
+    CHECK(all.data[(size_t)c * all.frames + i] == want, "channel %d sample %zu: %g, want %g", c, i,
+          all.data[(size_t)c * all.frames + i], want);
+  }
+  CHECK(!ssae_audio_load(path, SSAE_CHANNEL_MIX, 0, &mix, &err), "load mix: %s", err.msg);
+  double worst = 0;
+  for (size_t i = 0; i < mix.frames && all.data; i++) {
+    double s = 0;
+    for (int c = 0; c < CH; c++) s += all.data[(size_t)c * all.frames + i];
+    double d = fabs(mix.data[i] - s / CH);
+    if (d > worst) worst = d;
+  }
+  CHECK(mix.channels == 1 && worst < 1e-7, "mix-down is not the channel mean (off by %g)", worst);
+  ssae_audio_release(&mix);
+  for (int c = 0; c < CH; c++) {
+    ssae_audio one;
+    CHECK(!ssae_audio_load(path, c, 0, &one, &err), "load channel %d: %s", c, err.msg);
+    CHECK(one.channels == 1 && one.frames == all.frames &&
+              !memcmp(one.data, all.data + (size_t)c * all.frames, sizeof *one.data * one.frames),
+          "channel %d differs from the same stream of 'all'", c);
+    ssae_audio_release(&one);
+  }
+  ssae_audio_release(&all);
+
+  /* Resampled to 16 kHz: the sine of each channel lands in the band where
+   * a 16 kHz sine of that frequency lands, at the same level. */
+  float got[64], want[64];
+  float *ref = malloc(sizeof *ref * 32000);
+  for (int c = 0; c < CH; c++) {
+    ssae_audio r;
+    if (ssae_audio_load(path, c, 16000, &r, &err)) {
+      CHECK(0, "load channel %d at 16 kHz: %s", c, err.msg);
+      continue;
+    }
+    CHECK(r.rate == 16000 && r.file_rate == 48000 && r.frames == 32000,
+          "resampled channel %d: %zu frames at %d Hz", c, r.frames, r.rate);
+    for (size_t i = 0; i < 32000; i++)
+      ref[i] = (float)(amp * sin(2 * M_PI * freqs[c] * (double)i / 16000));
+    mean_frame(r.data, r.frames, got);
+    mean_frame(ref, 32000, want);
+    int bg = argmax(got), bw = argmax(want);
+    CHECK(bg == bw, "%g Hz: peak in mel band %d, expected %d", freqs[c], bg, bw);
+    CHECK(fabsf(got[bw] - want[bw]) < 0.1f, "%g Hz: band %d at %.3f dB, expected %.3f dB",
+          freqs[c], bw, got[bw], want[bw]);
+    ssae_audio_release(&r);
+  }
+  free(ref);
+
+  /* The mix at 16 kHz has every sine, each 20*log10(8) dB down. */
+  CHECK(!ssae_audio_load(path, SSAE_CHANNEL_MIX, 16000, &mix, &err), "mix 16k: %s", err.msg);
+  if (mix.data) {
+    mean_frame(mix.data, mix.frames, got);
+    float *one = malloc(sizeof *one * 32000);
+    for (int c = 0; c < CH; c++) {
+      for (size_t i = 0; i < 32000; i++)
+        one[i] = (float)(amp / CH * sin(2 * M_PI * freqs[c] * (double)i / 16000));
+      mean_frame(one, 32000, want);
+      int b = argmax(want);
+      CHECK(fabsf(got[b] - want[b]) < 0.5f, "mix: %g Hz band %d at %.2f dB, expected %.2f dB",
+            freqs[c], b, got[b], want[b]);
+    }
+    free(one);
+  }
+  ssae_audio_release(&mix);
+
+  /* Bad requests name the file and the reason. */
+  CHECK(ssae_audio_load(path, 8, 0, &a, &err) == -1 && strstr(err.msg, path) &&
+            strstr(err.msg, "channel 8 asked for, file has 8 channels"),
+        "channel 8: '%s'", err.msg);
+  CHECK(ssae_audio_load(zero, 0, 0, &a, &err) == -1 && strstr(err.msg, "zero-length"),
+        "zero-length: '%s'", err.msg);
+  CHECK(ssae_audio_load(empty, 0, 0, &a, &err) == -1 && strstr(err.msg, "empty"),
+        "empty file: '%s'", err.msg);
+  CHECK(ssae_audio_load("/nonexistent/x.wav", 0, 0, &a, &err) == -1 &&
+            strstr(err.msg, "/nonexistent/x.wav") && strstr(err.msg, "No such file"),
+        "missing file: '%s'", err.msg);
+  int ch;
+  CHECK(!ssae_audio_parse_channel("3", &ch, &err) && ch == 3, "parse 3");
+  CHECK(!ssae_audio_parse_channel("mix", &ch, &err) && ch == SSAE_CHANNEL_MIX, "parse mix");
+  CHECK(!ssae_audio_parse_channel("all", &ch, &err) && ch == SSAE_CHANNEL_ALL, "parse all");
+  CHECK(ssae_audio_parse_channel("-1", &ch, &err) == -1, "parse -1 accepted");
+  CHECK(ssae_audio_parse_channel("x", &ch, &err) == -1, "parse x accepted");
+
+  unlink(path);
+  unlink(empty);
+  unlink(zero);
+  rmdir(dir);
+  if (failures) {
+    fprintf(stderr, "%d failures\n", failures);
+    return 1;
+  }
+  printf("ok\n");
+  return 0;
+}

@@ -1,0 +1,262 @@
+/* Real-time safety: the test's own "audio thread" drives the engine while
+ * malloc, calloc, realloc, free, pthread_mutex_lock, nanosleep, usleep,
+ * clock_nanosleep, sleep and write are interposed (this executable defines
+ * them, which takes precedence over libc for every library in the process).
+ * A call from a thread marked as the audio thread while it is inside the
+ * engine fails the test. Covers: resampling (48 kHz input), blocks of 1 to
+ * 8192 samples, interleaved input, flush, parameter changes and state reads
+ * from the audio thread, and a full ring (drops) with a slow backend. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ssae_engine.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+
+#ifdef SANITIZED
+int main(void) {
+  printf("SKIP: the sanitizer owns malloc; interposition runs in plain builds\n");
+  return 77;
+}
+#else
+
+static _Thread_local int in_audio;
+static atomic_int violations;
+static const char *atomic_first;
+
+static void violation(const char *what) {
+  if (atomic_fetch_add(&violations, 1) == 0) atomic_first = what;
+}
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+
+void *malloc(size_t n) {
+  if (in_audio) violation("malloc");
+  return __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b) {
+  if (in_audio) violation("calloc");
+  return __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n) {
+  if (in_audio) violation("realloc");
+  return __libc_realloc(p, n);
+}
+void free(void *p) {
+  if (in_audio) violation("free");
+  __libc_free(p);
+}
+
+static int (*real_lock)(pthread_mutex_t *);
+static int (*real_nanosleep)(const struct timespec *, struct timespec *);
+static int (*real_clock_nanosleep)(clockid_t, int, const struct timespec *,
+                                   struct timespec *);
+static int (*real_usleep)(useconds_t);
+static ssize_t (*real_write)(int, const void *, size_t);
+static unsigned (*real_sleep)(unsigned);
+
+__attribute__((constructor)) static void resolve(void) {
+  real_lock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
+  real_nanosleep = (int (*)(const struct timespec *, struct timespec *))dlsym(
+      RTLD_NEXT, "nanosleep");
+  real_clock_nanosleep =
+      (int (*)(clockid_t, int, const struct timespec *, struct timespec *))dlsym(
+          RTLD_NEXT, "clock_nanosleep");
+  real_usleep = (int (*)(useconds_t))dlsym(RTLD_NEXT, "usleep");
+  real_write = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+  real_sleep = (unsigned (*)(unsigned))dlsym(RTLD_NEXT, "sleep");
+}
+
+int pthread_mutex_lock(pthread_mutex_t *m) {
+  if (in_audio) violation("pthread_mutex_lock");
+  return real_lock(m);
+}
+int nanosleep(const struct timespec *a, struct timespec *b) {
+  if (in_audio) violation("nanosleep");
+  return real_nanosleep(a, b);
+}
+int clock_nanosleep(clockid_t c, int f, const struct timespec *a,
+                    struct timespec *b) {
+  if (in_audio) violation("clock_nanosleep");
+  return real_clock_nanosleep(c, f, a, b);
+}
+int usleep(useconds_t u) {
+  if (in_audio) violation("usleep");
+  return real_usleep(u);
+}
+unsigned sleep(unsigned s) {
+  if (in_audio) violation("sleep");
+  return real_sleep(s);
+}
+ssize_t write(int fd, const void *p, size_t n) {
+  if (in_audio) violation("write");
+  return real_write(fd, p, n);
+}
+
+static atomic_ullong events_seen;
+static void on_event(void *user, const ssae_event *ev) {
+  (void)user;
+  char line[1024];
+  /* The worker may format and print: not the audio thread. */
+  if (ssae_event_json(ev, line, sizeof line) > 0) atomic_fetch_add(&events_seen, 1);
+}
+
+typedef struct run {
+  ssae_engine *e;
+  int channels;
+  double seconds, rate;
+  int interleaved;
+} run;
+
+static uint64_t rng = 88172645463325252ULL;
+static uint32_t next_u32(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)rng;
+}
+
+static void *audio_thread(void *arg) {
+  run *r = arg;
+  const size_t maxb = 8192;
+  size_t total = (size_t)(r->seconds * r->rate);
+  float *buf = __libc_malloc(maxb * (size_t)r->channels * sizeof(float));
+  const float *ptrs[8];
+  for (size_t i = 0; i < maxb * (size_t)r->channels; i++)
+    buf[i] = (float)((double)next_u32() / 4294967296.0 - 0.5) * 0.2f;
+  for (int c = 0; c < r->channels; c++) ptrs[c] = buf + (size_t)c * maxb;
+  ssae_engine_params p;
+  ssae_channel_state st;
+  size_t done = 0;
+  int k = 0;
+  while (done < total) {
+    size_t n = (k % 7 == 0) ? 1 + next_u32() % maxb : 1 + next_u32() % 1024;
+    if (n > total - done) n = total - done;
+    in_audio = 1;
+    if (r->interleaved)
+      ssae_engine_process_interleaved(r->e, buf, n);
+    else
+      ssae_engine_process(r->e, ptrs, n);
+    ssae_engine_get_params(r->e, &p);
+    p.smoothing_s = (k & 1) ? 0.05 : 0.2;
+    p.threshold = (k & 2) ? 0.5 : NAN;
+    ssae_engine_set_params(r->e, &p);
+    for (int c = 0; c < r->channels; c++) ssae_engine_channel_get(r->e, c, &st);
+    in_audio = 0;
+    done += n;
+    k++;
+  }
+  in_audio = 1;
+  ssae_engine_flush(r->e);
+  in_audio = 0;
+  __libc_free(buf);
+  return NULL;
+}
+
+static int one(const char *what, const ssae_model *m, int channels, double rate,
+               int interleaved, unsigned slow_us, size_t ring, int expect_drops) {
+  ssae_engine_cfg cfg;
+  ssae_engine_cfg_default(&cfg);
+  cfg.channels = channels;
+  cfg.input_rate = rate;
+  cfg.backend = "cpu";
+  cfg.on_event = on_event;
+  cfg.status_every_s = 1.0;
+  cfg.emit_windows = 1;
+  cfg.slow_backend_us = slow_us;
+  cfg.ring_windows = ring;
+  cfg.max_batch = slow_us ? 4 : 0;
+  cfg.max_block = 2048; /* larger blocks are split */
+  ssae_err err;
+  ssae_engine *e = ssae_engine_new(m, &cfg, &err);
+  if (!e) {
+    fprintf(stderr, "%s: %s\n", what, err.msg);
+    return 1;
+  }
+  run r = {e, channels, 6.0, rate, interleaved};
+  pthread_t th;
+  pthread_create(&th, NULL, audio_thread, &r);
+  pthread_join(th, NULL);
+  ssae_engine_drain(e);
+  ssae_engine_stats s;
+  ssae_engine_stats_get(e, &s);
+  ssae_engine_free(e);
+  printf("%s: windows %llu scored %llu dropped %llu batches %llu\n", what,
+         (unsigned long long)s.windows, (unsigned long long)s.scored,
+         (unsigned long long)s.dropped, (unsigned long long)s.batches);
+  /* 6 s at 16 kHz = 188 frames -> 184 windows per channel after flush. */
+  uint64_t per = 184;
+  if (s.windows < per * (uint64_t)channels - 2 * (uint64_t)channels ||
+      s.windows > per * (uint64_t)channels + 2 * (uint64_t)channels) {
+    fprintf(stderr, "%s: expected about %llu windows, got %llu\n", what,
+            (unsigned long long)(per * channels), (unsigned long long)s.windows);
+    return 1;
+  }
+  if (s.scored + s.dropped != s.windows) {
+    fprintf(stderr, "%s: scored + dropped != windows\n", what);
+    return 1;
+  }
+  if (expect_drops && s.dropped == 0) {
+    fprintf(stderr, "%s: the slow backend did not make the ring overflow\n", what);
+    return 1;
+  }
+  if (!expect_drops && s.dropped) {
+    fprintf(stderr, "%s: unexpected drops\n", what);
+    return 1;
+  }
+  return 0;
+}
+
+int main(void) {
+  ssae_err err;
+  ssae_dims d;
+  ssae_dims_default(&d);
+  ssae_model *m = ssae_model_new(&d, &err);
+  if (!m) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  ssae_model_init(m, 1);
+  if (ssae_model_update(m, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  m->threshold = 100.0;
+  int bad = 0;
+  bad |= one("16 kHz planar, 2 ch", m, 2, 16000, 0, 0, 0, 0);
+  bad |= one("48 kHz planar (resampled), 3 ch", m, 3, 48000, 0, 0, 0, 0);
+  bad |= one("44.1 kHz interleaved (resampled), 2 ch", m, 2, 44100, 1, 0, 0, 0);
+  bad |= one("slow backend, full ring", m, 2, 16000, 0, 20000, 16, 1);
+  ssae_model_free(m);
+  int v = atomic_load(&violations);
+  if (v) {
+    fprintf(stderr, "FAIL: %d forbidden calls on the audio thread (first: %s)\n",
+            v, atomic_first);
+    return 1;
+  }
+  if (!atomic_load(&events_seen)) {
+    fprintf(stderr, "FAIL: no events\n");
+    return 1;
+  }
+  printf("no allocation, lock, sleep or write on the audio thread\n");
+  return bad;
+}
+#endif

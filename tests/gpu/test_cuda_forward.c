@@ -1,0 +1,424 @@
+/* The CUDA backend against a float64 forward pass (written here, straight
+ * from SPEC section 2) and against the CPU backend, on fresh random models
+ * and inputs each run, outputs poisoned with NaN before each launch.
+ * Exits 77 without a CUDA device.
+ *
+ *   test_cuda_forward [--quick|--tiny]   every dims / kernel / batch case
+ *                                        (--quick: up to 4097 windows,
+ *                                        --tiny: up to 33, for the sanitizers)
+ *   test_cuda_forward --fallback         the backend table's switch to the CPU
+ *   test_cuda_forward --apply MODEL IN N SCORES RECON
+ *                                        raw float32 files in and out (for
+ *                                        the PyTorch test) */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ssae_backend.h"
+#include "ssae_cpu.h"
+#include "ssae_cuda.h"
+#include "ssae_model.h"
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  uint64_t z = rng_state;
+  z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdull;
+  return z ^ (z >> 33);
+}
+
+static double unif(void) { return (double)(rnd() >> 11) * 0x1.0p-53; }
+
+/* Windows at log-mel scale: a level per window in -100 ... -20 dB, a slope
+ * across the bands and +-20 dB of noise (so -100 ... +20 overall). */
+static void random_windows(const ssae_dims *d, float *x, size_t n) {
+  const size_t FM = (size_t)d->frames * d->n_mels;
+  for (size_t w = 0; w < n; w++) {
+    const double level = -100.0 + 80.0 * unif(), slope = 30.0 * (unif() - 0.5);
+    for (size_t i = 0; i < FM; i++) {
+      const double band = (double)(i % (size_t)d->n_mels) / d->n_mels;
+      x[w * FM + i] = (float)(level + slope * band + 40.0 * (unif() - 0.5));
+    }
+  }
+}
+
+/* A random model, LayerNorm parameters away from ones/zeros so that their
+ * handling is checked too. */
+static ssae_model *random_model(const ssae_dims *d) {
+  ssae_err err = {{0}};
+  ssae_model *m = ssae_model_new(d, &err);
+  if (!m) {
+    fprintf(stderr, "model: %s\n", err.msg);
+    exit(1);
+  }
+  ssae_model_init(m, rnd());
+  for (int i = 0; i < d->n_mels; i++) {
+    m->ln_enc_w[i] = (float)(0.5 + unif());
+    m->ln_enc_b[i] = (float)(0.4 * (unif() - 0.5));
+  }
+  for (int i = 0; i < d->latent; i++) {
+    m->ln_bn_w[i] = (float)(0.5 + unif());
+    m->ln_bn_b[i] = (float)(0.4 * (unif() - 0.5));
+  }
+  if (ssae_model_update(m, &err)) {
+    fprintf(stderr, "model: %s\n", err.msg);
+    exit(1);
+  }
+  return m;
+}
+
+static double gelu64(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
+
+static void layernorm64(double *v, int n, const float *w, const float *b) {
+  double s = 0, q = 0;
+  for (int i = 0; i < n; i++) s += v[i];
+  const double mean = s / n;
+  for (int i = 0; i < n; i++) q += (v[i] - mean) * (v[i] - mean);
+  const double rstd = 1.0 / sqrt(q / n + 1e-5);
+  for (int i = 0; i < n; i++) v[i] = (v[i] - mean) * rstd * w[i] + b[i];
+}
+
+/* SPEC section 2 in float64 from the float32 weights; returns the score. */
+static double forward64(const ssae_model *m, const float *x, double *y, double *scratch) {
+  const int M = m->d.n_mels, F = m->d.frames, L = m->d.latent, S = m->d.slice_latent;
+  const int C = F * S;
+  double *xn = scratch, *c = xn + M, *z = c + C, *z2 = z + L, *nb = z2 + L, *r = nb + L * C;
+  for (int l = 0; l < L; l++) {
+    double q = 0;
+    for (int k = 0; k < C; k++) q += (double)m->basis[l * C + k] * m->basis[l * C + k];
+    const double nrm = fmax(sqrt(q), 1e-12);
+    for (int k = 0; k < C; k++) nb[l * C + k] = m->basis[l * C + k] / nrm;
+  }
+  for (int f = 0; f < F; f++) {
+    for (int i = 0; i < M; i++) xn[i] = x[f * M + i];
+    layernorm64(xn, M, m->ln_enc_w, m->ln_enc_b);
+    for (int s = 0; s < S; s++) {
+      double a = m->enc_b[s];
+      for (int i = 0; i < M; i++) a += (double)m->enc_w[s * M + i] * xn[i];
+      c[f * S + s] = gelu64(a);
+    }
+  }
+  for (int l = 0; l < L; l++) {
+    double a = 0;
+    for (int k = 0; k < C; k++) a += nb[l * C + k] * c[k];
+    z[l] = a;
+  }
+  layernorm64(z, L, m->ln_bn_w, m->ln_bn_b);
+  for (int l = 0; l < L; l++) {
+    double a = m->bn_b[l];
+    for (int k = 0; k < L; k++) a += (double)m->bn_w[l * L + k] * z[k];
+    z2[l] = gelu64(a);
+  }
+  for (int k = 0; k < C; k++) {
+    double a = 0;
+    for (int l = 0; l < L; l++) a += nb[l * C + k] * z2[l];
+    r[k] = a;
+  }
+  double se = 0;
+  for (int f = 0; f < F; f++)
+    for (int i = 0; i < M; i++) {
+      double a = m->dec_b[i];
+      for (int s = 0; s < S; s++) a += (double)m->dec_w[i * S + s] * r[f * S + s];
+      y[f * M + i] = a;
+      se += (a - x[f * M + i]) * (a - x[f * M + i]);
+    }
+  return se / (F * M);
+}
+
+static int failures;
+
+#define CHECK(cond, ...)              \
+  do {                                \
+    if (!(cond)) {                    \
+      fprintf(stderr, "FAIL: ");      \
+      fprintf(stderr, __VA_ARGS__);   \
+      fprintf(stderr, "\n");          \
+      failures++;                     \
+    }                                 \
+  } while (0)
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) {
+    fprintf(stderr, "out of memory (%zu bytes)\n", n);
+    exit(1);
+  }
+  return p;
+}
+
+static void poison(float *p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = NAN;
+}
+
+/* One batch through one CUDA instance: every output written and finite,
+ * sampled windows within SPEC section 2 of float64 and of the CPU. */
+static void check_batch(const ssae_model *m, ssae_cpu *cpu, void *gpu, const char *kname,
+                        size_t n) {
+  const size_t FM = (size_t)m->d.frames * m->d.n_mels;
+  float *x = xmalloc(n * FM * sizeof *x), *rec = xmalloc(n * FM * sizeof *rec);
+  float *sc = xmalloc(n * sizeof *sc), *sc2 = xmalloc(n * sizeof *sc2);
+  random_windows(&m->d, x, n);
+  ssae_err err = {{0}};
+  poison(sc, n);
+  poison(rec, n * FM);
+  if (ssae_backend_cuda.run(gpu, x, n, sc, rec, &err)) {
+    CHECK(0, "%s n=%zu: run: %s", kname, n, err.msg);
+    goto out;
+  }
+  poison(sc2, n);
+  if (ssae_backend_cuda.run(gpu, x, n, sc2, NULL, &err)) {
+    CHECK(0, "%s n=%zu: scores-only run: %s", kname, n, err.msg);
+    goto out;
+  }
+  size_t bad = 0, diff = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(sc[i]) || !isfinite(sc2[i])) bad++;
+    else if (sc[i] != sc2[i]) diff++;
+  }
+  for (size_t i = 0; i < n * FM; i++)
+    if (!isfinite(rec[i])) bad++;
+  CHECK(bad == 0, "%s n=%zu: %zu outputs not written (still NaN) or not finite", kname, n, bad);
+  CHECK(diff == 0, "%s n=%zu: %zu scores differ between the two modes", kname, n, diff);
+
+  /* Every window up to 4097, else 2000 random ones plus both ends. */
+  size_t ns = n <= 4097 ? n : 2002;
+  size_t *idx = xmalloc(ns * sizeof *idx);
+  for (size_t i = 0; i < ns; i++)
+    idx[i] = n <= 4097 ? i : i == 0 ? 0 : i == 1 ? n - 1 : (size_t)(rnd() % n);
+  float *xs = xmalloc(ns * FM * sizeof *xs), *cr = xmalloc(ns * FM * sizeof *cr);
+  float *cs = xmalloc(ns * sizeof *cs);
+  for (size_t i = 0; i < ns; i++) memcpy(xs + i * FM, x + idx[i] * FM, FM * sizeof *xs);
+  if (ssae_cpu_forward(cpu, xs, ns, cs, cr)) CHECK(0, "cpu forward failed");
+  const int C = m->d.frames * m->d.slice_latent, L = m->d.latent;
+  double *y = xmalloc(FM * sizeof *y);
+  double *scr = xmalloc(((size_t)m->d.n_mels + 2 * C + 2 * L + (size_t)L * C) * sizeof *scr);
+  double num = 0, den = 0, cnum = 0, worst_w = 0, worst_s = 0, worst_cs = 0;
+  for (size_t i = 0; i < ns; i++) {
+    const size_t w = idx[i];
+    const double s64 = forward64(m, x + w * FM, y, scr);
+    double wn = 0, wd = 0;
+    for (size_t k = 0; k < FM; k++) {
+      const double e = rec[w * FM + k] - y[k], ce = (double)rec[w * FM + k] - cr[i * FM + k];
+      wn += e * e;
+      wd += y[k] * y[k];
+      cnum += ce * ce;
+    }
+    num += wn;
+    den += wd;
+    const double wr = sqrt(wn / wd);
+    if (!(wr <= worst_w)) worst_w = wr;
+    const double se = fabs(sc[w] - s64) / fabs(s64);
+    if (!(se <= worst_s)) worst_s = se;
+    const double ce = fabs((double)sc[w] - cs[i]) / fabs((double)cs[i]);
+    if (!(ce <= worst_cs)) worst_cs = ce;
+  }
+  const double rel = sqrt(num / den), crel = sqrt(cnum / den);
+  printf("%-9s M=%-3d F=%-2d L=%-3d S=%-3d n=%-8zu relL2(f64)=%.2e worst-window=%.2e "
+         "score-rel(f64)=%.2e relL2(cpu)=%.2e score-rel(cpu)=%.2e\n",
+         kname, m->d.n_mels, m->d.frames, m->d.latent, m->d.slice_latent, n, rel, worst_w,
+         worst_s, crel, worst_cs);
+  CHECK(rel <= 1e-6, "%s n=%zu: relative L2 %.3g vs float64 > 1e-6", kname, n, rel);
+  CHECK(worst_s <= 1e-5, "%s n=%zu: score relative error %.3g vs float64 > 1e-5", kname, n,
+        worst_s);
+  CHECK(crel <= 2e-6, "%s n=%zu: relative L2 %.3g vs the CPU backend", kname, n, crel);
+  CHECK(worst_cs <= 2e-5, "%s n=%zu: score error %.3g vs the CPU backend", kname, n, worst_cs);
+  free(idx);
+  free(xs);
+  free(cr);
+  free(cs);
+  free(y);
+  free(scr);
+out:
+  free(x);
+  free(rec);
+  free(sc);
+  free(sc2);
+}
+
+/* quick: 0 every size, 1 up to 4097, 2 tiny batches only (sanitizers). */
+static void run_cases(int quick) {
+  static const ssae_dims dims[] = {
+      {64, 5, 32, 64},  /* default: tiled kernels */
+      {64, 7, 32, 64},  /* tiled, other frame count */
+      {40, 3, 16, 24},  /* generic */
+      {33, 2, 5, 17},   /* generic, nothing a multiple of 4 */
+      {128, 5, 48, 96}, /* generic, larger */
+  };
+  static const size_t all_n[] = {1, 7, 33, 4097, 100000, 1048576};
+  const char *kernels[] = {"auto", "generic", "tiled32", "tiled64", "tiled128"};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+    const ssae_dims *d = &dims[di];
+    ssae_model *m = random_model(d);
+    ssae_err err = {{0}};
+    ssae_cpu *cpu = ssae_cpu_new(m, 0, &err);
+    if (!cpu) {
+      fprintf(stderr, "cpu: %s\n", err.msg);
+      exit(1);
+    }
+    const int tiled = d->n_mels == 64 && d->slice_latent == 64 && d->latent == 32;
+    for (int k = 0; k < (tiled ? 5 : 2); k++) {
+      setenv("SSAE_CUDA_KERNEL", k == 0 ? "" : kernels[k], 1);
+      void *gpu = ssae_backend_cuda.create(m, 0, &err);
+      if (!gpu) {
+        CHECK(0, "create (%s): %s", kernels[k], err.msg);
+        continue;
+      }
+      for (size_t ni = 0; ni < sizeof all_n / sizeof all_n[0]; ni++) {
+        const size_t n = all_n[ni];
+        /* The largest batches for the default dims on every kernel; the
+         * other cases up to 100000 (or 4097 with --quick). */
+        if (n > (quick == 2 ? 33 : quick ? 4097 : 100000) && !(di == 0 && !quick)) continue;
+        char name[64];
+        snprintf(name, sizeof name, "%s/%s", kernels[k], ssae_cuda_kernel_name(gpu, n));
+        check_batch(m, cpu, gpu, name, n);
+      }
+      ssae_backend_cuda.destroy(gpu);
+    }
+    unsetenv("SSAE_CUDA_KERNEL");
+    ssae_cpu_free(cpu);
+    ssae_model_free(m);
+  }
+}
+
+static int fallback_msgs;
+static void on_fallback(void *user, const char *msg) {
+  (void)user;
+  fallback_msgs++;
+  printf("fallback reported: %s\n", msg);
+}
+
+/* A real CUDA error (an invalid launch, via the test hook) in the middle of a
+ * stream of batches: every window still gets its score, the ones after the
+ * switch from the CPU, and the switch is reported once. */
+static void run_fallback(void) {
+  ssae_dims d;
+  ssae_dims_default(&d);
+  ssae_model *m = random_model(&d);
+  ssae_err err = {{0}};
+  /* The backend's start-up self-test is run 1; batches 1 and 2 run on the
+   * GPU, batch 3 hits the failure. */
+  setenv("SSAE_CUDA_FAIL_AFTER", "3", 1);
+  ssae_backend *b = ssae_backend_new(m, "cuda", 0, &err);
+  unsetenv("SSAE_CUDA_FAIL_AFTER");
+  if (!b) {
+    CHECK(0, "backend: %s", err.msg);
+    ssae_model_free(m);
+    return;
+  }
+  ssae_backend_set_fallback_cb(b, on_fallback, NULL);
+  ssae_cpu *cpu = ssae_cpu_new(m, 0, &err);
+  const size_t FM = 320, nb = 5, n = 1000;
+  float *x = xmalloc(nb * n * FM * sizeof *x), *sc = xmalloc(nb * n * sizeof *sc);
+  float *ref = xmalloc(nb * n * sizeof *ref);
+  random_windows(&d, x, nb * n);
+  poison(sc, nb * n);
+  for (size_t i = 0; i < nb; i++) {
+    const char *before = ssae_backend_name(b);
+    if (ssae_backend_run(b, x + i * n * FM, n, sc + i * n, NULL, &err))
+      CHECK(0, "batch %zu: %s", i, err.msg);
+    printf("batch %zu: %s -> %s\n", i, before, ssae_backend_name(b));
+  }
+  ssae_cpu_forward(cpu, x, nb * n, ref, NULL);
+  size_t lost = 0, off = 0, exact = 0;
+  for (size_t i = 0; i < nb * n; i++) {
+    if (!isfinite(sc[i])) lost++;
+    else if (fabs(sc[i] - ref[i]) > 2e-5 * fabs(ref[i])) off++;
+    if (i >= 2 * n && sc[i] == ref[i]) exact++;
+  }
+  printf("fallback: %zu windows, %zu lost, %zu off, %zu of %zu after the switch identical "
+         "to the CPU\n", nb * n, lost, off, exact, (nb - 2) * n);
+  CHECK(lost == 0, "%zu windows lost", lost);
+  CHECK(off == 0, "%zu scores differ from the CPU", off);
+  CHECK(exact == (nb - 2) * n, "batches after the failure are not the CPU's scores");
+  CHECK(fallback_msgs == 1, "fallback reported %d times", fallback_msgs);
+  CHECK(!strcmp(ssae_backend_name(b), "cpu"), "backend still says %s", ssae_backend_name(b));
+
+  /* The hook's error comes from CUDA itself and leaves the instance failed. */
+  setenv("SSAE_CUDA_FAIL_AFTER", "0", 1);
+  void *g = ssae_backend_cuda.create(m, 0, &err);
+  unsetenv("SSAE_CUDA_FAIL_AFTER");
+  if (g) {
+    int rc = ssae_backend_cuda.run(g, x, 10, sc, NULL, &err);
+    printf("forced failure: rc=%d msg=%s\n", rc, err.msg);
+    CHECK(rc == -1 && strstr(err.msg, "CUDA"), "forced failure not reported");
+    ssae_backend_cuda.destroy(g);
+  } else {
+    CHECK(0, "create: %s", err.msg);
+  }
+  free(x);
+  free(sc);
+  free(ref);
+  ssae_cpu_free(cpu);
+  ssae_backend_free(b);
+  ssae_model_free(m);
+}
+
+static int read_file(const char *path, void *buf, size_t bytes) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t r = fread(buf, 1, bytes, f);
+  fclose(f);
+  return r == bytes ? 0 : -1;
+}
+
+static int write_file(const char *path, const void *buf, size_t bytes) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  size_t w = fwrite(buf, 1, bytes, f);
+  return (fclose(f) == 0 && w == bytes) ? 0 : -1;
+}
+
+static int run_apply(char **argv) {
+  ssae_err err = {{0}};
+  ssae_model *m = ssae_model_load(argv[0], &err);
+  if (!m) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  const size_t n = strtoull(argv[2], NULL, 10), FM = (size_t)m->d.frames * m->d.n_mels;
+  float *x = xmalloc(n * FM * 4), *sc = xmalloc(n * 4), *rec = xmalloc(n * FM * 4);
+  if (read_file(argv[1], x, n * FM * 4)) {
+    fprintf(stderr, "cannot read %s\n", argv[1]);
+    return 1;
+  }
+  poison(sc, n);
+  poison(rec, n * FM);
+  void *g = ssae_backend_cuda.create(m, 0, &err);
+  if (!g || ssae_backend_cuda.run(g, x, n, sc, rec, &err)) {
+    fprintf(stderr, "cuda: %s\n", err.msg);
+    return 1;
+  }
+  printf("kernel %s\n", ssae_cuda_kernel_name(g, n));
+  ssae_backend_cuda.destroy(g);
+  if (write_file(argv[3], sc, n * 4) || write_file(argv[4], rec, n * FM * 4)) {
+    fprintf(stderr, "cannot write the outputs\n");
+    return 1;
+  }
+  free(x);
+  free(sc);
+  free(rec);
+  ssae_model_free(m);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (!ssae_backend_cuda.available()) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  printf("device: %s\n", ssae_cuda_device_name());
+  if (argc == 7 && !strcmp(argv[1], "--apply")) return run_apply(argv + 2);
+  rng_state = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+  printf("seed %llu\n", (unsigned long long)rng_state);
+  if (argc > 1 && !strcmp(argv[1], "--fallback")) run_fallback();
+  else if (argc > 1 && !strcmp(argv[1], "--tiny")) run_cases(2);
+  else run_cases(argc > 1 && !strcmp(argv[1], "--quick"));
+  if (failures) printf("%d failures\n", failures);
+  else printf("all passed\n");
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,126 @@
+/* Exposes the trainer's pieces to the python oracle tests: reads raw float32
+ * files, writes raw float32 results. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ssae_train.h"
+
+static float *read_f32(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  float *p = malloc(len > 0 ? (size_t)len : 1);
+  if (p && fread(p, 1, (size_t)len, f) != (size_t)len) {
+    free(p);
+    p = NULL;
+  }
+  fclose(f);
+  *n = (size_t)len / sizeof(float);
+  return p;
+}
+
+static int write_f32(const char *path, const float *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  size_t w = fwrite(p, sizeof(float), n, f);
+  return fclose(f) || w != n ? -1 : 0;
+}
+
+static int dims(char **a, ssae_dims *d) {
+  d->n_mels = atoi(a[0]);
+  d->frames = atoi(a[1]);
+  d->latent = atoi(a[2]);
+  d->slice_latent = atoi(a[3]);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  ssae_err err = {{0}};
+  if (argc >= 10 && (!strcmp(argv[1], "grad") || !strcmp(argv[1], "scores"))) {
+    /* grad|scores M F L S THREADS PARAMS X OUT */
+    ssae_dims d;
+    dims(argv + 2, &d);
+    size_t np, nx, off[SSAE_N_TENSORS + 1];
+    ssae_param_offsets(&d, off);
+    float *p = read_f32(argv[7], &np), *x = read_f32(argv[8], &nx);
+    if (!p || !x || np != off[SSAE_N_TENSORS]) {
+      fprintf(stderr, "bad inputs\n");
+      return 1;
+    }
+    size_t fm = (size_t)d.frames * (size_t)d.n_mels, n = nx / fm;
+    ssae_grad *g = ssae_grad_new(&d, atoi(argv[6]), &err);
+    if (!g || ssae_grad_set_params(g, p, &err)) {
+      fprintf(stderr, "%s\n", err.msg);
+      return 1;
+    }
+    int rc;
+    if (!strcmp(argv[1], "grad")) {
+      float *gr = malloc((np + 2) * sizeof(float));
+      double sse;
+      rc = ssae_grad_compute(g, x, n, 1.0 / ((double)n * (double)fm), &sse, gr,
+                             &err);
+      gr[np] = (float)(sse / ((double)n * (double)fm));
+      if (!rc) rc = write_f32(argv[9], gr, np + 1);
+      free(gr);
+    } else {
+      float *s = malloc(n * sizeof(float));
+      rc = ssae_grad_scores(g, x, n, s, &err);
+      if (!rc) rc = write_f32(argv[9], s, n);
+      free(s);
+    }
+    ssae_grad_free(g);
+    free(p);
+    free(x);
+    if (rc) fprintf(stderr, "failed: %s\n", err.msg);
+    return rc ? 1 : 0;
+  }
+  if (argc == 11 && !strcmp(argv[1], "adam")) {
+    /* adam LR B1 B2 EPS WD STEPS PARAMS GRADS(steps x P) OUT */
+    ssae_adam_cfg c = {atof(argv[2]), atof(argv[3]), atof(argv[4]),
+                       atof(argv[5]), atof(argv[6])};
+    int steps = atoi(argv[7]);
+    size_t np, ng;
+    float *p = read_f32(argv[8], &np), *g = read_f32(argv[9], &ng);
+    if (!p || !g || ng != np * (size_t)steps) return 1;
+    ssae_adam *a = ssae_adam_new(&c, np, &err);
+    for (int s = 0; s < steps; s++) ssae_adam_step(a, p, g + (size_t)s * np);
+    int rc = write_f32(argv[10], p, np);
+    ssae_adam_free(a);
+    free(p);
+    free(g);
+    return rc ? 1 : 0;
+  }
+  if (argc == 4 && !strcmp(argv[1], "gamma_inv")) {
+    printf("%.17g\n", ssae_gamma_p_inv(atof(argv[2]), atof(argv[3])));
+    return 0;
+  }
+  if (argc >= 3 && !strcmp(argv[1], "gamma_fit")) {
+    size_t n = (size_t)argc - 2;
+    double *v = malloc(n * sizeof(double)), k, s;
+    for (size_t i = 0; i < n; i++) v[i] = atof(argv[2 + i]);
+    int rc = ssae_gamma_fit(v, n, &k, &s, &err);
+    free(v);
+    if (rc) {
+      fprintf(stderr, "%s\n", err.msg);
+      return 1;
+    }
+    printf("%.17g %.17g\n", k, s);
+    return 0;
+  }
+  if (argc == 7 && !strcmp(argv[1], "init")) {
+    ssae_dims d;
+    dims(argv + 2, &d);
+    size_t off[SSAE_N_TENSORS + 1];
+    ssae_param_offsets(&d, off);
+    float *p = malloc(off[SSAE_N_TENSORS] * sizeof(float));
+    ssae_param_init(&d, 1234, p);
+    int rc = write_f32(argv[6], p, off[SSAE_N_TENSORS]);
+    free(p);
+    return rc ? 1 : 0;
+  }
+  fprintf(stderr, "usage: train_probe grad|scores|adam|gamma_inv|gamma_fit|init ...\n");
+  return 2;
+}
