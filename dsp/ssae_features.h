@@ -49,7 +49,10 @@ int ssae_feat_cfg_set(ssae_feat_cfg *cfg, const char *key, const char *value,
                       ssae_err *err);
 
 /* Writes the metadata text of one key into buf. Returns 0, or -1 for an
- * unknown key. */
+ * unknown key. Numbers are the shortest text that reads back exactly; fmax
+ * is written as its effective value (sample_rate/2 when 0); window is
+ * "hann"; log is "10*log10(mel+2.220446049250313e-16)" (set also accepts the
+ * SPEC's spelling and "10*log10(x+eps)"). */
 int ssae_feat_cfg_get(const ssae_feat_cfg *cfg, const char *key, char *buf,
                       size_t len);
 

@@ -189,16 +189,18 @@ void ssae_rfft_power(ssae_rfft *f, const float *x, const double *win, double *po
     }
   }
   /* X[k] = E[k] + w^k O[k], E = (Z[k] + conj Z[m-k])/2,
-   * O = (Z[k] - conj Z[m-k])/(2i). */
+   * O = (Z[k] - conj Z[m-k])/(2i). Since w^(m-k) = -conj(w^k),
+   * X[m-k] = conj(E[k] - w^k O[k]): one pass over the pairs (k, m-k). */
   power[0] = (re[0] + im[0]) * (re[0] + im[0]);
   power[m] = (re[0] - im[0]) * (re[0] - im[0]);
-  for (int k = 1; k < m; k++) {
+  for (int k = 1; k <= m / 2; k++) {
     double zr = re[k], zi = im[k], cr = re[m - k], ci = -im[m - k];
     double er = 0.5 * (zr + cr), ei = 0.5 * (zi + ci);
-    double dr = zr - cr, di = zi - ci;
-    double or_ = 0.5 * di, oi = -0.5 * dr;
+    double or_ = 0.5 * (zi - ci), oi = -0.5 * (zr - cr);
     double wr = f->sp_re[k], wi = f->sp_im[k];
-    double xr = er + or_ * wr - oi * wi, xi = ei + or_ * wi + oi * wr;
-    power[k] = xr * xr + xi * xi;
+    double pr = or_ * wr - oi * wi, pi = or_ * wi + oi * wr;
+    double ar = er + pr, ai = ei + pi, br = er - pr, bi = ei - pi;
+    power[k] = ar * ar + ai * ai;
+    if (k != m - k) power[m - k] = br * br + bi * bi;
   }
 }

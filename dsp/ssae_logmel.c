@@ -25,10 +25,11 @@ struct ssae_logmel {
   kiss_fft_cpx *spec;
   double *power;     /* n_bins */
   ssae_melbank bank;
-  /* The last samples of the stream: hist[i] is sample base + i. When full,
-   * the newest n_fft samples move to the front, which is all that the next
-   * frame and the end reflection can reach; the room beyond n_fft (at least
-   * 8192) keeps those moves rare. */
+  /* The last samples of the stream: hist[i] is sample base + i. Frames
+   * inside a block are read from the caller's block in place; hist keeps the
+   * newest n_fft samples for the frames that straddle blocks and for the
+   * end padding. The room beyond n_fft (at least 8192) keeps small blocks
+   * from moving it often. */
   float *hist;
   size_t cap;
   uint64_t base, n_in, next_t;
@@ -117,24 +118,35 @@ static uint64_t reflect_index(int64_t j, uint64_t n) {
   return (uint64_t)m;
 }
 
-/* Computes frame t into out. `ended`: the stream is over (n_in samples in
- * all), so samples past the end are padding. */
-static void emit_frame(ssae_logmel *lm, uint64_t t, int ended, float *out) {
+/* Sample j of the stream during a call that brought in[0..) as samples
+ * from call_base on; older samples are in hist. */
+static inline float sample_at(const ssae_logmel *lm, const float *in, uint64_t call_base,
+                              int64_t j) {
+  return (uint64_t)j >= call_base ? in[(uint64_t)j - call_base] : lm->hist[(uint64_t)j - lm->base];
+}
+
+/* Computes frame t into out. The stream has n samples so far; `ended`: it
+ * is over, so samples past n are padding. A frame inside the current block
+ * is read in place; the others are gathered. */
+static void emit_frame(ssae_logmel *lm, uint64_t t, const float *in, uint64_t call_base,
+                       uint64_t n_total, int ended, float *out) {
   const int n_fft = lm->n_fft;
-  int64_t start = (int64_t)(t * (uint64_t)lm->hop) - (lm->cfg.center ? lm->half : 0);
-  const int64_t n = (int64_t)lm->n_in;
+  const int64_t start = (int64_t)(t * (uint64_t)lm->hop) - (lm->cfg.center ? lm->half : 0);
+  const int64_t n = (int64_t)n_total;
   const float *src;
-  if (start >= 0 && start + n_fft <= n) {
-    src = lm->hist + (start - (int64_t)lm->base);
+  if (start >= (int64_t)call_base && start + n_fft <= n) {
+    src = in + ((uint64_t)start - call_base);
+  } else if (start >= (int64_t)lm->base && start + n_fft <= (int64_t)call_base) {
+    src = lm->hist + ((uint64_t)start - lm->base);
   } else {
     const int reflect = lm->cfg.pad_mode == SSAE_PAD_REFLECT;
     for (int i = 0; i < n_fft; i++) {
       int64_t j = start + i;
       float v;
-      if (j >= 0 && j < n) v = lm->hist[j - (int64_t)lm->base];
+      if (j >= 0 && j < n) v = sample_at(lm, in, call_base, j);
       else if (!reflect) v = 0.0f;
-      else if (!ended && j < 0) v = lm->hist[-j - (int64_t)lm->base];
-      else v = lm->hist[reflect_index(j, (uint64_t)n) - lm->base];
+      else if (!ended && j < 0) v = sample_at(lm, in, call_base, -j);
+      else v = sample_at(lm, in, call_base, (int64_t)reflect_index(j, n_total));
       lm->frame[i] = v;
     }
     src = lm->frame;
@@ -156,38 +168,41 @@ static void emit_frame(ssae_logmel *lm, uint64_t t, int ended, float *out) {
   ssae_melbank_apply(&lm->bank, lm->power, out, SSAE_LOG_EPS);
 }
 
-static int frame_ready(const ssae_logmel *lm, uint64_t t) {
+static int frame_ready(const ssae_logmel *lm, uint64_t t, uint64_t n_total) {
   uint64_t reach = t * (uint64_t)lm->hop + (uint64_t)(lm->cfg.center ? lm->half : lm->n_fft);
-  if (reach > lm->n_in) return 0;
+  if (reach > n_total) return 0;
   /* The start reflection of a centred frame reads samples 1..n_fft/2. */
   if (lm->cfg.center && lm->cfg.pad_mode == SSAE_PAD_REFLECT &&
-      t * (uint64_t)lm->hop < (uint64_t)lm->half && lm->n_in <= (uint64_t)lm->half)
+      t * (uint64_t)lm->hop < (uint64_t)lm->half && n_total <= (uint64_t)lm->half)
     return 0;
   return 1;
 }
 
 size_t ssae_logmel_process(ssae_logmel *lm, const float *in, size_t n, float *frames) {
+  if (n == 0) return 0;
+  const uint64_t call_base = lm->n_in, n_total = lm->n_in + n;
   size_t out = 0;
-  while (n > 0) {
-    size_t used = (size_t)(lm->n_in - lm->base);
-    if (used == lm->cap) {
-      size_t keep = (size_t)lm->n_fft;
-      memmove(lm->hist, lm->hist + used - keep, keep * sizeof *lm->hist);
-      lm->base += used - keep;
-      used = keep;
-    }
-    size_t take = lm->cap - used;
-    if (take > n) take = n;
-    memcpy(lm->hist + used, in, take * sizeof *in);
-    lm->n_in += take;
-    in += take;
-    n -= take;
-    while (frame_ready(lm, lm->next_t)) {
-      emit_frame(lm, lm->next_t, 0, frames + out * (size_t)lm->n_mels);
-      lm->next_t++;
-      out++;
-    }
+  while (frame_ready(lm, lm->next_t, n_total)) {
+    emit_frame(lm, lm->next_t, in, call_base, n_total, 0, frames + out * (size_t)lm->n_mels);
+    lm->next_t++;
+    out++;
   }
+  /* Keep the newest n_fft samples (all, while fewer): a frame not yet
+   * emitted starts after n_total - n_fft, and the end reflection reaches
+   * back n_fft/2 + 1. */
+  const size_t keep = (size_t)lm->n_fft, used = (size_t)(lm->n_in - lm->base);
+  if (n >= keep) {
+    memcpy(lm->hist, in + (n - keep), keep * sizeof *in);
+    lm->base = n_total - keep;
+  } else if (used + n <= lm->cap) {
+    memcpy(lm->hist + used, in, n * sizeof *in);
+  } else {
+    size_t old = keep - n;
+    memmove(lm->hist, lm->hist + (used - old), old * sizeof *lm->hist);
+    memcpy(lm->hist + old, in, n * sizeof *in);
+    lm->base = n_total - keep;
+  }
+  lm->n_in = n_total;
   return out;
 }
 
@@ -201,7 +216,7 @@ size_t ssae_logmel_flush(ssae_logmel *lm, float *frames) {
   size_t out = 0;
   uint64_t total = total_frames(lm, lm->n_in);
   for (; lm->next_t < total; lm->next_t++, out++)
-    emit_frame(lm, lm->next_t, 1, frames + out * (size_t)lm->n_mels);
+    emit_frame(lm, lm->next_t, NULL, lm->n_in, lm->n_in, 1, frames + out * (size_t)lm->n_mels);
   ssae_logmel_reset(lm);
   return out;
 }

@@ -26,7 +26,7 @@ ssae_logmel *ssae_logmel_new(const ssae_feat_cfg *cfg, ssae_err *err);
 void ssae_logmel_free(ssae_logmel *lm);
 
 /* Upper bound on the frames that one call with n samples can emit
- * (process or flush). */
+ * (process or flush; n = 0 gives the bound for flush). */
 size_t ssae_logmel_max_frames(const ssae_logmel *lm, size_t n);
 
 /* Feeds n samples; writes every completed frame (n_mels floats each,
@@ -37,15 +37,20 @@ size_t ssae_logmel_process(ssae_logmel *lm, const float *in, size_t n,
                            float *frames);
 
 /* Ends the stream: emits the frames that need the end padding. The object
- * is then reset for a new stream. Audio-thread safe. */
+ * is then reset for a new stream. Audio-thread safe.
+ * A centred stream of n > 0 samples has 1 + n/hop frames (torch.stft's
+ * count). With reflect padding, frame 0 waits for sample n_fft/2; a stream
+ * shorter than that is reflected again here, as numpy's pad(mode="reflect")
+ * (librosa) does; torchaudio refuses such a stream. */
 size_t ssae_logmel_flush(ssae_logmel *lm, float *frames);
 
 /* Forgets the stream so far. Audio-thread safe. */
 void ssae_logmel_reset(ssae_logmel *lm);
 
 /* Whole-signal convenience for offline work: all frames of x[0..n) into a
- * newly allocated array (*out, *n_frames x n_mels). Not for the audio
- * thread. */
+ * newly allocated array (*out, *n_frames x n_mels); the streaming object fed
+ * the whole signal, so the frames are bit-identical to any block sizes.
+ * No frames (n = 0): returns 0 with *out NULL. Not for the audio thread. */
 int ssae_logmel_compute(const ssae_feat_cfg *cfg, const float *x, size_t n,
                         float **out, size_t *n_frames, ssae_err *err);
 
@@ -59,7 +64,9 @@ void ssae_window_free(ssae_window *w);
 int ssae_window_push(ssae_window *w, const float *frame, float *out);
 void ssae_window_reset(ssae_window *w);
 
-/* All T-frames+1 windows of a frame array, newly allocated. */
+/* All T-frames+1 windows of a frame array, newly allocated (window t at
+ * out + t*n_mels*frames_per_window). Fewer frames than a window: returns 0
+ * with *out NULL and *n_windows 0. */
 int ssae_windows_from_frames(const float *frames, size_t n_frames, int n_mels,
                              int frames_per_window, float **out,
                              size_t *n_windows, ssae_err *err);

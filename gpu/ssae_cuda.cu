@@ -22,7 +22,11 @@ const int kGraphSlots = 8;
 /* Default buffer capacity in windows when the caller gives no bound. */
 const size_t kDefaultCap = 65536;
 
-enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128 };
+/* Tiled kinds: the value is the tile width; K_TILED128W is 128 windows on
+ * 512 threads (twice the warps, half the registers per thread). */
+enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128,
+                   K_TILED128W = 129 };
+int tile_width(kernel_kind k) { return k == K_TILED128W ? 128 : (int)k; }
 
 struct graph_slot {
   cudaGraphExec_t exec;
@@ -37,8 +41,9 @@ struct cuda_impl {
   size_t smem_optin;
   ssae_cuda_layout lo;
   int FM;
-  int tiled_ok[3]; /* TW 32, 64, 128 */
+  int tiled_ok[4]; /* TW 32, 64, 128, 128 on 512 threads */
   int force;       /* -1 auto, else kernel_kind */
+  int wide;        /* auto picks K_TILED128W for large batches */
   size_t gen_gmax; /* windows per block the generic kernel can hold */
   cudaStream_t stream;
   float *d_w, *d_x, *d_scores, *d_recon;
@@ -84,6 +89,12 @@ ssae_cuda_layout make_layout(const ssae_dims *d) {
   lo.be = o; o += pad4(lo.S);
   lo.bb = o; o += pad4(lo.L);
   lo.bd = o; o += pad4(lo.M);
+  /* The tiled kernel copies [0, tiled_total) into shared memory. */
+  lo.tiled_total = o;
+  lo.we_r = o; o += pad4(lo.M * lo.S);
+  lo.b_r = o; o += pad4(C * lo.L);
+  lo.wb_r = o; o += pad4(lo.L * lo.L);
+  lo.d_r = o; o += pad4(lo.L * FM);
   lo.total = o;
   return lo;
 }
@@ -120,15 +131,24 @@ void fold_weights(const ssae_model *m, const ssae_cuda_layout &lo, float *w) {
         w[lo.dt + l * FM + f * M + mm] = (float)a;
       }
   for (int mm = 0; mm < M; mm++) w[lo.bd + mm] = m->dec_b[mm];
+  for (int s = 0; s < S; s++)
+    for (int k = 0; k < M; k++) w[lo.we_r + s * M + k] = w[lo.we + k * S + s];
+  for (int l = 0; l < L; l++)
+    for (int c = 0; c < C; c++) w[lo.b_r + l * C + c] = w[lo.bt + c * L + l];
+  for (int l = 0; l < L; l++)
+    for (int k = 0; k < L; k++) w[lo.wb_r + l * L + k] = w[lo.wbt + k * L + l];
+  for (int j = 0; j < FM; j++)
+    for (int l = 0; l < L; l++) w[lo.d_r + j * L + l] = w[lo.dt + l * FM + j];
 }
 
-int tw_index(int tw) { return tw == 32 ? 0 : tw == 64 ? 1 : 2; }
+int tw_index(int k) { return k == 32 ? 0 : k == 64 ? 1 : k == 128 ? 2 : 3; }
 
 kernel_kind choose_kernel(const cuda_impl *c, size_t n) {
   if (c->force == K_GENERIC) return K_GENERIC;
   if (c->force > 0) return c->tiled_ok[tw_index(c->force)] ? (kernel_kind)c->force : K_GENERIC;
-  if (!c->tiled_ok[0] || n <= 64) return K_GENERIC;
+  if (!c->tiled_ok[0] || n < 512) return K_GENERIC;
   const size_t sms = (size_t)c->sms;
+  if (c->tiled_ok[3] && n >= 128 * sms && c->wide) return K_TILED128W;
   if (c->tiled_ok[2] && n >= 128 * sms) return K_TILED128;
   if (c->tiled_ok[1] && n >= 64 * sms) return K_TILED64;
   return K_TILED32;
@@ -149,21 +169,31 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
   const kernel_kind k = choose_kernel(c, n);
   dim3 block(poison_config ? 4096 : SSAE_CUDA_THREADS);
   if (k == K_GENERIC) {
+    block.x = poison_config ? 4096 : SSAE_GENERIC_THREADS;
     const size_t g = generic_g(c, n);
     const size_t nblk = (n + g - 1) / g;
     const unsigned grid = (unsigned)std::min<size_t>(nblk, (size_t)c->sms * 8);
     ssae_fused_generic<<<grid, block, generic_smem(c->lo, g), c->stream>>>(
         c->d_w, c->lo, (int)g, dx, n, dscores, drecon);
   } else {
-    const size_t ntiles = (n + k - 1) / k;
+    const int tw = tile_width(k);
+    const size_t ntiles = (n + tw - 1) / tw;
     const unsigned grid = (unsigned)std::min<size_t>(ntiles, (size_t)c->sms);
-    const size_t smem = ssae_tiled_smem(&c->lo, k);
-    if (k == K_TILED128)
-      ssae_fused_tiled<128><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
-    else if (k == K_TILED64)
-      ssae_fused_tiled<64><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
-    else
-      ssae_fused_tiled<32><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
+    const size_t smem = ssae_tiled_smem(&c->lo, tw);
+    if (k == K_TILED128W) {
+      if (!poison_config) block.x = 512;
+      ssae_fused_tiled<128, 512><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                   dscores, drecon);
+    } else if (k == K_TILED128) {
+      ssae_fused_tiled<128, 256><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                   dscores, drecon);
+    } else if (k == K_TILED64) {
+      ssae_fused_tiled<64, 256><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                  dscores, drecon);
+    } else {
+      ssae_fused_tiled<32, 256><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                  dscores, drecon);
+    }
   }
   CK(cudaGetLastError(), "kernel launch");
   return 0;
@@ -215,6 +245,10 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
   }
   c->force = -1;
   c->fail_after = -1;
+  {
+    const char *w = getenv("SSAE_CUDA_WIDE");
+    c->wide = w && *w == '1';
+  }
   c->lo = make_layout(d);
   c->FM = d->frames * d->n_mels;
   const char *fa = getenv("SSAE_CUDA_FAIL_AFTER");
@@ -225,6 +259,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     else if (!strcmp(fk, "tiled32")) c->force = K_TILED32;
     else if (!strcmp(fk, "tiled64")) c->force = K_TILED64;
     else if (!strcmp(fk, "tiled128") || !strcmp(fk, "tiled")) c->force = K_TILED128;
+    else if (!strcmp(fk, "tiled128w")) c->force = K_TILED128W;
   }
 
 #define CKN(call, what)                                      \
@@ -254,15 +289,16 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
   /* The specialised kernel: M = S = 64, L = 32, weights + tile in shared
    * memory. */
   const int spec = d->n_mels == 64 && d->slice_latent == 64 && d->latent == 32;
-  const int tws[3] = {32, 64, 128};
-  for (int i = 0; i < 3; i++) {
+  const int tws[4] = {32, 64, 128, 128};
+  for (int i = 0; i < 4; i++) {
     const size_t b = ssae_tiled_smem(&c->lo, tws[i]);
     c->tiled_ok[i] = spec && b <= c->smem_optin;
     if (!c->tiled_ok[i]) continue;
     int r = 0;
-    if (tws[i] == 32) r = set_smem_attr(c, ssae_fused_tiled<32>, b, err);
-    else if (tws[i] == 64) r = set_smem_attr(c, ssae_fused_tiled<64>, b, err);
-    else r = set_smem_attr(c, ssae_fused_tiled<128>, b, err);
+    if (i == 0) r = set_smem_attr(c, ssae_fused_tiled<32, 256>, b, err);
+    else if (i == 1) r = set_smem_attr(c, ssae_fused_tiled<64, 256>, b, err);
+    else if (i == 2) r = set_smem_attr(c, ssae_fused_tiled<128, 256>, b, err);
+    else r = set_smem_attr(c, ssae_fused_tiled<128, 512>, b, err);
     if (r) {
       destroy_impl(c);
       return NULL;
@@ -414,6 +450,7 @@ extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
     case K_TILED32: return "tiled32";
     case K_TILED64: return "tiled64";
     case K_TILED128: return "tiled128";
+    case K_TILED128W: return "tiled128w";
     default: return "generic";
   }
 }

@@ -17,6 +17,8 @@
  * matrix stored transposed ([k][row]) so that a thread's output rows are
  * contiguous:
  *   WeT [M][S]  BT [C][L]  WbT [L][L]  DT [L][F*M]  be [S]  bb [L]  bd [M]
+ * followed by the row-major copies the generic kernel reads:
+ *   We [S][M]  B [L][C]  Wb [L][L]  D [F*M][L]
  */
 #ifndef SSAE_CUDA_KERNELS_CUH
 #define SSAE_CUDA_KERNELS_CUH
@@ -25,10 +27,13 @@
 #include <stddef.h>
 
 #define SSAE_CUDA_THREADS 256
+#define SSAE_GENERIC_THREADS 1024
 
 struct ssae_cuda_layout {
   int M, F, L, S;
   int we, bt, wbt, dt, be, bb, bd; /* float offsets into the folded weights */
+  int we_r, b_r, wb_r, d_r;        /* the same matrices row-major (generic) */
+  int tiled_total;                 /* floats of the tiled kernel's part */
   int total;                       /* floats, multiple of 4 */
 };
 
@@ -71,22 +76,24 @@ __device__ __forceinline__ void ssae_tile_fma(float (&acc)[4][CT], const float *
 
 /* The specialised kernel for M = S = 64, L = 32 (any F whose weights fit in
  * shared memory). A persistent block loads the folded weights into shared
- * memory once, then walks tiles of TW windows. 256 threads; two thread maps:
+ * memory once, then walks tiles of TW windows. NT threads (W = NT/32 warps);
+ * two thread maps:
  *   map A (64 output rows): rows 4*(lane&15).., column group warp*2+lane/16
- *     of 16, TW/16 columns per thread;
+ *     of 2W, TW/(2W) columns per thread;
  *   map B (32 output rows): rows 4*(lane&7).., column group warp*4+lane/8
- *     of 32, TW/32 columns per thread.
+ *     of 4W, TW/(4W) columns per thread.
  * Map A puts the 64 rows of a slice for one window inside one warp, so the
  * decoder's squared errors are summed with shuffles, and its loads of x and
  * stores of the reconstruction are 256 contiguous bytes per window. */
-template <int TW>
-__global__ void __launch_bounds__(SSAE_CUDA_THREADS, 1)
+template <int TW, int NT>
+__global__ void __launch_bounds__(NT, 1)
     ssae_fused_tiled(const float *__restrict__ wts, ssae_cuda_layout lo,
                      const float *__restrict__ x, size_t n,
                      float *__restrict__ scores, float *__restrict__ recon) {
-  constexpr int LD = TW + 4;
-  constexpr int CTA = TW / 16, VA = CTA < 4 ? CTA : 4, CSA = 16 * VA;
-  constexpr int CTB = TW / 32, VB = CTB < 4 ? CTB : 4, CSB = 32 * VB;
+  constexpr int LD = TW + 4, NWARP = NT / 32;
+  constexpr int CTA = TW / (2 * NWARP), VA = CTA < 4 ? CTA : 4, CSA = 2 * NWARP * VA;
+  constexpr int CTB = TW / (4 * NWARP), VB = CTB < 4 ? CTB : 4, CSB = 4 * NWARP * VB;
+  static_assert(CTB >= 1 && 2 * TW <= NT * 2, "tile too narrow for the block");
   constexpr int RAW = 65; /* row stride of the raw slice: conflict-free LN */
   extern __shared__ float4 smem4[];
   float *sm = reinterpret_cast<float *>(smem4);
@@ -95,11 +102,21 @@ __global__ void __launch_bounds__(SSAE_CUDA_THREADS, 1)
 
   {
     const float4 *w4 = reinterpret_cast<const float4 *>(wts);
-    for (int i = tid; i < lo.total / 4; i += SSAE_CUDA_THREADS) smem4[i] = __ldg(w4 + i);
+    /* Four loads in flight per thread, not one. */
+    const int n4 = lo.tiled_total / 4;
+    for (int i = tid; i < n4; i += 4 * NT) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (i + u * NT < n4) v[u] = __ldg(w4 + i + u * NT);
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+        if (i + u * NT < n4) smem4[i + u * NT] = v[u];
+    }
   }
   const float *WeT = sm + lo.we, *BT = sm + lo.bt, *WbT = sm + lo.wbt, *DT = sm + lo.dt;
   const float *be = sm + lo.be, *bb = sm + lo.bb, *bd = sm + lo.bd;
-  float *Xs = sm + lo.total; /* [64][LD]; later Zs [32][LD] */
+  float *Xs = sm + lo.tiled_total; /* [64][LD]; later Zs [32][LD] */
   float *Hs = Xs + 64 * LD;  /* [64][LD] or raw [TW][65]; later Z2s [32][LD] */
   __syncthreads();
 
@@ -107,9 +124,29 @@ __global__ void __launch_bounds__(SSAE_CUDA_THREADS, 1)
   const int rB = 4 * (lane & 7), cB = (warp * 4 + (lane >> 3)) * VB;
   const size_t ntiles = (n + TW - 1) / TW;
 
+  /* Raw input is prefetched into registers one phase ahead (the next
+   * slice during the basis projection, the next tile's first slice during
+   * the decoder) so that no phase waits on device memory. */
+  constexpr int NPRE = TW * 16 / NT;
+  float4 pre[NPRE];
+  auto load_raw = [&](size_t b, int nvv, int f) {
+#pragma unroll
+    for (int it = 0; it < NPRE; it++) {
+      const int i = tid + it * NT, w = i >> 4, m4 = (i & 15) * 4;
+      pre[it] = w < nvv
+                    ? __ldg(reinterpret_cast<const float4 *>(x + (b + w) * FM + f * 64 + m4))
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  auto tile_nv = [&](size_t t) {
+    const size_t b = t * TW;
+    return (int)((n - b) < (size_t)TW ? (n - b) : (size_t)TW);
+  };
+  if ((size_t)blockIdx.x < ntiles) load_raw((size_t)blockIdx.x * TW, tile_nv(blockIdx.x), 0);
+
   for (size_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
     const size_t base = tile * TW;
-    const int nv = (int)((n - base) < (size_t)TW ? (n - base) : (size_t)TW);
+    const int nv = tile_nv(tile);
     float zacc[4][CTB];
 #pragma unroll
     for (int i = 0; i < 4; i++)
@@ -117,32 +154,36 @@ __global__ void __launch_bounds__(SSAE_CUDA_THREADS, 1)
       for (int j = 0; j < CTB; j++) zacc[i][j] = 0.f;
 
     for (int f = 0; f < F; f++) {
-      /* Raw slice f of the tile, coalesced, into Hs as [w][65]. */
-      for (int i = tid; i < TW * 16; i += SSAE_CUDA_THREADS) {
-        const int w = i >> 4, m4 = (i & 15) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (w < nv)
-          v = __ldg(reinterpret_cast<const float4 *>(x + (base + w) * FM + f * 64 + m4));
+      /* The prefetched raw slice f into Hs as [w][65]. */
+#pragma unroll
+      for (int it = 0; it < NPRE; it++) {
+        const int i = tid + it * NT, w = i >> 4, m4 = (i & 15) * 4;
         float *d = Hs + w * RAW + m4;
-        d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
+        d[0] = pre[it].x; d[1] = pre[it].y; d[2] = pre[it].z; d[3] = pre[it].w;
       }
       __syncthreads();
-      /* LayerNorm_M (two-pass, biased variance), one thread per window. */
-      if (tid < TW) {
-        const float *r = Hs + tid * RAW;
-        float s = 0.f;
-#pragma unroll 16
-        for (int m = 0; m < 64; m++) s += r[m];
-        const float mean = s * (1.0f / 64.0f);
-        float q = 0.f;
-#pragma unroll 16
-        for (int m = 0; m < 64; m++) {
-          const float d = r[m] - mean;
-          q = fmaf(d, d, q);
+      /* LayerNorm_M (two-pass, biased variance), two threads per window
+       * (adjacent lanes, 32 bands each). The statistics are taken in double:
+       * log-mel windows sit far from zero (-100 dB) with a small spread, and
+       * a float mean would cost up to 1e-6 of relative output error. */
+      if (tid < 2 * TW) {
+        const int w = tid >> 1, h = (tid & 1) * 32;
+        const float *r = Hs + w * RAW + h;
+        double s = 0.0;
+#pragma unroll
+        for (int m = 0; m < 32; m++) s += (double)r[m];
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        const double mean = s * (1.0 / 64.0);
+        double q = 0.0;
+#pragma unroll
+        for (int m = 0; m < 32; m++) {
+          const double d = (double)r[m] - mean;
+          q = fma(d, d, q);
         }
-        const float rstd = 1.0f / sqrtf(q * (1.0f / 64.0f) + 1e-5f);
-#pragma unroll 16
-        for (int m = 0; m < 64; m++) Xs[m * LD + tid] = (r[m] - mean) * rstd;
+        q += __shfl_xor_sync(0xffffffffu, q, 1);
+        const double rstd = 1.0 / sqrt(q * (1.0 / 64.0) + 1e-5);
+#pragma unroll
+        for (int m = 0; m < 32; m++) Xs[(h + m) * LD + w] = (float)(((double)r[m] - mean) * rstd);
       }
       __syncthreads();
       /* Slice encoder: h = GELU(We' n + be'). */
@@ -164,8 +205,22 @@ __global__ void __launch_bounds__(SSAE_CUDA_THREADS, 1)
         }
       }
       __syncthreads();
-      /* Basis projection, accumulated over slices: z += B_f h_f. */
-      ssae_tile_fma<64, CTB, VB, CSB>(zacc, BT + f * 64 * 32, 32, rB, Hs, LD, cB);
+      if (f + 1 < F) load_raw(base, nv, f + 1);
+      /* Basis projection, accumulated over slices: z += B_f h_f (each
+       * slice's 64 terms summed on their own first: smaller rounding error
+       * than one running sum of 320). */
+      {
+        float zp[4][CTB];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int j = 0; j < CTB; j++) zp[i][j] = 0.f;
+        ssae_tile_fma<64, CTB, VB, CSB>(zp, BT + f * 64 * 32, 32, rB, Hs, LD, cB);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int j = 0; j < CTB; j++) zacc[i][j] += zp[i][j];
+      }
       __syncthreads();
     }
 
@@ -178,19 +233,20 @@ __global__ void __launch_bounds__(SSAE_CUDA_THREADS, 1)
         for (int e = 0; e < VB; e++) Zs[(rB + i) * LD + cB + q * CSB + e] = zacc[i][q * VB + e];
     __syncthreads();
     if (tid < TW) {
-      float s = 0.f;
+      double s = 0.0;
 #pragma unroll
-      for (int l = 0; l < 32; l++) s += Zs[l * LD + tid];
-      const float mean = s * (1.0f / 32.0f);
-      float q = 0.f;
+      for (int l = 0; l < 32; l++) s += (double)Zs[l * LD + tid];
+      const double mean = s * (1.0 / 32.0);
+      double q = 0.0;
 #pragma unroll
       for (int l = 0; l < 32; l++) {
-        const float d = Zs[l * LD + tid] - mean;
-        q = fmaf(d, d, q);
+        const double d = (double)Zs[l * LD + tid] - mean;
+        q = fma(d, d, q);
       }
-      const float rstd = 1.0f / sqrtf(q * (1.0f / 32.0f) + 1e-5f);
+      const double rstd = 1.0 / sqrt(q * (1.0 / 32.0) + 1e-5);
 #pragma unroll
-      for (int l = 0; l < 32; l++) Zs[l * LD + tid] = (Zs[l * LD + tid] - mean) * rstd;
+      for (int l = 0; l < 32; l++)
+        Zs[l * LD + tid] = (float)(((double)Zs[l * LD + tid] - mean) * rstd);
     }
     __syncthreads();
     /* Bottleneck: z' = GELU(Wb' zn + bb'). */
@@ -217,6 +273,8 @@ __global__ void __launch_bounds__(SSAE_CUDA_THREADS, 1)
 #pragma unroll
     for (int j = 0; j < CTA; j++) part[j] = 0.f;
     const float4 bias = *reinterpret_cast<const float4 *>(bd + rA);
+    if (tile + gridDim.x < ntiles)
+      load_raw((tile + gridDim.x) * TW, tile_nv(tile + gridDim.x), 0);
     for (int f = 0; f < F; f++) {
       float acc[4][CTA];
 #pragma unroll
@@ -268,7 +326,7 @@ static inline size_t ssae_tiled_smem(const ssae_cuda_layout *lo, int tw) {
   const size_t ld = (size_t)tw + 4;
   size_t hs = 64 * ld;
   if ((size_t)tw * 65 > hs) hs = (size_t)tw * 65;
-  return ((size_t)lo->total + 64 * ld + hs) * sizeof(float);
+  return ((size_t)lo->tiled_total + 64 * ld + hs) * sizeof(float);
 }
 
 __device__ __forceinline__ float ssae_warp_sum(float v) {
@@ -277,27 +335,77 @@ __device__ __forceinline__ float ssae_warp_sum(float v) {
   return v;
 }
 
-/* LayerNorm in place over len floats (one warp). */
-__device__ __forceinline__ void ssae_warp_layernorm(float *v, int len, int lane) {
-  float s = 0.f;
-  for (int i = lane; i < len; i += 32) s += v[i];
-  const float mean = ssae_warp_sum(s) / (float)len;
-  float q = 0.f;
-  for (int i = lane; i < len; i += 32) {
-    const float d = v[i] - mean;
-    q = fmaf(d, d, q);
-  }
-  const float rstd = 1.0f / sqrtf(ssae_warp_sum(q) / (float)len + 1e-5f);
-  __syncwarp();
-  for (int i = lane; i < len; i += 32) v[i] = (v[i] - mean) * rstd;
+__device__ __forceinline__ double ssae_warp_sum_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
-/* The generic kernel: any dimensions, G windows per block, weights read
- * through the read-only cache (coalesced: consecutive threads take
- * consecutive output rows of the transposed matrices). Also the fastest
- * choice for the smallest batches, where it spreads one window over a
- * whole block. Shared memory per window: F*M + C + 2L floats. */
-__global__ void __launch_bounds__(SSAE_CUDA_THREADS)
+/* LayerNorm in place over len floats (one warp); statistics in double (see
+ * the tiled kernel). */
+__device__ __forceinline__ void ssae_warp_layernorm(float *v, int len, int lane) {
+  double s = 0.0;
+  for (int i = lane; i < len; i += 32) s += (double)v[i];
+  const double mean = ssae_warp_sum_d(s) / (double)len;
+  double q = 0.0;
+  for (int i = lane; i < len; i += 32) {
+    const double d = (double)v[i] - mean;
+    q = fma(d, d, q);
+  }
+  const double rstd = 1.0 / sqrt(ssae_warp_sum_d(q) / (double)len + 1e-5);
+  __syncwarp();
+  for (int i = lane; i < len; i += 32) v[i] = (float)(((double)v[i] - mean) * rstd);
+}
+
+/* sum over k = j, j+T, ... < K of w[k] a[k]; eight weight loads in flight
+ * at a time (the weights come from L2 on a small batch). */
+__device__ __forceinline__ float ssae_dot_split(const float *__restrict__ w, const float *a,
+                                                int K, int j, int T) {
+  float acc = 0.f;
+  for (int k0 = j; k0 < K; k0 += 8 * T) {
+    float wv[8], av[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      const int k = k0 + u * T;
+      wv[u] = k < K ? __ldg(w + k) : 0.f;
+      av[u] = k < K ? a[k] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; u++) acc = fmaf(wv[u], av[u], acc);
+  }
+  return acc;
+}
+
+/* out = f(W[r] . act) for every output o = (g, r) of G windows x R rows, W
+ * row-major [R][K] in device memory (read-only cache), act in shared memory
+ * [G][lda]. T lanes (a power of two, chosen so that the block has work for
+ * every thread) split each dot product and combine with shuffles: a batch
+ * of one window still keeps the whole block busy. */
+template <typename Out>
+__device__ __forceinline__ void ssae_rows(int G, int R, int K, const float *__restrict__ W,
+                                         const float *act, int lda, Out out) {
+  const int nthr = blockDim.x, tid = threadIdx.x;
+  int T = 1;
+  while (T < 32 && G * R * T < nthr && 2 * T <= K) T *= 2;
+  const int tasks = G * R * T;
+  for (int b = 0; b < tasks; b += nthr) {
+    const int task = b + tid, o = task / T, j = task & (T - 1);
+    float acc = 0.f;
+    const int ok = task < tasks;
+    if (ok) {
+      const int g = o / R, r = o - g * R;
+      acc = ssae_dot_split(W + (size_t)r * K, act + g * lda, K, j, T);
+    }
+    for (int sft = T >> 1; sft > 0; sft >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, sft);
+    if (ok && j == 0) out(o / R, o % R, acc);
+  }
+}
+
+/* The generic kernel: any dimensions, G windows per block, weights
+ * row-major (the *_r segments) through the read-only cache. Also the fastest
+ * choice for the smallest batches. Shared memory per window: F*M + C + 2L
+ * floats. */
+__global__ void __launch_bounds__(SSAE_GENERIC_THREADS)
     ssae_fused_generic(const float *__restrict__ wts, ssae_cuda_layout lo, int G,
                        const float *__restrict__ x, size_t n,
                        float *__restrict__ scores, float *__restrict__ recon) {
@@ -306,7 +414,7 @@ __global__ void __launch_bounds__(SSAE_CUDA_THREADS)
   const int M = lo.M, F = lo.F, L = lo.L, S = lo.S, C = F * S, FM = F * M;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int nwarps = blockDim.x >> 5;
-  const float *WeT = wts + lo.we, *BT = wts + lo.bt, *WbT = wts + lo.wbt, *DT = wts + lo.dt;
+  const float *We = wts + lo.we_r, *B = wts + lo.b_r, *Wb = wts + lo.wb_r, *D = wts + lo.d_r;
   const float *be = wts + lo.be, *bb = wts + lo.bb, *bd = wts + lo.bd;
   float *xs = sm;             /* [G][FM]; later squared errors */
   float *hs = xs + G * FM;    /* [G][C] */
@@ -322,45 +430,43 @@ __global__ void __launch_bounds__(SSAE_CUDA_THREADS)
     __syncthreads();
     for (int p = warp; p < G * F; p += nwarps) ssae_warp_layernorm(xs + p * M, M, lane);
     __syncthreads();
-    for (int o = tid; o < G * C; o += blockDim.x) {
-      const int g = o / C, c = o - g * C, f = c / S, s = c - f * S;
-      const float *xn = xs + g * FM + f * M;
-      float acc = __ldg(be + s);
-#pragma unroll 8
-      for (int m = 0; m < M; m++) acc = fmaf(__ldg(WeT + m * S + s), xn[m], acc);
-      hs[o] = ssae_gelu(acc);
+    /* Slice encoder: rows (f, s) of each window, input slice f. */
+    {
+      const int R = C;
+      int T = 1;
+      while (T < 32 && G * R * T < (int)blockDim.x && 2 * T <= M) T *= 2;
+      const int tasks = G * R * T;
+      for (int b = 0; b < tasks; b += blockDim.x) {
+        const int task = b + tid, o = task / T, j = task & (T - 1);
+        const int ok = task < tasks;
+        float acc = 0.f;
+        int g = 0, f = 0, sl = 0;
+        if (ok) {
+          g = o / R;
+          const int c = o - g * R;
+          f = c / S;
+          sl = c - f * S;
+          acc = ssae_dot_split(We + (size_t)sl * M, xs + g * FM + f * M, M, j, T);
+        }
+        for (int sft = T >> 1; sft > 0; sft >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, sft);
+        if (ok && j == 0) hs[g * C + f * S + sl] = ssae_gelu(acc + __ldg(be + sl));
+      }
     }
     __syncthreads();
-    for (int o = tid; o < G * L; o += blockDim.x) {
-      const int g = o / L, l = o - g * L;
-      const float *h = hs + g * C;
-      float acc = 0.f;
-#pragma unroll 8
-      for (int c = 0; c < C; c++) acc = fmaf(__ldg(BT + c * L + l), h[c], acc);
-      zs[o] = acc;
-    }
+    ssae_rows(G, L, C, B, hs, C, [&](int g, int l, float v) { zs[g * L + l] = v; });
     __syncthreads();
     for (int g = warp; g < G; g += nwarps) ssae_warp_layernorm(zs + g * L, L, lane);
     __syncthreads();
-    for (int o = tid; o < G * L; o += blockDim.x) {
-      const int g = o / L, l = o - g * L;
-      const float *z = zs + g * L;
-      float acc = __ldg(bb + l);
-#pragma unroll 8
-      for (int k = 0; k < L; k++) acc = fmaf(__ldg(WbT + k * L + l), z[k], acc);
-      z2s[o] = ssae_gelu(acc);
-    }
+    ssae_rows(G, L, L, Wb, zs, L,
+              [&](int g, int l, float v) { z2s[g * L + l] = ssae_gelu(v + __ldg(bb + l)); });
     __syncthreads();
-    for (int o = tid; o < nv * FM; o += blockDim.x) {
-      const int g = o / FM, j = o - g * FM, m = j % M;
-      const float *z2 = z2s + g * L;
-      float acc = __ldg(bd + m);
-#pragma unroll 8
-      for (int l = 0; l < L; l++) acc = fmaf(__ldg(DT + l * FM + j), z2[l], acc);
-      const float d = acc - __ldg(x + base * FM + o);
-      xs[o] = d * d;
-      if (recon) recon[base * FM + o] = acc;
-    }
+    ssae_rows(nv, FM, L, D, z2s, L, [&](int g, int j, float v) {
+      const float y = v + __ldg(bd + j % M);
+      const size_t o = (base + g) * FM + j;
+      const float d = y - __ldg(x + o);
+      xs[g * FM + j] = d * d;
+      if (recon) recon[o] = y;
+    });
     __syncthreads();
     for (int g = warp; g < nv; g += nwarps) {
       float s = 0.f;

@@ -2,8 +2,8 @@
 # Builds ssae on an air-gapped GPU host and runs the GPU checks and
 # benchmarks in one go (one call of a rented machine).
 #
-#   tools/gpu-device-check.sh [STEP...]    steps: build test sanitize bench
-#                                          variants torch (default: all)
+#   tools/gpu-device-check.sh [STEP...]    steps: build test variants ncu bench
+#                                          torch sanitize (default: all)
 #
 # Needs the dependency .debs in .deps/debs (tools/gpu-host-deps.sh fetch, on
 # a networked machine). Logs go to $OUT (default /tmp/ssae-gpu-out); the
@@ -13,7 +13,7 @@ set -u
 OUT=${OUT:-/tmp/ssae-gpu-out}
 BUILD=${BUILD:-/tmp/ssae-gpu-build}
 mkdir -p "$OUT"
-steps=${*:-build test sanitize bench variants torch}
+steps=${*:-build test variants ncu bench torch sanitize}
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 log() { echo "=== $(date -u +%T) $*"; }
 export PATH=/usr/local/cuda/bin:$PATH
@@ -72,11 +72,31 @@ if has bench; then
 fi
 
 if has variants; then
-  for k in generic tiled32 tiled64 tiled128; do
+  for k in generic tiled32 tiled64 tiled128 tiled128w; do
     log "kernel $k"
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \
       --seconds 0.05 --batches 1,32,256,4096,65536,1048576 2>&1 | sed -n '/kernel alone/,$p'
   done
+fi
+
+if has ncu; then
+  for k in tiled128 tiled128w; do
+    log "ncu: $k at 65536 windows"
+    SSAE_CUDA_KERNEL=$k timeout 120 ncu --launch-skip 2 --launch-count 1 -k regex:tiled \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats \
+      --section SchedulerStats --metrics smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall \
+      "$BUILD/ssae" bench --model "$model" --backend cuda --batches 65536 --seconds 0.01 \
+      > "$OUT/ncu_$k.txt" 2>&1
+    echo "rc=$?"
+    grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Executed Ipc A|Warp Cycles Per Issued|Registers Per|pcsamp|Executed Instructions  " "$OUT/ncu_$k.txt" | head -24
+  done
+  log "ncu: generic at 1 window"
+  SSAE_CUDA_KERNEL=generic timeout 60 ncu --launch-skip 5 --launch-count 1 -k regex:generic \
+    --section SpeedOfLight --section WarpStateStats \
+    "$BUILD/ssae" bench --model "$model" --backend cuda --batches 1 --seconds 0.01 \
+    > "$OUT/ncu_generic1.txt" 2>&1
+  grep -E "Duration|SM Frequency|Warp Cycles Per Issued" "$OUT/ncu_generic1.txt" | head
 fi
 
 if has torch; then

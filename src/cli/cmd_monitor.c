@@ -542,6 +542,7 @@ int ssae_cmd_monitor(int argc, char **argv) {
   scfg.windows_path = o.windows;
   scfg.hop_length = m->feat.hop_length;
   scfg.sample_rate = m->feat.sample_rate;
+  scfg.frames = m->feat.frames;
   scfg.prog = "ssae monitor";
 
   struct sigaction sa;

@@ -141,6 +141,11 @@ static void json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+static void on_fallback(void *user, const char *msg) {
+  (void)user;
+  ssae_cli_error(CMD, "%s", msg);
+}
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -296,6 +301,7 @@ int ssae_cmd_score(int argc, char **argv) {
     return SSAE_EXIT_INPUT;
   }
   if (*ssae_backend_note(be)) ssae_cli_error(CMD, "using the CPU: %s", ssae_backend_note(be));
+  ssae_backend_set_fallback_cb(be, on_fallback, NULL);
 
   out_state o = {.json = json, .tty = ssae_cli_stderr_tty(), .quiet = quiet,
                  .threshold = m->threshold, .total = n, .t0 = now()};

@@ -16,9 +16,10 @@
 #include "ssae_ring.h"
 
 /* Header of a ring item; the window's F*M floats follow at ITEM_HDR. */
+#define ITEM_GAP 1u /* the window touches digital silence */
 typedef struct item_hdr {
   uint32_t channel;
-  uint32_t pad;
+  uint32_t flags;
   uint64_t window;     /* index in its channel since the engine started */
   uint64_t end_sample; /* model-rate sample position of the window's end */
   int64_t t_ns;        /* CLOCK_MONOTONIC when its last sample arrived */
@@ -35,6 +36,9 @@ typedef struct front {
   uint64_t frames;      /* frames of the current stream */
   uint64_t samples;     /* model-rate samples fed since the engine started */
   uint64_t next_window; /* window index */
+  uint64_t zrun;        /* exact zeros in a row at the end of the input */
+  uint64_t gap_end;     /* sample after the latest run of >= GAP_MIN zeros
+                           (0: none yet) */
   _Atomic uint64_t made;
   _Atomic uint64_t dropped;
 } front;
@@ -182,6 +186,23 @@ static int build_resamplers(ssae_engine *e, double rate, ssae_err *err) {
   return 0;
 }
 
+/* Digital silence: this many exact zeros in a row (4 ms at 16 kHz). Real
+ * signals, even quiet 16-bit ones, do not have them; unconnected ports,
+ * ended streams and muted devices do. */
+#define GAP_MIN 64
+
+static void scan_gaps(front *f, const float *x, size_t n) {
+  uint64_t z = f->zrun;
+  for (size_t i = 0; i < n; i++) {
+    if (x[i] == 0.0f) {
+      if (++z >= GAP_MIN) f->gap_end = f->samples + i + 1;
+    } else {
+      z = 0;
+    }
+  }
+  f->zrun = z;
+}
+
 static void stream_restart(ssae_engine *e, front *f) {
   if (f->rs) ssae_resampler_reset(f->rs);
   ssae_logmel_reset(f->lm);
@@ -218,6 +239,9 @@ static void emit_frames(ssae_engine *e, front *f, uint32_t c, size_t nfr,
     h->window = w;
     uint64_t last_frame = f->frame_base + f->frames - 1;
     h->end_sample = last_frame * hop + tail;
+    uint64_t span = (uint64_t)(e->feat.frames - 1) * hop + (e->feat.center ? 2 * tail : tail);
+    uint64_t first = h->end_sample > span ? h->end_sample - span : 0;
+    h->flags = f->gap_end > first ? ITEM_GAP : 0;
     h->t_ns = t;
     ssae_ring_commit(e->ring);
   }
@@ -232,6 +256,7 @@ static void channel_block(ssae_engine *e, int c, const float *src, size_t n,
     m = ssae_resampler_process(f->rs, feed, n, e->rs_out);
     feed = e->rs_out;
   }
+  scan_gaps(f, feed, m);
   f->samples += m;
   size_t nfr = ssae_logmel_process(f->lm, feed, m, e->frames_buf);
   emit_frames(e, f, (uint32_t)c, nfr, t);
@@ -466,18 +491,11 @@ static void on_fallback(void *user, const char *msg) {
   emit(e, &ev);
 }
 
-/* A window of digital silence (zeros in: an unconnected port, a muted
- * device) has every band at 10*log10(eps) = -156.5 dB. It says nothing about
- * the machine, so the detector does not judge it. */
-#define SILENT_DB (-150.0f)
-static int silent(const float *x, int n) {
-  for (int i = 0; i < n; i++)
-    if (x[i] > SILENT_DB) return 0;
-  return 1;
-}
-
-static void detect(ssae_engine *e, const item_hdr *h, const float *x,
-                   float score, double lat) {
+/* A window that touches digital silence (an unconnected port, the end of a
+ * stream, a muted device) says nothing about the machine: its frames are
+ * partly or wholly made of zeros. The detector does not judge it. */
+static void detect(ssae_engine *e, const item_hdr *h, float score,
+                   double lat) {
   chan *k = &e->ch[h->channel];
   double t = (double)h->end_sample / e->feat.sample_rate;
   if (t > e->last_t) e->last_t = t;
@@ -489,7 +507,8 @@ static void detect(ssae_engine *e, const item_hdr *h, const float *x,
   int en = atomic_load_explicit(&e->p_enabled, memory_order_relaxed);
   double dt = (double)e->feat.hop_length / e->feat.sample_rate;
   double alpha = tau > 0 ? 1.0 - exp(-dt / tau) : 1.0;
-  if (!isfinite(score) || silent(x, e->wf)) {
+  const int gap = (h->flags & ITEM_GAP) != 0;
+  if (!isfinite(score) || gap) {
     /* A failed batch (the CPU failed too): the window carries no
      * evidence either way. */
   } else if (!k->have_ema) {
@@ -504,7 +523,7 @@ static void detect(ssae_engine *e, const item_hdr *h, const float *x,
     emit(e, &ev);
   }
   int was = k->alarm_w;
-  if (silent(x, e->wf)) {
+  if (gap) {
     k->have_ema = 0;
     k->above = k->below = 0;
     k->alarm_w = 0;
@@ -574,8 +593,7 @@ static void run_batch(ssae_engine *e, size_t n) {
     lat_add(e, (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
   pthread_mutex_unlock(&e->stats_mu);
   for (size_t i = 0; i < n; i++)
-    detect(e, &e->batch_hdr[i], e->batch_x + i * (size_t)e->wf,
-           e->batch_scores[i],
+    detect(e, &e->batch_hdr[i], e->batch_scores[i],
            (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
   atomic_fetch_add(&e->scored_total, n);
 

@@ -13,9 +13,10 @@
  * fallback to the CPU), and runs the detector per channel: exponential
  * smoothing with a time constant, a threshold (the model's or the user's) and
  * hysteresis (alarm on after on_count smoothed scores above the threshold,
- * off after off_count below). Windows of digital silence (all bands at
- * 10*log10(eps), i.e. zeros in: an unconnected port, a muted device) are
- * scored but not judged: they reset the detector and end an alarm. Per-channel results are published through
+ * off after off_count below). Windows that touch digital silence (a run of
+ * at least 64 exact zeros at the model's rate: an unconnected port, the end
+ * of a stream, a muted device) are scored but not judged: they reset the
+ * detector and end an alarm. Per-channel results are published through
  * atomics (ssae_engine_channel_get, audio-thread safe) and as events through
  * a callback that runs on the worker thread. */
 #ifndef SSAE_ENGINE_H

@@ -38,10 +38,13 @@ ssae_evsink *ssae_evsink_new(const ssae_evsink_cfg *cfg, ssae_err *err) {
       return NULL;
     }
   }
-  if (cfg->windows_path && !(s->windows = fopen(cfg->windows_path, "w"))) {
-    ssae_err_set(err, "cannot write windows file %s", cfg->windows_path);
-    ssae_evsink_free(s);
-    return NULL;
+  if (cfg->windows_path) {
+    if (!(s->windows = fopen(cfg->windows_path, "w"))) {
+      ssae_err_set(err, "cannot write windows file %s", cfg->windows_path);
+      ssae_evsink_free(s);
+      return NULL;
+    }
+    fprintf(s->windows, "path\twindow\ttime\tscore\n");
   }
   return s;
 }
@@ -74,9 +77,10 @@ void ssae_evsink_on_event(void *user, const ssae_event *ev) {
   pthread_mutex_lock(&s->mu);
   if (ev->type == SSAE_EVENT_WINDOW) {
     if (s->windows) {
-      double t = s->cfg.sample_rate > 0 ? (double)ev->window * s->cfg.hop_length /
-                                              s->cfg.sample_rate
-                                        : 0;
+      double t = s->cfg.sample_rate > 0
+                     ? (double)(ev->window + (uint64_t)(s->cfg.frames / 2)) *
+                           s->cfg.hop_length / s->cfg.sample_rate
+                     : 0;
       if (fprintf(s->windows, "%s\t%llu\t%.6f\t%.9g\n", s->cfg.label,
                   (unsigned long long)ev->window, t, ev->raw_score) < 0)
         s->write_failed = 1;

@@ -19,9 +19,11 @@ typedef struct ssae_evsink ssae_evsink;
 typedef struct ssae_evsink_cfg {
   const char *events_path;  /* JSON lines; NULL: none ("-": stdout) */
   int events_stdout;        /* 1: also JSON lines on stdout */
-  const char *windows_path; /* TSV: label, window, time (s), score; NULL: none */
+  const char *windows_path; /* TSV like `ssae score --windows`: a header,
+                               then path, window, time, score; NULL: none */
   const char *label;        /* first TSV column (the input's path) */
-  int hop_length, sample_rate; /* for the TSV time column */
+  int hop_length, sample_rate, frames; /* for the TSV time column: the
+                               centre of the window's middle frame */
   const char *prog;         /* "ssae monitor": prefix of stderr reports */
 } ssae_evsink_cfg;
 

@@ -185,6 +185,7 @@ ssae_cpu *ssae_cpu_new(const ssae_model *m, int threads, ssae_err *err) {
     return NULL;
   }
   if (ssae_dims_check(&m->d, err)) return NULL;
+  ssae_erf_init();
   ssae_cpu *c = calloc(1, sizeof *c);
   if (!c) {
     ssae_err_set(err, "out of memory for the CPU backend");

@@ -11,7 +11,9 @@
 void ssae_gemm(const double *A, size_t lda, size_t rows, size_t K, const double *B,
                size_t ldb, const double *bias, double *C, size_t ldc);
 
-/* x = 0.5 x (1 + erf(x / sqrt 2)), in place. */
+/* x = 0.5 x (1 + erf(x / sqrt 2)), in place; exact to about 1e-15.
+ * ssae_erf_init() must have run once before (it is thread-safe). */
+void ssae_erf_init(void);
 void ssae_gelu(double *x, size_t n);
 
 #endif

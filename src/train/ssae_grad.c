@@ -6,6 +6,7 @@
  * work is batched matrix products over all slices (R = CHUNK*F rows). */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,7 @@ struct ssae_grad {
   int pending;
   int quit;
   job cur;
+  atomic_size_t next_chunk;
 };
 
 typedef struct worker_arg {
@@ -235,10 +237,15 @@ static void chunk_run(ssae_grad *g, work *w, const float *x, size_t nw,
 
 static size_t n_chunks(size_t n) { return (n + CHUNK - 1) / CHUNK; }
 
+/* Threads claim chunks one at a time, so a thread that the OS holds back
+ * (a busy machine) does not hold up the batch; which thread runs a chunk
+ * does not change its result. */
 static void run_share(ssae_grad *g, int index) {
   const job *jb = &g->cur;
   size_t nc = n_chunks(jb->n);
-  for (size_t c = (size_t)index; c < nc; c += (size_t)g->threads) {
+  for (;;) {
+    size_t c = atomic_fetch_add(&g->next_chunk, 1);
+    if (c >= nc) break;
     size_t first = c * CHUNK;
     size_t nw = jb->n - first < CHUNK ? jb->n - first : CHUNK;
     const float *x = jb->x + first * g->F * g->M;
@@ -273,6 +280,7 @@ static void *worker(void *p) {
 }
 
 static void run_job(ssae_grad *g) {
+  atomic_store(&g->next_chunk, 0);
   if (g->threads > 1 && n_chunks(g->cur.n) > 1) {
     pthread_mutex_lock(&g->mu);
     g->pending = g->threads - 1;
@@ -284,10 +292,7 @@ static void run_job(ssae_grad *g) {
     while (g->pending) pthread_cond_wait(&g->done, &g->mu);
     pthread_mutex_unlock(&g->mu);
   } else {
-    int t = g->threads;
-    g->threads = 1;
     run_share(g, 0);
-    g->threads = t;
   }
 }
 

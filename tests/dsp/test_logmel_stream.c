@@ -1,7 +1,9 @@
 /* Streaming log-mel: blocks of random sizes (1 ... 8192) give frames
  * bit-identical to one whole-signal pass, for both pad modes, short
  * streams, resets; windows match ssae_windows_from_frames; settings text
- * round-trips. */
+ * round-trips. Process, flush and reset allocate nothing (the test is
+ * linked with --wrap for malloc, calloc and realloc, which counts every
+ * call made from the library). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +14,27 @@
 #include "ssae_logmel.h"
 
 static int failures;
+
+/* Allocation counter (see tests/dsp/meson.build: -Wl,--wrap=...). */
+static size_t n_allocs;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t m);
+void *__wrap_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n) {
+  n_allocs++;
+  return __real_malloc(n);
+}
+void *__wrap_calloc(size_t n, size_t m) {
+  n_allocs++;
+  return __real_calloc(n, m);
+}
+void *__wrap_realloc(void *p, size_t n) {
+  n_allocs++;
+  return __real_realloc(p, n);
+}
 #define CHECK(c, ...)                                        \
   do {                                                       \
     if (!(c)) {                                              \
@@ -69,7 +92,11 @@ static void check_stream(ssae_feat_cfg *cfg, const float *x, size_t n, const cha
   float *out = malloc(sizeof *out * (nref + 8) * (size_t)cfg->n_mels);
   const size_t blocks[] = {1, 7, 512, 1000, 8192};
   for (int r = 0; r < 5; r++) {
+    size_t before = n_allocs;
     size_t got = stream(lm, x, n, blocks[r], out, cfg->n_mels);
+    /* stream() itself allocates its one scratch buffer. */
+    CHECK(n_allocs - before == 1, "%s: %zu allocations while streaming", what,
+          n_allocs - before - 1);
     CHECK(got == nref, "%s: max block %zu: %zu frames, whole pass %zu", what, blocks[r], got, nref);
     if (got == nref && nref)
       CHECK(!memcmp(out, ref, nref * (size_t)cfg->n_mels * sizeof *out),
@@ -208,6 +235,17 @@ int main(void) {
   odd.hop_length = 160;
   odd.power = 1.0;
   check_stream(&odd, x, 16000 * 2 + 3, "n_fft 400 (kiss_fftr), power 1");
+  ssae_feat_cfg big = cfg;
+  big.n_fft = 4096;
+  big.hop_length = 1000;
+  big.n_mels = 128;
+  check_stream(&big, x, 16000 * 3 + 5, "n_fft 4096 hop 1000");
+  check_stream(&big, x, 1500, "n_fft 4096, stream shorter than n_fft/2");
+  ssae_feat_cfg tiny = cfg;
+  tiny.n_fft = 16;
+  tiny.hop_length = 16;
+  tiny.n_mels = 4;
+  check_stream(&tiny, x, 16000, "n_fft 16 hop 16");
   check_windows();
   check_cfg_text();
   free(x);

@@ -1,6 +1,7 @@
 /* SPSC ring: single-thread semantics, then a multi-million-item two-thread
  * stress run (also run under ThreadSanitizer) checking order and content. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,9 @@ static void *producer(void *arg) {
       /* zero-copy path */
       item *slot = ssae_ring_write_slot(r);
       if (!slot) {
-        producer_full++;
+        /* Spin a little (real contention), then let the other side run:
+         * the machine may have fewer free cores than threads. */
+        if (++producer_full % 32 == 0) sched_yield();
         continue;
       }
       fill(slot, s);
@@ -61,7 +64,9 @@ static void *producer(void *arg) {
     } else {
       fill(&it, s);
       if (ssae_ring_push(r, &it)) {
-        producer_full++;
+        /* Spin a little (real contention), then let the other side run:
+         * the machine may have fewer free cores than threads. */
+        if (++producer_full % 32 == 0) sched_yield();
         continue;
       }
     }
@@ -115,7 +120,7 @@ int main(int argc, char **argv) {
     if (expect & 2) {
       const item *slot = ssae_ring_read_slot(r);
       if (!slot) {
-        empty++;
+        if (++empty % 32 == 0) sched_yield();
         continue;
       }
       if (!valid(slot, expect)) {
@@ -126,7 +131,7 @@ int main(int argc, char **argv) {
       ssae_ring_release(r);
     } else {
       if (ssae_ring_pop(r, &it)) {
-        empty++;
+        if (++empty % 32 == 0) sched_yield();
         continue;
       }
       if (!valid(&it, expect)) {

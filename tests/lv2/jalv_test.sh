@@ -6,6 +6,19 @@ set -u
 bundle=$1
 fail() { echo "FAIL: $*" >&2; [ -n "${out:-}" ] && cat "$out" >&2; exit 1; }
 
+# In a sanitizer build the plugin needs the sanitizer runtimes inside jalv,
+# which is built without them: meson passes them in SSAE_SANITIZER_PRELOAD.
+if [ -n "${SSAE_SANITIZER_SKIP:-}" ]; then
+  echo "sanitizer build with a compiler whose runtimes cannot be preloaded" >&2
+  exit 77
+fi
+if [ -n "${SSAE_SANITIZER_PRELOAD:-}" ]; then
+  set -- env LD_PRELOAD="$SSAE_SANITIZER_PRELOAD" ASAN_OPTIONS=detect_leaks=0 \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$(dirname "$0")/jalv.ubsan.supp"
+else
+  set --
+fi
+
 for tool in jackd jalv jack_wait; do
   command -v "$tool" >/dev/null 2>&1 || { echo "$tool is not installed" >&2; exit 77; }
 done
@@ -35,7 +48,7 @@ out="$tmp/jalv.out"
 # open for a few seconds of (silent) audio and ask twice for the outputs.
 # The threshold given on the command line must come back as the one in use.
 { sleep 3; echo monitors; sleep 2; echo monitors; sleep 0.5; } |
-  timeout 30 jalv -p -c threshold=7.5 -n ssae-test urn:ssae:lv2:mono > "$out" 2>&1
+  timeout 30 "$@" jalv -p -c threshold=7.5 -n ssae-test urn:ssae:lv2:mono > "$out" 2>&1
 rc=$?
 [ $rc -eq 124 ] && fail "jalv did not exit"
 [ $rc -ne 0 ] && fail "jalv exited with status $rc"

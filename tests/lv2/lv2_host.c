@@ -9,11 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <lv2/atom/util.h>
 #include <lv2/log/log.h>
 #include <lv2/patch/patch.h>
 #include <sndfile.h>
+
+#include "ssae_logmel.h"
+#include "ssae_model.h"
 
 #define MODEL_URI "urn:ssae:lv2:model"
 
@@ -74,21 +78,62 @@ static int log_printf(LV2_Log_Handle handle, LV2_URID type, const char *fmt,
 static LV2_Worker_Status respond(LV2_Worker_Respond_Handle handle,
                                  uint32_t size, const void *data) {
   lv2h *h = (lv2h *)handle;
-  if (h->n_resp >= LV2H_MAX_RESP || size > sizeof(h->resp[0].data))
-    return LV2_WORKER_ERR_NO_SPACE;
-  h->resp[h->n_resp].size = size;
-  memcpy(h->resp[h->n_resp].data, data, size);
-  h->n_resp++;
-  return LV2_WORKER_SUCCESS;
+  LV2_Worker_Status st = LV2_WORKER_SUCCESS;
+  pthread_mutex_lock(&h->mu);
+  if (h->n_resp >= LV2H_MAX_RESP || size > sizeof(h->resp[0].data)) {
+    st = LV2_WORKER_ERR_NO_SPACE;
+  } else {
+    h->resp[h->n_resp].size = size;
+    memcpy(h->resp[h->n_resp].data, data, size);
+    h->n_resp++;
+  }
+  pthread_mutex_unlock(&h->mu);
+  return st;
 }
 
 static LV2_Worker_Status schedule_work(LV2_Worker_Schedule_Handle handle,
                                        uint32_t size, const void *data) {
   lv2h *h = (lv2h *)handle;
   if (!h->worker) return LV2_WORKER_ERR_UNKNOWN;
-  /* Synchronous, as a freewheeling host: the data is only valid now. */
-  return h->worker->work(lilv_instance_get_handle(h->inst), respond, h, size,
-                         data);
+  if (!h->threaded) {
+    /* Synchronous, as a freewheeling host: the data is only valid now. */
+    return h->worker->work(lilv_instance_get_handle(h->inst), respond, h,
+                           size, data);
+  }
+  LV2_Worker_Status st = LV2_WORKER_SUCCESS;
+  pthread_mutex_lock(&h->mu);
+  if (h->n_req >= LV2H_MAX_REQ || size > LV2H_REQ_SIZE) {
+    st = LV2_WORKER_ERR_NO_SPACE;
+  } else {
+    h->req[h->n_req].size = size;
+    memcpy(h->req[h->n_req].data, data, size);
+    h->n_req++;
+    pthread_cond_broadcast(&h->cv);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return st;
+}
+
+/* The host's worker thread: one request at a time, in order. The request
+ * stays in the queue while it runs, so that "queue empty" means idle. */
+static void *worker_main(void *arg) {
+  lv2h *h = (lv2h *)arg;
+  static _Alignas(16) unsigned char data[LV2H_REQ_SIZE];
+  pthread_mutex_lock(&h->mu);
+  for (;;) {
+    while (!h->stop && h->n_req == 0) pthread_cond_wait(&h->cv, &h->mu);
+    if (h->n_req == 0) break;
+    uint32_t size = h->req[0].size;
+    memcpy(data, h->req[0].data, size);
+    pthread_mutex_unlock(&h->mu);
+    h->worker->work(lilv_instance_get_handle(h->inst), respond, h, size, data);
+    pthread_mutex_lock(&h->mu);
+    memmove(&h->req[0], &h->req[1], (size_t)(h->n_req - 1) * sizeof(h->req[0]));
+    h->n_req--;
+    pthread_cond_broadcast(&h->cv);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return NULL;
 }
 
 void lv2h_set_path(const char *dir) {
@@ -98,9 +143,10 @@ void lv2h_set_path(const char *dir) {
   setenv("LV2_PATH", buf, 1);
 }
 
-int lv2h_open(lv2h *h, const char *plugin_uri, double rate) {
+int lv2h_open(lv2h *h, const char *plugin_uri, double rate, int threaded) {
   memset(h, 0, sizeof(*h));
   pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, NULL);
   h->rate = rate;
   h->map.handle = h;
   h->map.map = map_uri;
@@ -175,15 +221,54 @@ int lv2h_open(lv2h *h, const char *plugin_uri, double rate) {
   lilv_node_free(control);
   lilv_node_free(atom);
   lilv_node_free(input);
+  if (threaded && h->worker) {
+    h->req = calloc(LV2H_MAX_REQ, sizeof(*h->req));
+    if (!h->req || pthread_create(&h->thread, NULL, worker_main, h) != 0) {
+      fprintf(stderr, "cannot start the worker thread\n");
+      return -1;
+    }
+    h->threaded = 1;
+  }
   lilv_instance_activate(h->inst);
   return 0;
+}
+
+static void deliver_responses(lv2h *h) {
+  for (;;) {
+    pthread_mutex_lock(&h->mu);
+    if (h->n_resp == 0) {
+      pthread_mutex_unlock(&h->mu);
+      return;
+    }
+    uint32_t size = h->resp[0].size;
+    _Alignas(16) unsigned char data[256];
+    memcpy(data, h->resp[0].data, size);
+    memmove(&h->resp[0], &h->resp[1], (size_t)(h->n_resp - 1) * sizeof(h->resp[0]));
+    h->n_resp--;
+    pthread_mutex_unlock(&h->mu);
+    /* It may schedule more work (freeing the old model). */
+    h->worker->work_response(lilv_instance_get_handle(h->inst), size, data);
+  }
 }
 
 void lv2h_close(lv2h *h) {
   if (h->inst) {
     lilv_instance_deactivate(h->inst);
+    if (h->threaded) {
+      /* Finish the queued work, then go synchronous for what its answers
+       * schedule (freeing replaced models). */
+      pthread_mutex_lock(&h->mu);
+      h->stop = 1;
+      pthread_cond_broadcast(&h->cv);
+      pthread_mutex_unlock(&h->mu);
+      pthread_join(h->thread, NULL);
+      h->threaded = 0;
+    }
+    if (h->worker) deliver_responses(h);
     lilv_instance_free(h->inst);
   }
+  free(h->req);
+  pthread_cond_destroy(&h->cv);
   if (h->world) lilv_world_free(h->world);
   for (size_t i = 0; i < h->n_uris; i++) free(h->uris[i]);
   free(h->uris);
@@ -257,14 +342,18 @@ void lv2h_run(lv2h *h, uint32_t n) {
   notify->type = h->u_atom_Chunk;
   lilv_instance_run(h->inst, n);
   h->control_open = 0;
-  /* Deliver what the worker answered (it may schedule more work). */
-  while (h->n_resp > 0) {
-    uint32_t size = h->resp[0].size;
-    _Alignas(16) unsigned char data[256];
-    memcpy(data, h->resp[0].data, size);
-    memmove(&h->resp[0], &h->resp[1], (size_t)(h->n_resp - 1) * sizeof(h->resp[0]));
-    h->n_resp--;
-    h->worker->work_response(lilv_instance_get_handle(h->inst), size, data);
+  if (h->worker) deliver_responses(h);
+}
+
+void lv2h_wait_worker(lv2h *h) {
+  for (int i = 0; i < 10000; i++) {
+    pthread_mutex_lock(&h->mu);
+    int busy = h->n_req > 0 || h->n_resp > 0;
+    pthread_mutex_unlock(&h->mu);
+    if (!busy) return;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    lv2h_run(h, 0);
   }
 }
 
@@ -298,9 +387,15 @@ int lv2h_get_model(lv2h *h, char *buf, size_t len) {
 int lv2h_load_model(lv2h *h, const char *path) {
   char got[4096];
   lv2h_send_set_model(h, path);
-  lv2h_run(h, 0); /* the worker loads it; installed after this run */
-  lv2h_run(h, 0); /* announced on the notify port */
-  return lv2h_notified_model(h, got, sizeof(got)) && strcmp(got, path) == 0;
+  for (int i = 0; i < 10000; i++) {
+    /* The worker loads it; installed after a run, announced in the next. */
+    lv2h_run(h, 0);
+    if (lv2h_notified_model(h, got, sizeof(got)) && strcmp(got, path) == 0)
+      return 1;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
 }
 
 void lv2h_log_take(lv2h *h, char *buf, size_t len, int *errors) {
@@ -378,38 +473,53 @@ int sig_write_wav(const char *path, float *x, size_t n, int rate) {
   return r == (sf_count_t)n ? 0 : -1;
 }
 
-int make_trained_model(const char *dir, char *path, size_t len) {
-  const char *ssae = getenv("SSAE");
-  if (!ssae || !*ssae) {
-    fprintf(stderr, "SSAE (path of the ssae program) is not set\n");
-    return -1;
-  }
+int make_template_model(const char *dir, char *path, size_t len) {
+  ssae_err err;
+  ssae_err_clear(&err);
+  ssae_feat_cfg cfg;
+  ssae_feat_cfg_default(&cfg);
   const size_t n = 16000 * 10;
   float *x = (float *)malloc(n * sizeof(float));
+  float *frames = NULL;
+  size_t n_frames = 0;
   if (!x) return -1;
-  char files[3 * 4200] = "";
-  for (int i = 0; i < 3; i++) {
-    char wav[4096];
-    snprintf(wav, sizeof(wav), "%s/normal_%d.wav", dir, i);
-    sig_make(x, n, 16000, 100 + (uint64_t)i, 0, 0, 0);
-    if (sig_write_wav(wav, x, n, 16000) != 0) {
-      free(x);
-      return -1;
-    }
-    size_t l = strlen(files);
-    snprintf(files + l, sizeof(files) - l, " '%s'", wav);
-  }
+  sig_make(x, n, 16000, 100, 0, 0, 0);
+  int rc = ssae_logmel_compute(&cfg, x, n, &frames, &n_frames, &err);
   free(x);
-  snprintf(path, len, "%s/trained.safetensors", dir);
-  char cmd[20000];
-  snprintf(cmd, sizeof(cmd),
-           "'%s' train -o '%s' --epochs 100 --batch 64 --lr 0.003 --seed 1 %s > '%s/train.log' 2>&1",
-           ssae, path, files, dir);
-  if (system(cmd) != 0) {
-    fprintf(stderr, "'%s' failed; its log is %s/train.log\n", cmd, dir);
+  if (rc != 0 || n_frames == 0) {
+    fprintf(stderr, "log-mel of the normal sound: %s\n", err.msg);
+    free(frames);
     return -1;
   }
-  return 0;
+  ssae_dims d;
+  ssae_dims_default(&d);
+  ssae_model *m = ssae_model_new(&d, &err);
+  if (!m) {
+    fprintf(stderr, "ssae_model_new: %s\n", err.msg);
+    free(frames);
+    return -1;
+  }
+  ssae_model_init(m, 9);
+  /* Encoder and bottleneck silenced: the output is the decoder's bias, set
+   * to the mean log-mel spectrum of normal sound. */
+  const int M = d.n_mels, S = d.slice_latent, L = d.latent;
+  memset(m->enc_w, 0, (size_t)S * M * sizeof(float));
+  memset(m->enc_b, 0, (size_t)S * sizeof(float));
+  memset(m->bn_w, 0, (size_t)L * L * sizeof(float));
+  memset(m->bn_b, 0, (size_t)L * sizeof(float));
+  memset(m->dec_w, 0, (size_t)M * S * sizeof(float));
+  for (int k = 0; k < M; k++) {
+    double acc = 0;
+    for (size_t t = 0; t < n_frames; t++) acc += frames[t * (size_t)M + (size_t)k];
+    m->dec_b[k] = (float)(acc / (double)n_frames);
+  }
+  free(frames);
+  m->threshold = NAN;
+  snprintf(path, len, "%s/template.safetensors", dir);
+  rc = ssae_model_update(m, &err) == 0 && ssae_model_save(m, path, &err) == 0 ? 0 : -1;
+  if (rc != 0) fprintf(stderr, "template model: %s\n", err.msg);
+  ssae_model_free(m);
+  return rc;
 }
 
 char *make_tmpdir(const char *tag) {

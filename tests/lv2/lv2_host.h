@@ -2,8 +2,10 @@
  * through LV2_PATH (the build tree's), instantiates with urid:map/unmap,
  * log (captured) and worker features, and runs the plugin block by block.
  *
- * The worker runs synchronously, as hosts do when freewheeling: work() is
- * called inside schedule_work(), responses are delivered after run(). */
+ * The worker runs either on its own thread, as in a live host (requests and
+ * responses go through queues; responses are delivered after run()), or
+ * synchronously, as hosts do when freewheeling (work() is called inside
+ * schedule_work()). */
 #ifndef LV2_HOST_H
 #define LV2_HOST_H
 
@@ -20,6 +22,8 @@
 #define LV2H_MAX_PORTS 32
 #define LV2H_ATOM_BUF 16384
 #define LV2H_MAX_RESP 16
+#define LV2H_MAX_REQ 16
+#define LV2H_REQ_SIZE 8192
 
 typedef struct lv2h {
   LilvWorld *world;
@@ -48,7 +52,18 @@ typedef struct lv2h {
     uint32_t size;
     _Alignas(16) unsigned char data[256];
   } resp[LV2H_MAX_RESP];
-  int n_resp;
+  int n_resp; /* guarded by mu in threaded mode */
+
+  /* Threaded worker. */
+  int threaded;
+  pthread_t thread;
+  pthread_cond_t cv;
+  int stop;
+  struct {
+    uint32_t size;
+    _Alignas(16) unsigned char data[LV2H_REQ_SIZE];
+  } *req; /* LV2H_MAX_REQ entries, guarded by mu */
+  int n_req;
 
   float ctl[LV2H_MAX_PORTS];
   _Alignas(16) uint8_t control_buf[LV2H_ATOM_BUF];
@@ -65,9 +80,9 @@ typedef struct lv2h {
  * system's LV2 directories (for the specifications). */
 void lv2h_set_path(const char *dir);
 
-/* Loads the world (LV2_PATH), finds and instantiates plugin_uri. 0 or -1
- * (message on stderr). */
-int lv2h_open(lv2h *h, const char *plugin_uri, double rate);
+/* Loads the world (LV2_PATH), finds and instantiates plugin_uri, with a
+ * worker thread when threaded. 0 or -1 (message on stderr). */
+int lv2h_open(lv2h *h, const char *plugin_uri, double rate, int threaded);
 void lv2h_close(lv2h *h);
 
 /* Port index of a symbol (exits the test on an unknown one). */
@@ -93,9 +108,12 @@ int lv2h_notified_model(lv2h *h, char *buf, size_t len);
 /* patch:Get, run(0) and read the answer. 1 when answered. */
 int lv2h_get_model(lv2h *h, char *buf, size_t len);
 
-/* patch:Set the model and wait for the plugin to announce it. 1 when it
- * did. */
+/* patch:Set the model and wait (up to 10 s, calling run(0)) for the plugin
+ * to announce it. 1 when it did. */
 int lv2h_load_model(lv2h *h, const char *path);
+
+/* Waits up to 10 s (calling run(0)) for the worker to be idle. */
+void lv2h_wait_worker(lv2h *h);
 
 /* Log text captured since the last call, cleared; and error count. */
 void lv2h_log_take(lv2h *h, char *buf, size_t len, int *errors);
@@ -111,9 +129,13 @@ void sig_make(float *x, size_t n, double rate, uint64_t seed, int anomaly,
  * `ssae score` sees). -1 on error. */
 int sig_write_wav(const char *path, float *x, size_t n, int rate);
 
-/* Trains a model on three 10 s clips of normal sound with `$SSAE train`
- * into dir; its path into path. 0, or -1 (message on stderr). */
-int make_trained_model(const char *dir, char *path, size_t len);
+/* Writes dir/template.safetensors, a model that flags what differs from
+ * normal sound: its encoder and bottleneck are silenced and its decoder
+ * bias is the mean log-mel spectrum of 10 s of normal sound, so a window's
+ * score is its squared distance from that spectrum. (Deterministic and
+ * instant, unlike training; the plugin runs any model the same way.) Its
+ * path goes into path. 0, or -1 (message on stderr). */
+int make_template_model(const char *dir, char *path, size_t len);
 
 /* xorshift: the block sizes of a "host". */
 uint32_t rnd_u32(uint64_t *s);

@@ -1,5 +1,5 @@
-/* The stereo variant at 48 kHz, with a model trained on normal sound
- * (`ssae train`) set through patch:Set (the engine resamples to the model's rate):
+/* The stereo variant at 48 kHz (the engine resamples to the model's rate),
+ * with a model of normal sound (make_template_model) set through patch:Set:
  * both channels pass through bit for bit (in place), a normal left channel
  * and an anomalous right channel raise the alarm during the anomaly and
  * clear it after; the outputs report the worse channel. */
@@ -31,7 +31,7 @@ typedef struct result {
 static result run(const char *model, const float *l, const float *r, size_t n,
                   float thr, uint64_t seed) {
   lv2h h;
-  CHECK(lv2h_open(&h, "urn:ssae:lv2:stereo", RATE) == 0,
+  CHECK(lv2h_open(&h, "urn:ssae:lv2:stereo", RATE, 1) == 0,
         "cannot load the stereo plugin");
   CHECK(lv2h_load_model(&h, model), "the plugin did not load %s", model);
   *lv2h_ctl(&h, "threshold") = thr;
@@ -92,7 +92,8 @@ int main(int argc, char **argv) {
   char *dir = make_tmpdir("stereo");
   CHECK(dir, "cannot make a temporary directory");
   char model[4096];
-  CHECK(make_trained_model(dir, model, sizeof(model)) == 0, "training failed");
+  CHECK(make_template_model(dir, model, sizeof(model)) == 0,
+        "cannot make the model");
   size_t n = (size_t)RATE * SECONDS;
   float *l = (float *)malloc(n * sizeof(float));
   float *r = (float *)malloc(n * sizeof(float));

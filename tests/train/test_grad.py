@@ -34,6 +34,9 @@ for case, (M, Fr, L, S, n, seed) in enumerate([(64, 5, 32, 64, 70, 1), (64, 5, 3
         outs.append(read(gf))
     if not np.array_equal(outs[0], outs[1]):
         fails.append("case %d: 1 and 3 threads differ" % case)
+    # the baseline kernels (no AVX2/FMA) are checked against torch too
+    r = run([P, "grad", M, Fr, L, S, 2, pf, xf, gf], env=dict(os.environ, SSAE_NO_AVX2="1"))
+    outs.append(read(gf))
     got = outs[0]
     m64 = m.double()
     xt = torch.from_numpy(x.astype(np.float64))
@@ -44,13 +47,14 @@ for case, (M, Fr, L, S, n, seed) in enumerate([(64, 5, 32, 64, 70, 1), (64, 5, 3
     print("case %d (M=%d F=%d L=%d S=%d n=%d): loss %.6g rel err %.2e" % (case, M, Fr, L, S, n, loss.item(), lerr))
     if lerr > 1e-5:
         fails.append("case %d: loss rel err %.3g" % (case, lerr))
-    g = split(m, got[:-1])
     rf = split(m, ref)
-    for k in NAMES:
-        e = np.linalg.norm(g[k].astype(np.float64) - rf[k]) / max(np.linalg.norm(rf[k]), 1e-30)
-        print("   %-26s rel err %.2e" % (k, e))
-        if not e <= 1e-4:
-            fails.append("case %d %s: rel err %.3g" % (case, k, e))
+    for kind, vec in (("", got), (" (baseline kernels)", outs[2])):
+        g = split(m, vec[:-1])
+        for k in NAMES:
+            e = np.linalg.norm(g[k].astype(np.float64) - rf[k]) / max(np.linalg.norm(rf[k]), 1e-30)
+            print("   %-26s rel err %.2e%s" % (k, e, kind))
+            if not e <= 1e-4:
+                fails.append("case %d %s%s: rel err %.3g" % (case, k, kind, e))
 
     # forward scores against the module too
     sf = os.path.join(tmp, "s")

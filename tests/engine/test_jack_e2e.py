@@ -1,0 +1,262 @@
+"""End to end with a real JACK server: jackd (dummy driver, 16 kHz, 256
+frames), sndfile-jackplay playing a generated recording into `ssae jack`.
+A recording with an injected anomaly (3.0-5.0 s) gives one alarm_on near
+3 s and one alarm_off after 5 s; a normal recording gives none. Also: the
+ports, the score/alarm outputs, and the server going away (clean exit,
+events flushed, a clear message). Skips (77) without jackd or
+sndfile-jackplay or a JACK-enabled ssae.
+
+The model is made here so that the anomaly is known to score high: its
+slice decoder's weights are zero and its bias is the normal recording's
+mean log-mel level per band, so a window's score is the mean squared
+distance of its log-mel values from the normal level. The threshold comes
+from the normal recording's own window scores (`ssae monitor --input`)."""
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+
+SSAE = os.environ["SSAE"]
+BUILD = os.environ.get("SSAE_BUILD_ROOT", "")
+RATE = 16000
+DUR = 7.0
+A0, A1 = 3.0, 5.0
+
+
+def skip(msg):
+    print("SKIP:", msg)
+    sys.exit(77)
+
+
+def write_wav(path, anomaly, seed):
+    rng = random.Random(seed)
+    out = bytearray()
+    for i in range(int(RATE * DUR)):
+        t = i / RATE
+        v = 0.02 * rng.uniform(-1, 1) + 0.02 * math.sin(2 * math.pi * 300 * t)
+        if anomaly and A0 <= t < A1:
+            v += 0.5 * rng.uniform(-1, 1)  # a loud broadband fault
+        out += struct.pack("<h", max(-32768, min(32767, int(v * 32767))))
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes(bytes(out))
+
+
+def write_model(path, level):
+    """A safetensors model (SPEC section 3) whose reconstruction is `level`."""
+    M, F, L, S = 64, 5, 32, 64
+    C = F * S
+    rng = random.Random(5)
+
+    def rnd(n, a):
+        return [rng.uniform(-a, a) for _ in range(n)]
+    tensors = [
+        ("slice_encoder.0.weight", [M], [1.0] * M),
+        ("slice_encoder.0.bias", [M], [0.0] * M),
+        ("slice_encoder.1.weight", [S, M], rnd(S * M, 0.1)),
+        ("slice_encoder.1.bias", [S], rnd(S, 0.1)),
+        ("global_basis", [L, C], rnd(L * C, 0.1)),
+        ("bottleneck_mlp.0.weight", [L], [1.0] * L),
+        ("bottleneck_mlp.0.bias", [L], [0.0] * L),
+        ("bottleneck_mlp.1.weight", [L, L], rnd(L * L, 0.1)),
+        ("bottleneck_mlp.1.bias", [L], rnd(L, 0.1)),
+        ("slice_decoder.0.weight", [M, S], [0.0] * (M * S)),
+        ("slice_decoder.0.bias", [M], list(level)),
+    ]
+    header, data, off = {}, bytearray(), 0
+    for name, shape, vals in tensors:
+        b = struct.pack("<%df" % len(vals), *vals)
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [off, off + len(b)]}
+        data += b
+        off += len(b)
+    header["__metadata__"] = {"note": "test model: score = distance from a level"}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + bytes(data))
+
+
+def mean_logmel(tmp, wav):
+    npy = os.path.join(tmp, "f.npy")
+    r = subprocess.run([SSAE, "features", wav, "-o", npy], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr)
+    with open(npy, "rb") as f:
+        raw = f.read()
+    hl = struct.unpack("<H", raw[8:10])[0]
+    hdr = raw[10:10 + hl].decode()
+    body = raw[10 + hl:]
+    n = len(body) // 4
+    vals = struct.unpack("<%df" % n, body)
+    assert "'<f4'" in hdr and "(%d, 64)" % (n // 64) in hdr.replace(" ", " "), hdr
+    T = n // 64
+    return [sum(vals[t * 64 + m] for t in range(T)) / T for m in range(64)]
+
+
+def window_scores(tmp, model, wav):
+    tsv = os.path.join(tmp, "w.tsv")
+    r = subprocess.run([SSAE, "monitor", "--backend", "cpu", "--model", model, "--input", wav,
+                        "--windows", tsv, "--no-meter", "--threshold", "1e30"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with open(tsv) as f:
+        rows = [l.split("\t") for l in f.read().splitlines()[1:]]
+    return [(float(t), float(s)) for _, _, t, s in rows]
+
+
+class Jack:
+    def __init__(self, tmp):
+        self.env = dict(os.environ)
+        self.env["JACK_DEFAULT_SERVER"] = "ssae_test_%d" % os.getpid()
+        self.env["HOME"] = tmp
+        self.env["JACK_NO_AUDIO_RESERVATION"] = "1"
+        self.env["JACK_PROMISCUOUS_SERVER"] = ""
+        self.log = open(os.path.join(tmp, "jackd.log"), "w")
+        self.proc = subprocess.Popen(
+            ["jackd", "-n", self.env["JACK_DEFAULT_SERVER"], "-d", "dummy",
+             "-r", str(RATE), "-p", "256"],
+            env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                skip("jackd did not start (see jackd.log)")
+            if subprocess.run(["jack_lsp"], env=self.env, capture_output=True).returncode == 0:
+                return
+            time.sleep(0.1)
+        self.stop()
+        skip("jackd did not answer within 10 s")
+
+    def ports(self):
+        r = subprocess.run(["jack_lsp"], env=self.env, capture_output=True, text=True)
+        return r.stdout.split()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def start_client(jack, tmp, model, thr, name, events):
+    p = subprocess.Popen(
+        [SSAE, "jack", "--model", model, "--backend", "cpu", "--name", name,
+         "--inputs", "1", "--passthrough", "--threshold", repr(thr),
+         "--smoothing", "0.05", "--on", "3", "--off", "3", "--status", "0",
+         "--events", events],
+        env=jack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()  # "client ... running": the engine has started
+    t_start = time.monotonic()
+    if "running" not in line:
+        p.kill()
+        raise AssertionError("ssae jack did not start: " + line + p.stderr.read())
+    return p, t_start
+
+
+def play(jack, name, wav):
+    t = time.monotonic()
+    r = subprocess.run(["sndfile-jackplay", "--autoconnect=" + name + ":in_1", wav], env=jack.env,
+                       capture_output=True, text=True, timeout=DUR + 20)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return t
+
+
+def read_events(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def main():
+    for prog in ("jackd", "jack_lsp", "sndfile-jackplay"):
+        if not shutil.which(prog):
+            skip(prog + " not found")
+    cfg = os.path.join(BUILD, "ssae_config.h")
+    if not os.path.exists(cfg) or "SSAE_HAVE_JACK 1" not in open(cfg).read():
+        skip("ssae was built without JACK")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        normal = os.path.join(tmp, "normal.wav")
+        anomal = os.path.join(tmp, "anomaly.wav")
+        write_wav(normal, False, 1)
+        write_wav(anomal, True, 2)
+        model = os.path.join(tmp, "level.safetensors")
+        write_model(model, mean_logmel(tmp, normal))
+        ns = window_scores(tmp, model, normal)
+        an = window_scores(tmp, model, anomal)
+        top = max(s for _, s in ns)
+        inside = [s for t, s in an if A0 + 0.2 < t < A1 - 0.2]
+        assert min(inside) > 20 * top, ("the test anomaly does not score high", min(inside), top)
+        thr = math.sqrt(top * min(inside))
+        print(f"normal max window score {top:.3g}, anomaly min {min(inside):.3g}, "
+              f"threshold {thr:.3g}")
+
+        jack = Jack(tmp)
+        try:
+            for wav, is_anomaly in ((normal, False), (anomal, True)):
+                name = "ssae_t%d" % int(is_anomaly)
+                events = os.path.join(tmp, name + ".jsonl")
+                p, t_start = start_client(jack, tmp, model, thr, name, events)
+                ports = jack.ports()
+                for port in ("in_1", "out_1", "score_1", "alarm_1"):
+                    assert f"{name}:{port}" in ports, ports
+                t_play = play(jack, name, wav)
+                time.sleep(0.5)
+                p.send_signal(signal.SIGINT)
+                out, err = p.communicate(timeout=20)
+                assert p.returncode == 0, err
+                evs = read_events(events)
+                assert [json.loads(l) for l in out.splitlines() if l.strip()] == evs
+                status = evs[-1]
+                assert status["event"] == "status" and status["dropped"] == 0, status
+                assert status["windows"] >= (DUR - 0.5) * RATE / 512, status
+                alarms = [e for e in evs if e["event"] in ("alarm_on", "alarm_off")]
+                # Seconds of audio since the client started when playback began.
+                off = t_play - t_start
+                print(f"{os.path.basename(wav)}: playback began at {off:.2f} s; "
+                      f"events {[(e['event'], round(e['t'] - off, 2)) for e in alarms]}; "
+                      f"latency p99 {status['latency_ms']['p99']} ms")
+                if not is_anomaly:
+                    assert not alarms, alarms
+                    continue
+                assert [e["event"] for e in alarms] == ["alarm_on", "alarm_off"], alarms
+                on, offe = alarms[0]["t"] - off, alarms[1]["t"] - off
+                # alarm on: 3 windows above after the fault enters a window;
+                # off: 3 below after it has left the 5-frame window and the
+                # smoothing (50 ms) has decayed. Slack for the start-up offset.
+                assert A0 - 0.1 <= on <= A0 + 0.6, on
+                assert A1 - 0.1 <= offe <= A1 + 1.0, offe
+                assert alarms[0]["channel"] == 0 and alarms[0]["score"] > thr
+                assert abs(alarms[0]["threshold"] - thr) < 1e-6 * thr
+
+            # The server goes away: a clear message, events flushed, exit 1.
+            events = os.path.join(tmp, "gone.jsonl")
+            p, _ = start_client(jack, tmp, model, thr, "ssae_gone", events)
+            time.sleep(0.5)
+            jack.stop()
+            out, err = p.communicate(timeout=20)
+            assert p.returncode == 1, (p.returncode, err)
+            assert "JACK server went away" in err, err
+            evs = read_events(events)
+            assert any(e["event"] == "server_shutdown" for e in evs), evs
+            assert evs[-1]["event"] == "status", evs
+        finally:
+            jack.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+/* Windows per second of the CPU forward pass alone (BENCHMARKS.md):
+ *   bench_forward [MODEL] [SECONDS]
+ * on a single thread and on all threads, scores only and with
+ * reconstructions, batches of 4096 windows at log-mel scale. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "ssae_cpu.h"
+#include "ssae_model.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double rate(ssae_cpu *c, const float *x, size_t n, float *s, float *r, double secs) {
+  ssae_cpu_forward(c, x, n, s, r); /* warm up */
+  size_t done = 0;
+  double t0 = now(), t;
+  do {
+    ssae_cpu_forward(c, x, n, s, r);
+    done += n;
+  } while ((t = now() - t0) < secs);
+  return (double)done / t;
+}
+
+int main(int argc, char **argv) {
+  ssae_err err = {{0}};
+  ssae_model *m = ssae_model_open(argc > 1 && argv[1][0] ? argv[1] : NULL, &err);
+  if (!m) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  double secs = argc > 2 ? atof(argv[2]) : 2.0;
+  size_t n = 4096, win = (size_t)m->d.frames * (size_t)m->d.n_mels;
+  float *x = malloc(n * win * sizeof *x), *r = malloc(n * win * sizeof *r),
+        *s = malloc(n * sizeof *s);
+  unsigned seed = 1;
+  for (size_t i = 0; i < n * win; i++) {
+    seed = seed * 1103515245u + 12345u;
+    x[i] = -90.0f + 80.0f * (float)((seed >> 8) & 0xFFFF) / 65535.0f;
+  }
+  ssae_cpu *c1 = ssae_cpu_new(m, 1, &err), *ca = ssae_cpu_new(m, 0, &err);
+  if (!c1 || !ca) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  printf("model n_mels=%d frames=%d latent=%d slice_latent=%d, batch %zu\n", m->d.n_mels,
+         m->d.frames, m->d.latent, m->d.slice_latent, n);
+  printf("1 thread,  scores only:   %10.0f windows/s\n", rate(c1, x, n, s, NULL, secs));
+  printf("1 thread,  with recon:    %10.0f windows/s\n", rate(c1, x, n, s, r, secs));
+  printf("%d threads, scores only:   %10.0f windows/s\n", ssae_cpu_threads(ca), rate(ca, x, n, s, NULL, secs));
+  printf("%d threads, with recon:    %10.0f windows/s\n", ssae_cpu_threads(ca), rate(ca, x, n, s, r, secs));
+  ssae_cpu_free(c1);
+  ssae_cpu_free(ca);
+  ssae_model_free(m);
+  free(x);
+  free(r);
+  free(s);
+  return 0;
+}
