@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(NT, 1)
           q = fma(d, d, q);
         }
         q += __shfl_xor_sync(0xffffffffu, q, 1);
-        const double rstd = 1.0 / sqrt(q * (1.0 / 64.0) + 1e-5);
+        const double rstd = rsqrt(q * (1.0 / 64.0) + 1e-5);
 #pragma unroll
         for (int m = 0; m < 32; m++) Xs[(h + m) * LD + w] = (float)(((double)r[m] - mean) * rstd);
       }
@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(NT, 1)
         const double d = (double)Zs[l * LD + tid] - mean;
         q = fma(d, d, q);
       }
-      const double rstd = 1.0 / sqrt(q * (1.0 / 32.0) + 1e-5);
+      const double rstd = rsqrt(q * (1.0 / 32.0) + 1e-5);
 #pragma unroll
       for (int l = 0; l < 32; l++)
         Zs[l * LD + tid] = (float)(((double)Zs[l * LD + tid] - mean) * rstd);
@@ -343,7 +343,7 @@ __device__ __forceinline__ double ssae_warp_sum_d(double v) {
 
 /* LayerNorm in place over len floats (one warp); statistics in double (see
  * the tiled kernel). */
-__device__ __forceinline__ void ssae_warp_layernorm(float *v, int len, int lane) {
+__device__ __noinline__ void ssae_warp_layernorm(float *v, int len, int lane) {
   double s = 0.0;
   for (int i = lane; i < len; i += 32) s += (double)v[i];
   const double mean = ssae_warp_sum_d(s) / (double)len;
@@ -352,14 +352,14 @@ __device__ __forceinline__ void ssae_warp_layernorm(float *v, int len, int lane)
     const double d = (double)v[i] - mean;
     q = fma(d, d, q);
   }
-  const double rstd = 1.0 / sqrt(ssae_warp_sum_d(q) / (double)len + 1e-5);
+  const double rstd = rsqrt(ssae_warp_sum_d(q) / (double)len + 1e-5);
   __syncwarp();
   for (int i = lane; i < len; i += 32) v[i] = (float)(((double)v[i] - mean) * rstd);
 }
 
 /* sum over k = j, j+T, ... < K of w[k] a[k]; eight weight loads in flight
  * at a time (the weights come from L2 on a small batch). */
-__device__ __forceinline__ float ssae_dot_split(const float *__restrict__ w, const float *a,
+__device__ __noinline__ float ssae_dot_split(const float *__restrict__ w, const float *a,
                                                 int K, int j, int T) {
   float acc = 0.f;
   for (int k0 = j; k0 < K; k0 += 8 * T) {

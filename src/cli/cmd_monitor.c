@@ -1,6 +1,8 @@
 /* `ssae monitor`: live monitor through PortAudio, or a file played through
  * the same real-time engine (--input). */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -236,10 +238,16 @@ static int pa_callback(const void *input, void *output, unsigned long frames,
 }
 
 static int pa_start(void) {
-  /* PortAudio's host APIs print diagnostics (ALSA) on stderr while probing;
-   * they are noise for the user. */
+  /* PortAudio's host APIs (ALSA, JACK) print diagnostics on stderr while
+   * probing devices; they are noise for the user, so stderr points to
+   * /dev/null meanwhile (no other thread is running yet). */
   fflush(stderr);
+  int saved = dup(2), devnull = open("/dev/null", O_WRONLY);
+  if (saved >= 0 && devnull >= 0) dup2(devnull, 2);
   int rc = Pa_Initialize();
+  if (saved >= 0 && devnull >= 0) dup2(saved, 2);
+  if (saved >= 0) close(saved);
+  if (devnull >= 0) close(devnull);
   if (rc != paNoError) {
     ssae_cli_error(CMD, "PortAudio: %s", Pa_GetErrorText(rc));
     return -1;

@@ -93,7 +93,8 @@ typedef struct ssae_engine_cfg {
   size_t max_block;        /* hint: largest block per process() call; larger
                               blocks are split internally (0: 8192) */
   const char *backend;     /* "auto" (default when NULL), "cpu", "cuda" */
-  int cpu_threads;         /* threads of the CPU backend (0: default 1) */
+  int cpu_threads;         /* reserved, 0 (the CPU backend sizes its own
+                              thread pool: every core) */
   size_t ring_windows;     /* ring capacity in windows (0: 64 per channel,
                               at least 1024) */
   size_t max_batch;        /* windows per backend call (0: 256) */

@@ -50,6 +50,7 @@ static void draw_roc(cairo_t *cr, const ssae_evalplot_section *sec, size_t n_sec
     const double *c = curve_rgb[k % 6];
     cairo_set_source_rgb(cr, c[0], c[1], c[2]);
     cairo_set_line_width(cr, 2.0 * s);
+    cairo_new_path(cr); /* the legend's text left a current point */
     for (size_t i = 0; i < roc.n; i++)
       cairo_line_to(cr, r->x + r->w * roc.fpr[i], r->y + r->h * (1 - roc.tpr[i]));
     cairo_stroke(cr);
@@ -98,14 +99,20 @@ static void draw_hist(cairo_t *cr, const ssae_evalplot_section *sec, size_t n_se
   }
   char buf[64];
   cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
+  /* Decades, and 2 and 5 between them when the axis spans little. */
+  int dense = l->hist_hi - l->hist_lo < 2.5;
   for (int e = (int)floor(l->hist_lo); e <= (int)ceil(l->hist_hi); e++) {
-    double x = ssae_evalplot_score_x(l, pow(10.0, e));
-    if (e < l->hist_lo || e > l->hist_hi) continue;
-    cairo_move_to(cr, floor(x) + 0.5, r->y + r->h);
-    cairo_line_to(cr, floor(x) + 0.5, r->y + r->h + 5 * s);
-    cairo_stroke(cr);
-    snprintf(buf, sizeof buf, "1e%d", e);
-    plot_text(cr, x, r->y + r->h + 8 * s, 0.5, 0.0, 12 * s, buf);
+    static const double mant[3] = {1, 2, 5};
+    for (int k = 0; k < (dense ? 3 : 1); k++) {
+      double v = mant[k] * pow(10.0, e), lv = log10(v);
+      if (lv < l->hist_lo || lv > l->hist_hi) continue;
+      double x = ssae_evalplot_score_x(l, v);
+      cairo_move_to(cr, floor(x) + 0.5, r->y + r->h);
+      cairo_line_to(cr, floor(x) + 0.5, r->y + r->h + 5 * s);
+      cairo_stroke(cr);
+      snprintf(buf, sizeof buf, "%g", v);
+      plot_text(cr, x, r->y + r->h + 8 * s, 0.5, 0.0, 12 * s, buf);
+    }
   }
   double step = plot_tick_step((double)peak / 0.92, 5);
   for (double c = 0; c <= (double)peak / 0.92; c += step) {

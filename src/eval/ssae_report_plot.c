@@ -245,6 +245,7 @@ static void draw_scores(cairo_t *cr, const ssae_report_data *d, const ssae_repor
     cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
     cairo_set_source_rgb(cr, 0.60, 0.70, 0.88);
     cairo_set_line_width(cr, 1.0 * s);
+    cairo_new_path(cr);
     for (size_t i = 0; i < d->n_windows; i++)
       cairo_line_to(cr, ssae_report_time_x(l, i * hop_s + centre),
                     ssae_report_score_y(l, d->scores[i]));

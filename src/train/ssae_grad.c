@@ -18,18 +18,36 @@
 #define LN_EPS 1e-5
 #define NORM_EPS 1e-12
 
+/* The kernels do not use floating-point exception flags; without
+ * -ftrapping-math GCC if-converts the selects in the GELU loop and
+ * vectorises it. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
 #define KSFX(name) name##_base
+#define KV kv4
+#define KVL 4
 #include "ssae_train_kern.h"
 #undef KSFX
+#undef KV
+#undef KVL
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define HAVE_AVX2_KERNELS 1
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-#pragma GCC optimize("fp-contract=fast")
+#pragma GCC optimize("fp-contract=fast", "no-trapping-math")
 #define KSFX(name) name##_avx2
+#define KV kv8
+#define KVL 8
 #include "ssae_train_kern.h"
 #undef KSFX
+#undef KV
+#undef KVL
 #pragma GCC pop_options
 #endif
 
@@ -157,12 +175,12 @@ static void chunk_run(ssae_grad *g, work *w, const float *x, size_t nw,
 
   ln_fwd(R, M, x, P + off[0], P + off[1], w->xhat, w->u, w->rstd1);
   k->mm_nn(R, M, S, w->u, g->enc_t, P + off[3], w->a);
-  k->gelu_fwd(R * S, w->a, w->h, grad ? w->gd1 : NULL);
+  k->gelu_fwd(R * S, w->a, w->h, w->gd1);
   /* h is also c: [nw x C] */
   k->mm_nn(nw, C, L, w->h, g->bn_t, NULL, w->z);
   ln_fwd(nw, L, w->z, P + off[5], P + off[6], w->zhat, w->v, w->rstd2);
   k->mm_nn(nw, L, L, w->v, g->bnw_t, P + off[8], w->p);
-  k->gelu_fwd(nw * L, w->p, w->zp, grad ? w->gd2 : NULL);
+  k->gelu_fwd(nw * L, w->p, w->zp, w->gd2);
   k->mm_nn(nw, L, C, w->zp, g->bn, NULL, w->r);
   k->mm_nn(R, S, M, w->r, g->dec_t, P + off[10], w->y);
 

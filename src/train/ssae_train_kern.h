@@ -3,34 +3,57 @@
  * target("avx2,fma") with a name suffix, picked at run time. KSFX(name)
  * appends the suffix. Everything is static. */
 
+/* KV is a vector of KVL floats in GCC's vector extension (16 bytes for the
+ * baseline, 32 under AVX2), chosen by the includer: the tiles' accumulators
+ * are named variables of it, so they live in registers. */
+typedef float KV __attribute__((vector_size(KVL * 4)));
+
+#ifndef KLD8
+/* unaligned load / store; macros, since passing these vectors to functions
+ * would depend on the ISA's ABI */
+#define KLD8(v, p) memcpy(&(v), (p), sizeof(v))
+#define KST8(p, v) memcpy((p), &(v), sizeof(v))
+#endif
+
 /* C[R x N] = A[R x K] * B[K x N] (+ bias[N]). Register tiles of 4 rows by
- * 16 columns keep the accumulators out of memory. */
+ * 2 KVL columns. */
 static void KSFX(mm_nn)(size_t R, size_t K, size_t N, const float *restrict A,
                         const float *restrict B, const float *restrict bias,
                         float *restrict C) {
-  size_t N16 = N & ~(size_t)15, R4 = R & ~(size_t)3;
+  size_t N16 = N & ~(size_t)(2 * KVL - 1), R4 = R & ~(size_t)3;
   for (size_t i = 0; i < R4; i += 4) {
     const float *a0 = A + i * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
-    for (size_t j = 0; j < N16; j += 16) {
-      float c0[16], c1[16], c2[16], c3[16];
-      for (int q = 0; q < 16; q++) c0[q] = c1[q] = c2[q] = c3[q] = bias ? bias[j + q] : 0.0f;
+    for (size_t j = 0; j < N16; j += 2 * KVL) {
+      KV b0 = {0}, b1 = {0};
+      if (bias) {
+        KLD8(b0, bias + j);
+        KLD8(b1, bias + j + KVL);
+      }
+      KV c00 = b0, c01 = b1, c10 = b0, c11 = b1, c20 = b0, c21 = b1, c30 = b0, c31 = b1;
       for (size_t k = 0; k < K; k++) {
         const float *b = B + k * N + j;
+        KV v0, v1;
+        KLD8(v0, b);
+        KLD8(v1, b + KVL);
         float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-        for (int q = 0; q < 16; q++) {
-          c0[q] += x0 * b[q];
-          c1[q] += x1 * b[q];
-          c2[q] += x2 * b[q];
-          c3[q] += x3 * b[q];
-        }
+        c00 += x0 * v0;
+        c01 += x0 * v1;
+        c10 += x1 * v0;
+        c11 += x1 * v1;
+        c20 += x2 * v0;
+        c21 += x2 * v1;
+        c30 += x3 * v0;
+        c31 += x3 * v1;
       }
       float *c = C + i * N + j;
-      for (int q = 0; q < 16; q++) {
-        c[q] = c0[q];
-        c[N + q] = c1[q];
-        c[2 * N + q] = c2[q];
-        c[3 * N + q] = c3[q];
-      }
+      KST8(c, c00);
+      KST8(c + KVL, c01);
+      KST8(c + N, c10);
+      KST8(c + N + KVL, c11);
+      KST8(c + 2 * N, c20);
+      KST8(c + 2 * N + KVL, c21);
+      KST8(c + 3 * N, c30);
+      KST8(c + 3 * N + KVL, c31);
     }
     for (size_t r = i; r < i + 4; r++)
       for (size_t j = N16; j < N; j++) {
@@ -55,34 +78,43 @@ static void KSFX(mm_nn)(size_t R, size_t K, size_t N, const float *restrict A,
 static void KSFX(mm_tn_acc)(size_t R, size_t P, size_t N,
                             const float *restrict A, const float *restrict B,
                             float *restrict G) {
-  size_t N16 = N & ~(size_t)15, P4 = P & ~(size_t)3;
+  size_t N16 = N & ~(size_t)(2 * KVL - 1), P4 = P & ~(size_t)3;
   for (size_t p = 0; p < P4; p += 4) {
-    for (size_t j = 0; j < N16; j += 16) {
-      float g0[16], g1[16], g2[16], g3[16];
+    for (size_t j = 0; j < N16; j += 2 * KVL) {
       float *g = G + p * N + j;
-      for (int q = 0; q < 16; q++) {
-        g0[q] = g[q];
-        g1[q] = g[N + q];
-        g2[q] = g[2 * N + q];
-        g3[q] = g[3 * N + q];
-      }
+      KV g00, g01, g10, g11, g20, g21, g30, g31;
+      KLD8(g00, g);
+      KLD8(g01, g + KVL);
+      KLD8(g10, g + N);
+      KLD8(g11, g + N + KVL);
+      KLD8(g20, g + 2 * N);
+      KLD8(g21, g + 2 * N + KVL);
+      KLD8(g30, g + 3 * N);
+      KLD8(g31, g + 3 * N + KVL);
       for (size_t i = 0; i < R; i++) {
         const float *b = B + i * N + j;
         const float *a = A + i * P + p;
+        KV v0, v1;
+        KLD8(v0, b);
+        KLD8(v1, b + KVL);
         float x0 = a[0], x1 = a[1], x2 = a[2], x3 = a[3];
-        for (int q = 0; q < 16; q++) {
-          g0[q] += x0 * b[q];
-          g1[q] += x1 * b[q];
-          g2[q] += x2 * b[q];
-          g3[q] += x3 * b[q];
-        }
+        g00 += x0 * v0;
+        g01 += x0 * v1;
+        g10 += x1 * v0;
+        g11 += x1 * v1;
+        g20 += x2 * v0;
+        g21 += x2 * v1;
+        g30 += x3 * v0;
+        g31 += x3 * v1;
       }
-      for (int q = 0; q < 16; q++) {
-        g[q] = g0[q];
-        g[N + q] = g1[q];
-        g[2 * N + q] = g2[q];
-        g[3 * N + q] = g3[q];
-      }
+      KST8(g, g00);
+      KST8(g + KVL, g01);
+      KST8(g + N, g10);
+      KST8(g + N + KVL, g11);
+      KST8(g + 2 * N, g20);
+      KST8(g + 2 * N + KVL, g21);
+      KST8(g + 3 * N, g30);
+      KST8(g + 3 * N + KVL, g31);
     }
     for (size_t pp = p; pp < p + 4; pp++)
       for (size_t j = N16; j < N; j++) {
@@ -145,9 +177,10 @@ static void KSFX(gelu_fwd)(size_t n, const float *restrict a,
     q = q * t + 1.00002368f;
     q = q * t - 1.26551223f;
     float erfc = t * KSFX(exp_neg)(q - z * z);
-    float phi_cdf = x < 0 ? 0.5f * erfc : 1.0f - 0.5f * erfc;
+    float half = 0.5f * erfc;
+    float phi_cdf = x < 0 ? half : 1.0f - half;
     float pdf = 0.39894228040143268f * KSFX(exp_neg)(-0.5f * x * x);
     h[i] = x * phi_cdf;
-    if (d) d[i] = phi_cdf + x * pdf;
+    d[i] = phi_cdf + x * pdf;
   }
 }

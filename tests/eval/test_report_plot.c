@@ -195,9 +195,10 @@ int main(void) {
     el[i] = i >= 20;
     es[i] = (el[i] ? 0.1 : 0.01) * (1.0 + 0.05 * (i % 20));
   }
-  ssae_evalplot_section sec = {"synthetic", es, el, 40, 1.0, 1.0};
+  ssae_evalplot_section sec[2] = {{"synthetic", es, el, 40, 1.0, 1.0},
+                                  {"again", es, el, 40, 1.0, 1.0}};
   ssae_evalplot_layout el_l;
-  if (ssae_evalplot_draw(&sec, 1, 0.03, 0.1, "eval test", evpath, 0, 0, &el_l, &err)) {
+  if (ssae_evalplot_draw(sec, 2, 0.03, 0.1, "eval test", evpath, 0, 0, &el_l, &err)) {
     printf("FAIL evalplot: %s\n", err.msg);
     failures++;
   } else if (png_load(&p, evpath) == 0) {
@@ -210,11 +211,21 @@ int main(void) {
       col += near(rgb, SSAE_PLOT_THRESHOLD_RGB, 0.02);
     }
     CHECK(col == cn, "threshold column: %d of %d", col, cn);
-    /* A perfect ROC: the curve runs up the left edge, so the top-left
-     * corner region is the curve's colour and the bottom right is not. */
+    /* Perfect ROCs (two sections, drawn in two colours): they run up the
+     * left edge... */
     pixel(&p, el_l.roc.x - 1, el_l.roc.y + el_l.roc.h * 0.5, rgb);
-    CHECK(near(rgb, 0.08, 0.20, 0.50, 0.15), "ROC up the left edge %.2f %.2f %.2f", rgb[0],
+    CHECK(near(rgb, 0.08, 0.20, 0.50, 0.15) || near(rgb, 0.90, 0.45, 0.05, 0.15),
+          "ROC up the left edge %.2f %.2f %.2f", rgb[0],
           rgb[1], rgb[2]);
+    /* ... and nothing of it crosses the lower right (a stray line from the
+     * legend, say): only background, grid and the dashed diagonal there. */
+    int stray = 0;
+    for (double f = 0.1; f < 0.95; f += 0.005)
+      for (double t = 0.02; t < 0.5; t += 0.28) {
+        pixel(&p, el_l.roc.x + el_l.roc.w * f, el_l.roc.y + el_l.roc.h * (1 - t), rgb);
+        stray += (rgb[2] - rgb[0] > 0.2 && rgb[0] < 0.5) || (rgb[0] - rgb[2] > 0.4);
+      }
+    CHECK(stray == 0, "%d curve-coloured pixels in the lower right of the ROC", stray);
     cairo_surface_destroy(p.s);
   }
 

@@ -118,7 +118,7 @@ static LV2_Worker_Status schedule_work(LV2_Worker_Schedule_Handle handle,
  * stays in the queue while it runs, so that "queue empty" means idle. */
 static void *worker_main(void *arg) {
   lv2h *h = (lv2h *)arg;
-  static _Alignas(16) unsigned char data[LV2H_REQ_SIZE];
+  unsigned char *data = (unsigned char *)h->req_copy;
   pthread_mutex_lock(&h->mu);
   for (;;) {
     while (!h->stop && h->n_req == 0) pthread_cond_wait(&h->cv, &h->mu);
@@ -223,7 +223,8 @@ int lv2h_open(lv2h *h, const char *plugin_uri, double rate, int threaded) {
   lilv_node_free(input);
   if (threaded && h->worker) {
     h->req = calloc(LV2H_MAX_REQ, sizeof(*h->req));
-    if (!h->req || pthread_create(&h->thread, NULL, worker_main, h) != 0) {
+    h->req_copy = calloc(LV2H_REQ_SIZE / 8, 8);
+    if (!h->req || !h->req_copy || pthread_create(&h->thread, NULL, worker_main, h) != 0) {
       fprintf(stderr, "cannot start the worker thread\n");
       return -1;
     }
@@ -268,6 +269,7 @@ void lv2h_close(lv2h *h) {
     lilv_instance_free(h->inst);
   }
   free(h->req);
+  free(h->req_copy);
   pthread_cond_destroy(&h->cv);
   if (h->world) lilv_world_free(h->world);
   for (size_t i = 0; i < h->n_uris; i++) free(h->uris[i]);

@@ -63,6 +63,7 @@ typedef struct lv2h {
     uint32_t size;
     _Alignas(16) unsigned char data[LV2H_REQ_SIZE];
   } *req; /* LV2H_MAX_REQ entries, guarded by mu */
+  uint64_t *req_copy; /* the request being worked on (worker thread) */
   int n_req;
 
   float ctl[LV2H_MAX_PORTS];

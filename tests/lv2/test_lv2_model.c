@@ -4,8 +4,8 @@
  * keeps running; a good path is loaded by the worker, announced on the
  * notify port and used (its threshold shows on threshold_used); the state
  * saves the path through the host's map-path feature and restores it, both
- * directly and through the worker. The host runs its worker on a thread,
- * as a live host does. */
+ * directly and through the worker; enable = 0 pauses the analysis. The
+ * host runs its worker on a thread, as a live host does. */
 #define _XOPEN_SOURCE 700
 #include <limits.h>
 #include <math.h>
@@ -175,6 +175,20 @@ int main(int argc, char **argv) {
         "the old model stopped (windows %g, before %g)",
         *lv2h_ctl(&h, "windows"), w0);
   CHECK(*lv2h_ctl(&h, "threshold_used") == thr0, "threshold changed");
+
+  /* enable = 0 pauses the analysis (audio still passes); 1 resumes it. */
+  *lv2h_ctl(&h, "enable") = 0.0f;
+  lv2h_run(&h, 0);
+  feed(&h, 0.2); /* windows of audio fed before the switch finish here */
+  float paused = *lv2h_ctl(&h, "windows");
+  feed(&h, 0.5);
+  CHECK(*lv2h_ctl(&h, "windows") == paused,
+        "windows scored while disabled (%g, then %g)", paused,
+        *lv2h_ctl(&h, "windows"));
+  CHECK(*lv2h_ctl(&h, "alarm") == 0.0f, "alarm on while disabled");
+  *lv2h_ctl(&h, "enable") = 1.0f;
+  feed(&h, 0.5);
+  CHECK(*lv2h_ctl(&h, "windows") > paused, "the analysis did not resume");
 
   /* A good model: loaded, announced, used. */
   char got[PATH_MAX];

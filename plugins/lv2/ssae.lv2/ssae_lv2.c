@@ -195,6 +195,9 @@ static void publish(ssae_lv2 *self, const ssae_engine *engine) {
   }
   set_output(self->score, score);
   set_output(self->window_score, window);
+  /* Disabled: no windows reach the detector, so its last alarm state would
+   * stay published; the port says "off" (as documented) right away. */
+  if (!self->params.enabled) alarm = 0;
   set_output(self->alarm, alarm ? 1.0f : 0.0f);
   set_output(self->threshold_used, threshold);
   set_output(self->drops, drops);
