@@ -19,13 +19,15 @@ namespace {
  * out): one launch instead of three API calls. */
 const size_t kGraphMax = 4096;
 const int kGraphSlots = 8;
+/* Up to this many windows a batch runs one window per block. */
+const size_t kSmallMax = 1024;
 /* Default buffer capacity in windows when the caller gives no bound. */
 const size_t kDefaultCap = 65536;
 
 /* Tiled kinds: the value is the tile width; K_TILED128W is 128 windows on
  * 512 threads (twice the warps, half the registers per thread). */
 enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128,
-                   K_TILED128W = 129 };
+                   K_TILED128W = 129, K_SMALL = 1 };
 int tile_width(kernel_kind k) { return k == K_TILED128W ? 128 : (int)k; }
 
 struct graph_slot {
@@ -44,6 +46,7 @@ struct cuda_impl {
   int tiled_ok[4]; /* TW 32, 64, 128, 128 on 512 threads */
   int force;       /* -1 auto, else kernel_kind */
   int wide;        /* auto picks K_TILED128W for large batches */
+  int small_ok;    /* ssae_fused_small fits these dimensions */
   size_t gen_gmax; /* windows per block the generic kernel can hold */
   cudaStream_t stream;
   float *d_w, *d_x, *d_scores, *d_recon;
@@ -145,7 +148,9 @@ int tw_index(int k) { return k == 32 ? 0 : k == 64 ? 1 : k == 128 ? 2 : 3; }
 
 kernel_kind choose_kernel(const cuda_impl *c, size_t n) {
   if (c->force == K_GENERIC) return K_GENERIC;
+  if (c->force == K_SMALL) return c->small_ok ? K_SMALL : K_GENERIC;
   if (c->force > 0) return c->tiled_ok[tw_index(c->force)] ? (kernel_kind)c->force : K_GENERIC;
+  if (c->small_ok && n <= kSmallMax) return K_SMALL;
   if (!c->tiled_ok[0] || n < 512) return K_GENERIC;
   const size_t sms = (size_t)c->sms;
   if (c->tiled_ok[3] && n >= 128 * sms && c->wide) return K_TILED128W;
@@ -168,7 +173,11 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
            int poison_config, ssae_err *err) {
   const kernel_kind k = choose_kernel(c, n);
   dim3 block(poison_config ? 4096 : SSAE_CUDA_THREADS);
-  if (k == K_GENERIC) {
+  if (k == K_SMALL) {
+    const unsigned grid = (unsigned)std::min<size_t>(n, (size_t)c->sms * 2);
+    if (!poison_config) block.x = SSAE_SMALL_THREADS;
+    ssae_fused_small<<<grid, block, 0, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
+  } else if (k == K_GENERIC) {
     block.x = poison_config ? 4096 : SSAE_GENERIC_THREADS;
     const size_t g = generic_g(c, n);
     const size_t nblk = (n + g - 1) / g;
@@ -260,6 +269,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     else if (!strcmp(fk, "tiled64")) c->force = K_TILED64;
     else if (!strcmp(fk, "tiled128") || !strcmp(fk, "tiled")) c->force = K_TILED128;
     else if (!strcmp(fk, "tiled128w")) c->force = K_TILED128W;
+    else if (!strcmp(fk, "small")) c->force = K_SMALL;
   }
 
 #define CKN(call, what)                                      \
@@ -289,6 +299,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
   /* The specialised kernel: M = S = 64, L = 32, weights + tile in shared
    * memory. */
   const int spec = d->n_mels == 64 && d->slice_latent == 64 && d->latent == 32;
+  c->small_ok = spec && d->frames <= SSAE_SMALL_FMAX;
   const int tws[4] = {32, 64, 128, 128};
   for (int i = 0; i < 4; i++) {
     const size_t b = ssae_tiled_smem(&c->lo, tws[i]);
@@ -451,6 +462,7 @@ extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
     case K_TILED64: return "tiled64";
     case K_TILED128: return "tiled128";
     case K_TILED128W: return "tiled128w";
+    case K_SMALL: return "small";
     default: return "generic";
   }
 }

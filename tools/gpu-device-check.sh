@@ -72,7 +72,7 @@ if has bench; then
 fi
 
 if has variants; then
-  for k in generic tiled32 tiled64 tiled128 tiled128w; do
+  for k in generic small tiled32 tiled64 tiled128 tiled128w; do
     log "kernel $k"
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \
       --seconds 0.05 --batches 1,32,256,4096,65536,1048576 2>&1 | sed -n '/kernel alone/,$p'

@@ -229,7 +229,13 @@ int ssae_cmd_bench(int argc, char **argv) {
     if (impl) ssae_backend_cuda.destroy(impl);
   }
 #endif
-  if (!ran && rc == SSAE_EXIT_OK) {
+  int known = !strcmp(which, "all");
+  for (int bi = 0; ssae_backends[bi]; bi++)
+    if (!strcmp(which, ssae_backends[bi]->name)) known = 1;
+  if (!known) {
+    ssae_cli_error(CMD, "backend %s: this ssae was built without it", which);
+    rc = SSAE_EXIT_INPUT;
+  } else if (!ran && rc == SSAE_EXIT_OK) {
     ssae_cli_error(CMD, "no backend ran");
     rc = SSAE_EXIT_INPUT;
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,7 +224,8 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
 #if SSAE_HAVE_PORTAUDIO
 typedef struct live {
   ssae_engine *e;
-  volatile int failed;
+  atomic_int closing; /* set before the engine goes away */
+  atomic_int in_cb;   /* the callback is running */
 } live;
 
 static int pa_callback(const void *input, void *output, unsigned long frames,
@@ -233,7 +235,13 @@ static int pa_callback(const void *input, void *output, unsigned long frames,
   (void)ti;
   (void)flags;
   live *l = user;
+  atomic_store(&l->in_cb, 1);
+  if (atomic_load(&l->closing)) {
+    atomic_store(&l->in_cb, 0);
+    return paAbort;
+  }
   ssae_engine_process(l->e, (const float *const *)input, frames);
+  atomic_store(&l->in_cb, 0);
   return paContinue;
 }
 
@@ -339,7 +347,9 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   ecfg->on_event = ssae_evsink_on_event;
   ecfg->user = sink;
   ecfg->emit_windows = o->windows != NULL;
-  live l = {NULL, 0};
+  live l;
+  atomic_init(&l.closing, 0);
+  atomic_init(&l.in_cb, 0);
   l.e = ssae_engine_new(m, ecfg, &err);
   if (!l.e) {
     ssae_cli_error(CMD, "%s", err.msg);
@@ -384,9 +394,20 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     }
     if (o->duration > 0 && el >= o->duration) break;
   }
-  Pa_StopStream(st);
-  Pa_CloseStream(st);
-  Pa_Terminate();
+  if (rc == SSAE_EXIT_OK) {
+    Pa_StopStream(st);
+    Pa_CloseStream(st);
+    Pa_Terminate();
+  } else {
+    /* After a device loss PortAudio's clean-up may block on the dead
+     * device (a JACK server that went away does): the events come first,
+     * and the process ends without it. */
+    atomic_store(&l.closing, 1);
+    for (int k = 0; k < 100 && atomic_load(&l.in_cb); k++) {
+      struct timespec d = {0, 1000000L};
+      nanosleep(&d, NULL);
+    }
+  }
   ssae_engine_drain(l.e);
   summary(l.e, sink);
   ssae_engine_free(l.e);

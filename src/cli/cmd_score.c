@@ -56,7 +56,7 @@ static void usage(FILE *f) {
 
 typedef struct {
   int state; /* 0 pending, 1 ready, 2 failed */
-  float *windows;
+  float *frames; /* (n_windows + frames - 1) x n_mels */
   size_t n_windows;
   int rate, hop;
   char *error;
@@ -97,9 +97,10 @@ static int decode(job *j, ssae_logmel *lm, size_t i, slot *s, ssae_err *err) {
     return ssae_err_set(err, "%s: too short: %zu samples give %zu frame%s, one window needs "
                         "%zu", j->paths[i], samples, nf, nf == 1 ? "" : "s", F);
   }
-  int rc = ssae_windows_from_frames(frames, nf, (int)M, (int)F, &s->windows, &s->n_windows, err);
-  free(frames);
-  if (rc) return ssae_err_prefix(err, "%s", j->paths[i]);
+  /* Frames only (a fifth of the windows' size): the main thread lays the
+   * windows out straight into the batch. */
+  s->frames = frames;
+  s->n_windows = nf - F + 1;
   s->rate = cfg->sample_rate;
   s->hop = cfg->hop_length;
   return 0;
@@ -369,10 +370,12 @@ int ssae_cmd_score(int argc, char **argv) {
         break;
       }
     }
-    size_t off = 0;
+    size_t off = 0, M = (size_t)m->d.n_mels;
     for (size_t k = i; k < e; k++) {
       if (j.slots[k].state != 1) continue;
-      memcpy(batch + off * win, j.slots[k].windows, j.slots[k].n_windows * win * sizeof *batch);
+      /* Window t is frames t ... t+F-1, one contiguous run. */
+      for (size_t t = 0; t < j.slots[k].n_windows; t++)
+        memcpy(batch + (off + t) * win, j.slots[k].frames + t * M, win * sizeof *batch);
       off += j.slots[k].n_windows;
     }
     int run_failed = off && ssae_backend_run(be, batch, off, scores, NULL, &err);
@@ -390,9 +393,9 @@ int ssae_cmd_score(int argc, char **argv) {
         emit_windows(&o, paths[k], s, scores + off, m->d.frames);
         off += s->n_windows;
       }
-      free(s->windows);
+      free(s->frames);
       free(s->error);
-      s->windows = NULL;
+      s->frames = NULL;
       s->error = NULL;
       o.done++;
     }
@@ -418,7 +421,7 @@ joined:
 done:
   if (j.slots)
     for (size_t k = 0; k < n; k++) {
-      free(j.slots[k].windows);
+      free(j.slots[k].frames);
       free(j.slots[k].error);
     }
   free(j.slots);

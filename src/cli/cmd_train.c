@@ -189,7 +189,6 @@ static void load_all(loader *ld, int threads) {
   int started = 0;
   if (threads > 64) threads = 64;
   if ((size_t)threads > ld->n) threads = (int)ld->n;
-  pthread_mutex_init(&ld->mu, NULL);
   for (int i = 1; i < threads; i++)
     if (pthread_create(&tid[started], NULL, load_worker, ld) == 0) started++;
   load_worker(ld);

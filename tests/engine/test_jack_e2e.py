@@ -2,8 +2,9 @@
 frames), sndfile-jackplay playing a generated recording into `ssae jack`.
 A recording with an injected anomaly (3.0-5.0 s) gives one alarm_on near
 3 s and one alarm_off after 5 s; a normal recording gives none. Also: the
-ports, the score/alarm outputs, and the server going away (clean exit,
-events flushed, a clear message). Skips (77) without jackd or
+ports, a buffer-size change (jack_bufsize) under a running client,
+`ssae monitor` live through PortAudio's JACK device, and the server going
+away (both end cleanly: exit 1, a clear message, events flushed). Skips (77) without jackd or
 sndfile-jackplay or a JACK-enabled ssae.
 
 The model is made here so that the anomaly is known to score high: its
@@ -242,10 +243,40 @@ def main():
                 assert alarms[0]["channel"] == 0 and alarms[0]["score"] > thr
                 assert abs(alarms[0]["threshold"] - thr) < 1e-6 * thr
 
+            # `ssae monitor` live through PortAudio, whose JACK host API sees
+            # this server as a device ("system").
+            pa = "SSAE_HAVE_PORTAUDIO 1" in open(cfg).read()
+            if pa:
+                r = subprocess.run([SSAE, "monitor", "--list-devices"], env=jack.env,
+                                   capture_output=True, text=True, timeout=30)
+                pa = r.returncode == 0 and "JACK" in r.stdout
+                if not pa:
+                    print("PortAudio has no JACK device here: live monitor part skipped")
+            if pa:
+                pev = os.path.join(tmp, "pa.jsonl")
+                r = subprocess.run([SSAE, "monitor", "--backend", "cpu", "--device", "system",
+                                    "--duration", "2", "--events", pev, "--no-meter"],
+                                   env=jack.env, capture_output=True, text=True, timeout=30)
+                assert r.returncode == 0, r.stderr
+                st = read_events(pev)[-1]
+                assert st["event"] == "status" and st["windows"] >= 40 and st["dropped"] == 0, st
+                print(f"monitor via PortAudio: {st['windows']} windows in 2 s, "
+                      f"latency p99 {st['latency_ms']['p99']} ms")
+                mev = os.path.join(tmp, "pa_gone.jsonl")
+                mon = subprocess.Popen([SSAE, "monitor", "--backend", "cpu", "--device", "system",
+                                        "--events", mev, "--no-meter"], env=jack.env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
             # The server goes away: a clear message, events flushed, exit 1.
             events = os.path.join(tmp, "gone.jsonl")
             p, _ = start_client(jack, tmp, model, thr, "ssae_gone", events)
             time.sleep(0.5)
+            # The server's buffer size changes under the running client.
+            if shutil.which("jack_bufsize"):
+                r = subprocess.run(["jack_bufsize", "1024"], env=jack.env,
+                                   capture_output=True, text=True, timeout=10)
+                assert r.returncode == 0, r.stdout + r.stderr
+            time.sleep(1.0)
             jack.stop()
             out, err = p.communicate(timeout=20)
             assert p.returncode == 1, (p.returncode, err)
@@ -253,6 +284,16 @@ def main():
             evs = read_events(events)
             assert any(e["event"] == "server_shutdown" for e in evs), evs
             assert evs[-1]["event"] == "status", evs
+            # 1.5 s of audio, across the buffer-size change, all analysed.
+            assert evs[-1]["windows"] >= 35 and evs[-1]["dropped"] == 0, evs[-1]
+            if pa:
+                # The monitor's device disappeared with the server.
+                out, err = mon.communicate(timeout=20)
+                assert mon.returncode == 1, (mon.returncode, err)
+                assert "stopped" in err, err
+                evs = read_events(mev)
+                assert any(e["event"] == "device_lost" for e in evs), evs
+                assert evs[-1]["event"] == "status", evs
         finally:
             jack.stop()
     return 0

@@ -250,7 +250,8 @@ static void run_cases(int quick) {
       {128, 5, 48, 96}, /* generic, larger */
   };
   static const size_t all_n[] = {1, 7, 33, 4097, 100000, 1048576};
-  const char *kernels[] = {"auto", "generic", "tiled32", "tiled64", "tiled128", "tiled128w"};
+  const char *kernels[] = {"auto", "generic", "small", "tiled32", "tiled64", "tiled128",
+                           "tiled128w"};
   for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
     const ssae_dims *d = &dims[di];
     ssae_model *m = random_model(d);
@@ -261,7 +262,7 @@ static void run_cases(int quick) {
       exit(1);
     }
     const int tiled = d->n_mels == 64 && d->slice_latent == 64 && d->latent == 32;
-    for (int k = 0; k < (tiled ? 6 : 2); k++) {
+    for (int k = 0; k < (tiled ? 7 : 2); k++) {
       setenv("SSAE_CUDA_KERNEL", k == 0 ? "" : kernels[k], 1);
       void *gpu = ssae_backend_cuda.create(m, 0, &err);
       if (!gpu) {

@@ -524,6 +524,14 @@ int make_template_model(const char *dir, char *path, size_t len) {
   return rc;
 }
 
+static char *tmpdir_made;
+
+static void remove_tmpdir(void) {
+  rm_rf(tmpdir_made);
+  free(tmpdir_made);
+  tmpdir_made = NULL;
+}
+
 char *make_tmpdir(const char *tag) {
   const char *base = getenv("TMPDIR");
   if (!base || !*base) base = "/tmp";
@@ -535,6 +543,8 @@ char *make_tmpdir(const char *tag) {
     free(d);
     return NULL;
   }
+  /* Removed at exit, also when a check fails. */
+  if (!tmpdir_made && (tmpdir_made = strdup(d)) != NULL) atexit(remove_tmpdir);
   return d;
 }
 

@@ -141,7 +141,8 @@ int make_template_model(const char *dir, char *path, size_t len);
 /* xorshift: the block sizes of a "host". */
 uint32_t rnd_u32(uint64_t *s);
 
-/* A scratch directory under $TMPDIR, removed by the caller with rm_rf. */
+/* A scratch directory under $TMPDIR; the first one made is removed at exit
+ * (also when a check fails). */
 char *make_tmpdir(const char *tag);
 void rm_rf(const char *path);
 

@@ -262,7 +262,6 @@ int main(int argc, char **argv) {
 
   lv2h_close(&h2);
   lv2h_close(&h);
-  rm_rf(dir);
   free(dir);
   fprintf(stderr, "ok\n");
   return 0;

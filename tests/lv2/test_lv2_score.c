@@ -258,7 +258,6 @@ int main(int argc, char **argv) {
   free(r.ema);
   free(r.alarm);
   free(x);
-  rm_rf(dir);
   free(dir);
   return 0;
 }

@@ -120,7 +120,6 @@ int main(int argc, char **argv) {
   CHECK(!b.final_alarm, "the alarm is on at the end");
   free(l);
   free(r);
-  rm_rf(dir);
   free(dir);
   return 0;
 }

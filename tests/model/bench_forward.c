@@ -15,15 +15,26 @@ static double now(void) {
   return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static double rate(ssae_cpu *c, const float *x, size_t n, float *s, float *r, double secs) {
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Prints windows per second of wall time and per CPU-second (the latter
+ * holds on a machine that others share). */
+static void rate(const char *what, ssae_cpu *c, const float *x, size_t n, float *s, float *r,
+                 double secs) {
   ssae_cpu_forward(c, x, n, s, r); /* warm up */
   size_t done = 0;
-  double t0 = now(), t;
+  double t0 = now(), c0 = cpu_now(), t;
   do {
     ssae_cpu_forward(c, x, n, s, r);
     done += n;
   } while ((t = now() - t0) < secs);
-  return (double)done / t;
+  double ct = cpu_now() - c0;
+  printf("%-28s %10.0f windows/s  %10.0f windows per CPU-second\n", what, (double)done / t,
+         (double)done / ct);
 }
 
 int main(int argc, char **argv) {
@@ -49,10 +60,13 @@ int main(int argc, char **argv) {
   }
   printf("model n_mels=%d frames=%d latent=%d slice_latent=%d, batch %zu\n", m->d.n_mels,
          m->d.frames, m->d.latent, m->d.slice_latent, n);
-  printf("1 thread,  scores only:   %10.0f windows/s\n", rate(c1, x, n, s, NULL, secs));
-  printf("1 thread,  with recon:    %10.0f windows/s\n", rate(c1, x, n, s, r, secs));
-  printf("%d threads, scores only:   %10.0f windows/s\n", ssae_cpu_threads(ca), rate(ca, x, n, s, NULL, secs));
-  printf("%d threads, with recon:    %10.0f windows/s\n", ssae_cpu_threads(ca), rate(ca, x, n, s, r, secs));
+  char what[64];
+  rate("1 thread, scores only", c1, x, n, s, NULL, secs);
+  rate("1 thread, with recon", c1, x, n, s, r, secs);
+  snprintf(what, sizeof what, "%d threads, scores only", ssae_cpu_threads(ca));
+  rate(what, ca, x, n, s, NULL, secs);
+  snprintf(what, sizeof what, "%d threads, with recon", ssae_cpu_threads(ca));
+  rate(what, ca, x, n, s, r, secs);
   ssae_cpu_free(c1);
   ssae_cpu_free(ca);
   ssae_model_free(m);

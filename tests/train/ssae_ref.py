@@ -66,9 +66,11 @@ def split(model, vec):
 
 
 def probe():
-    p = os.environ.get("SSAE_TRAIN_PROBE")
+    """The train_probe program: first argument (meson passes it) or
+    $SSAE_TRAIN_PROBE."""
+    p = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SSAE_TRAIN_PROBE")
     if not p or not os.path.exists(p):
-        print("SSAE_TRAIN_PROBE not set (run through meson test)")
+        print("usage: %s TRAIN_PROBE (run through meson test)" % sys.argv[0])
         sys.exit(1)
     return p
 

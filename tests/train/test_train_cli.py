@@ -8,7 +8,11 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    print("skip: needs numpy")
+    sys.exit(77)
 
 from gen_audio import normal, write_wav
 
@@ -73,6 +77,12 @@ r = train("-o", out, "--epochs", "2", good, short, expect=1, says=["too short"])
 if not os.path.exists(out):
     fails.append("no model written from the usable files")
 os.remove(out) if os.path.exists(out) else None
+
+# early stop: --patience ends the run once the validation loss stops falling
+r = train("-o", out, "--epochs", "300", "--patience", "3", "--batch", "16", "--lr", "0.01",
+          "--val", "0.34", good, expect=0, says=["early stop after epoch"])
+if os.path.exists(out):
+    os.remove(out)
 
 # Ctrl-C: stops after the current batch, writes a valid model
 big = os.path.join(tmp, "big")

@@ -77,6 +77,24 @@ print("window scores, ssae vs torch module with ssae's weights: max rel err %.2e
 if r.returncode or not e <= 1e-5:
     fails.append("scores of the loaded model differ: %.3g" % e)
 
+# ... and `ssae score` with the model gives the module's file scores (ssae's
+# own features: 1e-3) and verdicts at the stored threshold
+r = subprocess.run([SSAE, "score", "--model", model_path] + test_norm[:3] + test_anom[:3],
+                   capture_output=True, text=True)
+if r.returncode not in (0, 1):
+    fails.append("ssae score failed: %s" % r.stderr[-300:])
+else:
+    thr_m = float(meta["threshold"])
+    for line in r.stdout.strip().splitlines():
+        path, score, nwin, verdict = line.split("\t")[:4]
+        ref_s = float(st.window_scores(model64, windows_of(path)).mean())
+        e = abs(float(score) - ref_s) / ref_s
+        want = "anomaly" if float(score) > thr_m else "normal"
+        if not (e <= 1e-3 and verdict == want):
+            fails.append("ssae score %s: %s %s vs module %.6g (thr %.6g)" % (path, score, verdict, ref_s, thr_m))
+    print("ssae score: %d files agree with the module (rel 1e-3) and the threshold" %
+          len(r.stdout.strip().splitlines()))
+
 # 2. AUC against the same recipe in PyTorch (same features, epochs, batch, lr)
 s_norm, s_anom = file_scores(model64, test_norm), file_scores(model64, test_anom)
 auc_ssae = auc(s_norm, s_anom)

@@ -1,0 +1,43 @@
+"""`ssae bench` on the CPU backend: the table's rows and the exit statuses
+(a functional check; timings are never tested)."""
+import os
+import subprocess
+import sys
+
+ssae = os.environ.get("SSAE")
+if not ssae:
+    print("SSAE not set: skipped")
+    sys.exit(77)
+
+
+def run(*args):
+    return subprocess.run([ssae, "bench", *args], capture_output=True, text=True)
+
+
+fails = 0
+p = run("--backend", "cpu", "--batches", "1,3,17", "--seconds", "0.01")
+rows = [l.split() for l in p.stdout.splitlines() if l.startswith("cpu ")]
+if p.returncode != 0 or [r[1] for r in rows] != ["1", "3", "17"]:
+    print(f"FAIL: cpu rows: rc={p.returncode}\n{p.stdout}{p.stderr}")
+    fails += 1
+for r in rows:
+    calls, wps, p50, p99 = int(r[2]), float(r[3]), float(r[4]), float(r[5])
+    if not (calls >= 3 and wps > 0 and 0 < p50 <= p99):
+        print(f"FAIL: row {r}")
+        fails += 1
+for bad in (["--batches", "0"], ["--batches", "1,x"], ["--seconds", "-1"],
+            ["--backend", "tpu"], ["--frobnicate", "1"], ["--model"]):
+    p = run(*bad)
+    if p.returncode != 2 or "ssae bench:" not in p.stderr:
+        print(f"FAIL: {bad}: rc={p.returncode} {p.stderr}")
+        fails += 1
+p = run("--model", "/nonexistent/model.safetensors", "--backend", "cpu")
+if p.returncode != 1 or "nonexistent" not in p.stderr:
+    print(f"FAIL: missing model: rc={p.returncode} {p.stderr}")
+    fails += 1
+p = run("--help")
+if p.returncode != 0 or "usage: ssae bench" not in p.stdout:
+    print("FAIL: --help")
+    fails += 1
+print("all passed" if not fails else f"{fails} failures")
+sys.exit(1 if fails else 0)
