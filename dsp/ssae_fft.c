@@ -18,7 +18,9 @@ typedef double v4d __attribute__((vector_size(32)));
     v4d st_ = (v);                  \
     memcpy((p), &st_, sizeof st_);  \
   } while (0)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+/* Not under ThreadSanitizer: glibc runs ifunc resolvers before TSan is
+ * initialised, and the process dies at start. */
+#if !defined(__SANITIZE_THREAD__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define SSAE_FFT_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define SSAE_FFT_CLONES

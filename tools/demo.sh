@@ -1,5 +1,5 @@
 #!/bin/sh
-# The demo: builds ssae (meson), generates a recording of a fan with a fault
+# The demo: installs what ssae needs (tools/install-deps.sh), builds ssae (meson), generates a recording of a fan with a fault
 # (tools/ssae-gen), plays it through the real-time engine at real-time pace
 # with the default model (`ssae monitor --input FILE --realtime`: live meter,
 # alarm events), and draws the report picture (`ssae report`).
@@ -14,6 +14,7 @@ out=${OUT:-$build/demo}
 anomaly=${ANOMALY:-clicks}
 seed=${SEED:-42}
 
+tools/install-deps.sh
 if [ ! -d "$build" ]; then
   meson setup "$build" >/dev/null
 fi

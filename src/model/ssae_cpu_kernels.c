@@ -7,7 +7,9 @@
 /* AVX2/FMA and AVX-512 clones next to the baseline build; glibc's ifunc
  * picks one when the library loads. Contraction into FMA only makes the
  * float64 sums more exact. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+/* Not under ThreadSanitizer: glibc runs ifunc resolvers before TSan is
+ * initialised, and the process dies at start. */
+#if !defined(__SANITIZE_THREAD__) && defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define SSAE_CLONES                                                         \
   __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4"), \
                  optimize("fp-contract=fast")))
