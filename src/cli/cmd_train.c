@@ -19,6 +19,9 @@
 #include "ssae_logmel.h"
 #include "ssae_model.h"
 #include "ssae_train.h"
+#if SSAE_HAVE_CUDA
+#include "ssae_cuda_train.h"
+#endif
 
 static const char *const CMD = "train";
 
@@ -41,7 +44,9 @@ static void usage(FILE *f) {
 "  --patience N            stop after N epochs without a better validation loss\n"
 "                          and keep the best weights (default 0: off)\n"
 "  --percentile P          threshold at this quantile of the fitted gamma (default 0.9)\n"
-"  --backend auto|cpu|cuda where to train (default auto = cpu)\n"
+"  --backend auto|cpu|cuda where to train (default auto: CUDA when a device is\n"
+"                          present and passes a start-up self-test against the\n"
+"                          CPU, else cpu)\n"
 "  --threads N             CPU threads (default 0 = all cores)\n"
 "  -q, --quiet             no progress output\n"
 "model:\n"
@@ -276,6 +281,28 @@ static const feat_flag feat_flags[] = {
     {"--mel-scale", "mel_scale"},     {"--mel-norm", "mel_norm"},
     {"--power", "power"},             {NULL, NULL}};
 
+/* The training backend: cpu, cuda (an error without a device), or auto:
+ * CUDA when a device is there and its gradients and scores agree with the
+ * CPU's on a test batch, else the CPU (saying why). */
+static int open_backend(ssae_train_backend *be, const char *which, const ssae_dims *dims,
+                        int threads, int quiet, ssae_err *err) {
+#if SSAE_HAVE_CUDA
+  if (!strcmp(which, "cuda") || (!strcmp(which, "auto") && ssae_cuda_train_available())) {
+    if (ssae_train_backend_cuda(be, dims, err) == 0 &&
+        ssae_train_backend_selftest(be, dims, err) == 0) {
+      if (!quiet) fprintf(stderr, "training on the GPU (CUDA)\n");
+      return 0;
+    }
+    ssae_train_backend_free(be);
+    if (!strcmp(which, "cuda")) return ssae_err_prefix(err, "--backend cuda");
+    if (!quiet) fprintf(stderr, "training on the CPU: %s\n", err->msg);
+  }
+#endif
+  (void)quiet;
+  (void)which;
+  return ssae_train_backend_cpu(be, dims, threads, err);
+}
+
 /* ---- the command -------------------------------------------------------- */
 
 int ssae_cmd_train(int argc, char **argv) {
@@ -404,11 +431,13 @@ int ssae_cmd_train(int argc, char **argv) {
     ssae_cli_error(CMD, "feature settings: %s", err.msg);
     goto usage_fail;
   }
+#if !SSAE_HAVE_CUDA
   if (!strcmp(backend, "cuda")) {
     ssae_cli_error(CMD, "--backend cuda: CUDA training is not built into this ssae; use "
                         "--backend cpu (or auto)");
     goto usage_fail;
   }
+#endif
   dims.n_mels = feat.n_mels;
   dims.frames = feat.frames;
   if (check_output(out)) {
@@ -445,6 +474,8 @@ int ssae_cmd_train(int argc, char **argv) {
   ssae_train_backend be;
   memset(&be, 0, sizeof be);
   if (!clips) goto oom;
+  /* before the features: a missing GPU is reported at once */
+  if (open_backend(&be, backend, &dims, (int)threads, quiet, &err)) goto fail;
   if (!quiet) fprintf(stderr, "computing features of %zu file%s...\n", n_paths, n_paths == 1 ? "" : "s");
   loader ld = {clips, n_paths, &feat, channel, PTHREAD_MUTEX_INITIALIZER, 0};
   for (size_t i = 0; i < n_paths; i++) clips[i].path = paths[i];
@@ -536,7 +567,6 @@ int ssae_cmd_train(int argc, char **argv) {
   if (!params) goto oom;
   params_from_model(model, off, params);
 
-  if (ssae_train_backend_cpu(&be, &dims, (int)threads, &err)) goto fail;
 
   struct sigaction sa, old_sa;
   memset(&sa, 0, sizeof sa);

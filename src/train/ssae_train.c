@@ -217,6 +217,32 @@ static int mean_loss(const ssae_train_backend *be, const ssae_window_set *w,
   return 0;
 }
 
+/* Per finished batch of a device epoch: the loss check and progress the
+ * CPU loop does inline. */
+typedef struct dev_batch_state {
+  ssae_train_progress *pr;
+  ssae_train_progress_fn progress;
+  void *user;
+  double sse, t0;
+  size_t done, fm;
+} dev_batch_state;
+
+static int dev_batch_done(void *user, double sse, size_t nb, ssae_err *err) {
+  dev_batch_state *st = user;
+  if (!isfinite(sse))
+    return ssae_err_set(err, "the loss is not finite in epoch %d (training "
+                        "diverged; try a smaller --lr)", st->pr->epoch);
+  st->sse += sse;
+  st->done += nb;
+  if (st->progress) {
+    st->pr->done = st->done;
+    st->pr->loss = st->sse / ((double)st->done * (double)st->fm);
+    st->pr->elapsed = now_s() - st->t0;
+    st->progress(st->pr, st->user);
+  }
+  return 0;
+}
+
 int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
                    const ssae_train_backend *be, float *params,
                    const ssae_window_set *train, const ssae_window_set *val,
@@ -253,6 +279,8 @@ int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
   for (size_t i = 0; i < n_train; i++) perm[i] = i;
   ssae_rng rng;
   ssae_rng_seed(&rng, cfg->seed);
+  const ssae_train_dev_ops *dev = be->dev;
+  if (dev && dev->begin(be->ctx, train, val, params, &cfg->adam, err)) goto out;
 
   double t0 = now_s(), best_val = INFINITY;
   int since_best = 0;
@@ -272,7 +300,15 @@ int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
     size_t done = 0;
     pr.epoch = ep;
     pr.epoch_end = 0;
-    for (size_t b = 0; b < n_train; b += batch) {
+    if (dev) {
+      dev_batch_state st = {&pr, progress, user, 0, t0, 0, fm};
+      if (dev->epoch(be->ctx, perm, batch, stop, dev_batch_done, &st, err))
+        goto out;
+      sse = st.sse;
+      done = st.done;
+      if (stop && *stop) res->interrupted = 1;
+    }
+    for (size_t b = 0; !dev && b < n_train; b += batch) {
       size_t nb = n_train - b < batch ? n_train - b : batch;
       for (size_t i = 0; i < nb; i++)
         memcpy(xb + i * fm, window_at(train, perm[b + i], fm),
@@ -303,7 +339,9 @@ int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
     }
     res->epochs_run = ep;
     res->loss = sse / ((double)done * (double)fm);
-    if (n_val) {
+    if (n_val && dev) {
+      if (dev->val_loss(be->ctx, &res->val_loss, err)) goto out;
+    } else if (n_val) {
       if (be->set_params(be->ctx, params, err)) goto out;
       if (mean_loss(be, val, fm, xb, sbuf, score_cap, &res->val_loss, err))
         goto out;
@@ -322,7 +360,11 @@ int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
       if (crit < best_val) {
         best_val = crit;
         res->best_epoch = ep;
-        memcpy(best, params, P * sizeof(float));
+        if (dev) {
+          if (dev->get_params(be->ctx, best, err)) goto out;
+        } else {
+          memcpy(best, params, P * sizeof(float));
+        }
         since_best = 0;
       } else if (++since_best >= cfg->patience) {
         res->early_stopped = 1;
@@ -330,6 +372,7 @@ int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
       }
     }
   }
+  if (dev && dev->get_params(be->ctx, params, err)) goto out;
   if (best && res->best_epoch > 0 && !res->interrupted) {
     memcpy(params, best, P * sizeof(float));
     if (n_val) res->val_loss = best_val;
@@ -343,5 +386,80 @@ out:
   free(xb);
   free(sbuf);
   free(perm);
+  return rc;
+}
+
+/* ---- backend self-test -------------------------------------------------- */
+
+int ssae_train_backend_selftest(const ssae_train_backend *be,
+                                const ssae_dims *d, ssae_err *err) {
+  enum { N = 37 };
+  size_t off[SSAE_N_TENSORS + 1];
+  ssae_param_offsets(d, off);
+  const size_t P = off[SSAE_N_TENSORS];
+  const size_t fm = (size_t)d->frames * (size_t)d->n_mels;
+  float *params = malloc(P * sizeof(float));
+  float *x = malloc(N * fm * sizeof(float));
+  float *g0 = malloc(P * sizeof(float)), *g1 = malloc(P * sizeof(float));
+  float s0[N], s1[N];
+  ssae_train_backend cpu;
+  memset(&cpu, 0, sizeof cpu);
+  int rc = -1;
+  if (!params || !x || !g0 || !g1) {
+    ssae_err_set(err, "out of memory for the self-test");
+    goto out;
+  }
+  ssae_param_init(d, 0x5e1f7e57ULL, params);
+  ssae_rng r;
+  ssae_rng_seed(&r, 0x5e1f7e57ULL);
+  /* log-mel scale: a level per window, a shape per band, noise */
+  for (size_t i = 0; i < N; i++) {
+    double level = -80.0 + 60.0 * ssae_rng_uniform(&r);
+    for (size_t j = 0; j < fm; j++)
+      x[i * fm + j] = (float)(level + 10.0 * sin(0.1 * (double)(j % (size_t)d->n_mels)) +
+                              8.0 * (ssae_rng_uniform(&r) - 0.5));
+  }
+  if (ssae_train_backend_cpu(&cpu, d, 1, err)) goto out;
+  double sse0, sse1, scale = 1.0 / ((double)N * (double)fm);
+  if (cpu.set_params(cpu.ctx, params, err) ||
+      cpu.grad(cpu.ctx, x, N, scale, &sse0, g0, err) ||
+      cpu.scores(cpu.ctx, x, N, s0, err))
+    goto out;
+  if (be->set_params(be->ctx, params, err) ||
+      be->grad(be->ctx, x, N, scale, &sse1, g1, err) ||
+      be->scores(be->ctx, x, N, s1, err))
+    goto out;
+  if (!(fabs(sse1 - sse0) <= 1e-4 * sse0)) {
+    ssae_err_set(err, "%s self-test: loss %.9g, the CPU's %.9g", be->name,
+                 sse1 * scale, sse0 * scale);
+    goto out;
+  }
+  for (size_t i = 0; i < N; i++)
+    if (!(fabs((double)s1[i] - s0[i]) <= 1e-4 * s0[i])) {
+      ssae_err_set(err, "%s self-test: window %zu scores %.9g, on the CPU %.9g",
+                   be->name, i, s1[i], s0[i]);
+      goto out;
+    }
+  for (int t = 0; t < SSAE_N_TENSORS; t++) {
+    double dd = 0, nn = 0;
+    for (size_t i = off[t]; i < off[t + 1]; i++) {
+      double a = g1[i], b = g0[i];
+      dd += (a - b) * (a - b);
+      nn += b * b;
+    }
+    if (!(sqrt(dd) <= 1e-3 * sqrt(nn) + 1e-30)) {
+      ssae_err_set(err, "%s self-test: gradient of %s differs from the CPU's by "
+                   "%.3g (relative)", be->name, ssae_tensor_names[t],
+                   nn > 0 ? sqrt(dd / nn) : sqrt(dd));
+      goto out;
+    }
+  }
+  rc = 0;
+out:
+  ssae_train_backend_free(&cpu);
+  free(params);
+  free(x);
+  free(g0);
+  free(g1);
   return rc;
 }

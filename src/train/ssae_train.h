@@ -7,8 +7,9 @@
  * slice_encoder.1.bias, global_basis, bottleneck_mlp.0.weight,
  * bottleneck_mlp.0.bias, bottleneck_mlp.1.weight, bottleneck_mlp.1.bias,
  * slice_decoder.0.weight, slice_decoder.0.bias), PyTorch shapes. The
- * trainer only sees a backend (ssae_train_backend): the CPU one is here, a
- * GPU one plugs in through the same struct. */
+ * trainer only sees a backend (ssae_train_backend): the CPU one is here,
+ * the CUDA one (gpu/ssae_cuda_train.cu) fills in the same struct plus its
+ * device-resident operations (ssae_train_dev_ops). */
 #ifndef SSAE_TRAIN_H
 #define SSAE_TRAIN_H
 
@@ -93,6 +94,35 @@ void ssae_adam_step(ssae_adam *a, float *params, float *grad);
 
 /* ---- backends ----------------------------------------------------------- */
 
+/* A set of windows: window i is the F*M floats at data + off[i] (windows of
+ * one recording overlap in its frame array, so they are not copied), or at
+ * data + i*F*M when off is NULL. */
+typedef struct ssae_window_set {
+  const float *data;
+  const size_t *off;
+  size_t n;
+} ssae_window_set;
+
+/* Device-resident training (a GPU backend). The loop hands the windows over
+ * once (begin), then an epoch at a time the shuffled order (epoch); the
+ * device keeps the parameters and the Adam state. epoch calls done once per
+ * finished batch, in order, with the batch's sum of squared errors (a
+ * non-zero return stops the epoch with -1); it polls *stop after queuing
+ * each batch and then finishes the batches already queued (a few at most). */
+typedef int (*ssae_train_batch_fn)(void *user, double sse, size_t nb,
+                                   ssae_err *err);
+typedef struct ssae_train_dev_ops {
+  int (*begin)(void *ctx, const ssae_window_set *train,
+               const ssae_window_set *val, const float *params,
+               const ssae_adam_cfg *adam, ssae_err *err);
+  int (*epoch)(void *ctx, const size_t *perm, size_t batch,
+               volatile sig_atomic_t *stop, ssae_train_batch_fn done,
+               void *user, ssae_err *err);
+  /* mean window score of the validation set given to begin */
+  int (*val_loss)(void *ctx, double *loss, ssae_err *err);
+  int (*get_params)(void *ctx, float *params, ssae_err *err);
+} ssae_train_dev_ops;
+
 /* What the training loop needs from a device: forward + backward on a batch
  * held in host memory, and forward-only scores. */
 typedef struct ssae_train_backend {
@@ -104,12 +134,22 @@ typedef struct ssae_train_backend {
   int (*scores)(void *ctx, const float *x, size_t n, float *scores,
                 ssae_err *err);
   void (*free)(void *ctx);
+  /* NULL on the CPU; set by device backends, which the loop then drives
+   * through it (set_params, grad and scores still work on host batches). */
+  const ssae_train_dev_ops *dev;
 } ssae_train_backend;
 
 /* The CPU backend (ssae_grad). */
 int ssae_train_backend_cpu(ssae_train_backend *be, const ssae_dims *d,
                            int threads, ssae_err *err);
 void ssae_train_backend_free(ssae_train_backend *be);
+
+/* Start-up self-test of a backend against the CPU one: gradient and window
+ * scores of a fixed random batch (log-mel scale) at fixed random weights
+ * agree per tensor to 1e-3 relative (float32 kernels agree to about 1e-6).
+ * Leaves be's parameters set to the test's. -1 with what differed. */
+int ssae_train_backend_selftest(const ssae_train_backend *be,
+                                const ssae_dims *d, ssae_err *err);
 
 /* ---- training loop ------------------------------------------------------ */
 
@@ -146,15 +186,6 @@ typedef struct ssae_train_result {
   int early_stopped;
   double seconds;
 } ssae_train_result;
-
-/* A set of windows: window i is the F*M floats at data + off[i] (windows of
- * one recording overlap in its frame array, so they are not copied), or at
- * data + i*F*M when off is NULL. */
-typedef struct ssae_window_set {
-  const float *data;
-  const size_t *off;
-  size_t n;
-} ssae_window_set;
 
 /* Trains params in place on train; val may hold no windows.
  * stop: polled after every batch (may be NULL); when it becomes non-zero

@@ -51,7 +51,22 @@ train(good, expect=2, says=["-o MODEL"])
 train("-o", out, expect=2, says=["no input"])
 train("-o", out, "--epochs", "0", good, expect=2, says=["--epochs"])
 train("-o", out, "--bogus", "1", good, expect=2, says=["unknown option --bogus"])
-train("-o", out, "--backend", "cuda", good, expect=2, says=["CUDA training is not built"])
+# --backend cuda: a usage error where CUDA is not built in; where it is, it
+# trains on a GPU or says why it cannot (exit 1), never falls back silently
+cfg = os.path.join(os.environ.get("SSAE_BUILD_ROOT", ""), "ssae_config.h")
+have_cuda = os.path.exists(cfg) and "#define SSAE_HAVE_CUDA 1" in open(cfg).read()
+if not have_cuda:
+    train("-o", out, "--backend", "cuda", good, expect=2, says=["CUDA training is not built"])
+else:
+    r = subprocess.run([SSAE, "train", "-o", out, "--backend", "cuda", "--epochs", "1", good],
+                       capture_output=True, text=True, timeout=120)
+    ok = (r.returncode == 1 and "--backend cuda: CUDA" in r.stderr and
+          "computing features" not in r.stderr) or \
+         (r.returncode == 0 and "training on the GPU" in r.stderr)
+    print("%-4s rc %d --backend cuda | %s" % ("ok" if ok else "FAIL", r.returncode,
+                                              r.stderr.strip().splitlines()[-1][:150]))
+    if not ok:
+        fails.append("--backend cuda: rc %d, stderr %r" % (r.returncode, r.stderr[-400:]))
 train("-o", out, "--pad-mode", "wrap", good, expect=2, says=["pad_mode"])
 # no files
 train("-o", out, empty, expect=1, says=["no audio files"])

@@ -4,7 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ssae_config.h"
 #include "ssae_train.h"
+#if SSAE_HAVE_CUDA
+#include "ssae_cuda_train.h"
+#endif
 
 static float *read_f32(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
@@ -37,8 +41,121 @@ static int dims(char **a, ssae_dims *d) {
   return 0;
 }
 
+static void on_epoch(const ssae_train_progress *p, void *user) {
+  (void)user;
+  if (p->epoch_end) printf("epoch %d loss %.17g\n", p->epoch, p->loss);
+}
+
+/* A backend by name: cpu (THREADS threads) or cuda. */
+static int open_be(const char *name, const ssae_dims *d, int threads, ssae_train_backend *be,
+                   ssae_err *err) {
+  if (!strcmp(name, "cpu")) return ssae_train_backend_cpu(be, d, threads, err);
+#if SSAE_HAVE_CUDA
+  if (!strcmp(name, "cuda")) return ssae_train_backend_cuda(be, d, err);
+#endif
+  (void)threads;
+  return ssae_err_set(err, "backend %s is not built in", name);
+}
+
 int main(int argc, char **argv) {
   ssae_err err = {{0}};
+  if (argc == 2 && !strcmp(argv[1], "cuda_available")) {
+#if SSAE_HAVE_CUDA
+    return ssae_cuda_train_available() ? 0 : 77;
+#else
+    return 77;
+#endif
+  }
+  if (argc == 11 && (!strcmp(argv[1], "be_grad") || !strcmp(argv[1], "be_scores"))) {
+    /* be_grad|be_scores BACKEND M F L S THREADS PARAMS X OUT: through the
+     * backend table (the CUDA backend's host-batch path) */
+    ssae_dims d;
+    dims(argv + 3, &d);
+    size_t np, nx, off[SSAE_N_TENSORS + 1];
+    ssae_param_offsets(&d, off);
+    float *p = read_f32(argv[8], &np), *x = read_f32(argv[9], &nx);
+    if (!p || !x || np != off[SSAE_N_TENSORS]) {
+      fprintf(stderr, "bad inputs\n");
+      return 1;
+    }
+    size_t fm = (size_t)d.frames * (size_t)d.n_mels, n = nx / fm;
+    ssae_train_backend be;
+    if (open_be(argv[2], &d, atoi(argv[7]), &be, &err) || be.set_params(be.ctx, p, &err)) {
+      fprintf(stderr, "%s\n", err.msg);
+      return 1;
+    }
+    int rc;
+    if (!strcmp(argv[1], "be_grad")) {
+      float *gr = malloc((np + 2) * sizeof(float));
+      double sse;
+      rc = be.grad(be.ctx, x, n, 1.0 / ((double)n * (double)fm), &sse, gr, &err);
+      gr[np] = (float)(sse / ((double)n * (double)fm));
+      if (!rc) rc = write_f32(argv[10], gr, np + 1);
+      free(gr);
+    } else {
+      float *s = malloc(n * sizeof(float));
+      rc = be.scores(be.ctx, x, n, s, &err);
+      if (!rc) rc = write_f32(argv[10], s, n);
+      free(s);
+    }
+    ssae_train_backend_free(&be);
+    free(p);
+    free(x);
+    if (rc) fprintf(stderr, "failed: %s\n", err.msg);
+    return rc ? 1 : 0;
+  }
+  if (argc == 14 && !strcmp(argv[1], "train")) {
+    /* train BACKEND M F L S EPOCHS BATCH SEED PATIENCE PARAMS X OUT: the
+     * training loop on windows X (the last tenth is the validation set when
+     * PATIENCE > 0); OUT gets the final parameters, stdout the losses */
+    ssae_dims d;
+    dims(argv + 3, &d);
+    size_t np, nx, off[SSAE_N_TENSORS + 1];
+    ssae_param_offsets(&d, off);
+    float *p = read_f32(argv[11], &np), *x = read_f32(argv[12], &nx);
+    if (!p || !x || np != off[SSAE_N_TENSORS]) {
+      fprintf(stderr, "bad inputs\n");
+      return 1;
+    }
+    size_t fm = (size_t)d.frames * (size_t)d.n_mels, n = nx / fm;
+    ssae_train_cfg c;
+    ssae_train_cfg_default(&c);
+    c.epochs = atoi(argv[7]);
+    c.batch = atoi(argv[8]);
+    c.seed = strtoull(argv[9], NULL, 10);
+    c.patience = atoi(argv[10]);
+    size_t nv = c.patience > 0 ? n / 10 : 0;
+    ssae_window_set tr = {x, NULL, n - nv}, va = {x + (n - nv) * fm, NULL, nv};
+    ssae_train_backend be;
+    ssae_train_result res;
+    int rc = open_be(argv[2], &d, 2, &be, &err);
+    if (!rc) rc = ssae_train_run(&d, &c, &be, p, &tr, &va, NULL, on_epoch, NULL, &res, &err);
+    if (!rc) rc = write_f32(argv[13], p, np);
+    if (!rc) printf("result epochs %d loss %.17g val %.17g best %d\n", res.epochs_run, res.loss,
+                    res.val_loss, res.best_epoch);
+    ssae_train_backend_free(&be);
+    free(p);
+    free(x);
+    if (rc) fprintf(stderr, "failed: %s\n", err.msg);
+    return rc ? 1 : 0;
+  }
+#if SSAE_HAVE_CUDA
+  if (argc == 11 && !strcmp(argv[1], "cuda_adam")) {
+    /* cuda_adam: as adam, on the device */
+    ssae_adam_cfg c = {atof(argv[2]), atof(argv[3]), atof(argv[4]),
+                       atof(argv[5]), atof(argv[6])};
+    int steps = atoi(argv[7]);
+    size_t np, ng;
+    float *p = read_f32(argv[8], &np), *g = read_f32(argv[9], &ng);
+    if (!p || !g || ng != np * (size_t)steps) return 1;
+    int rc = ssae_cuda_adam_steps(&c, np, p, g, steps, &err);
+    if (!rc) rc = write_f32(argv[10], p, np);
+    else fprintf(stderr, "%s\n", err.msg);
+    free(p);
+    free(g);
+    return rc ? 1 : 0;
+  }
+#endif
   if (argc >= 10 && (!strcmp(argv[1], "grad") || !strcmp(argv[1], "scores"))) {
     /* grad|scores M F L S THREADS PARAMS X OUT */
     ssae_dims d;
@@ -121,6 +238,7 @@ int main(int argc, char **argv) {
     free(p);
     return rc ? 1 : 0;
   }
-  fprintf(stderr, "usage: train_probe grad|scores|adam|gamma_inv|gamma_fit|init ...\n");
+  fprintf(stderr, "usage: train_probe grad|scores|be_grad|be_scores|train|adam|cuda_adam|gamma_inv|"
+                  "gamma_fit|init|cuda_available ...\n");
   return 2;
 }
