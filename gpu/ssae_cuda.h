@@ -11,7 +11,8 @@
  * Test hook: with SSAE_CUDA_FAIL_AFTER=N in the environment at create time,
  * every run after the first N launches the kernel with an invalid
  * configuration, so that the real CUDA error path is taken (-1 with CUDA's
- * message). SSAE_CUDA_KERNEL=generic|tiled forces one kernel (tests, bench). */
+ * message). SSAE_CUDA_KERNEL=generic|small|cluster|warp12|warp16|tiled32|...
+ * forces one kernel (tests, bench). */
 #ifndef SSAE_CUDA_H
 #define SSAE_CUDA_H
 
@@ -35,6 +36,10 @@ extern const ssae_backend_ops ssae_backend_cuda;
 int ssae_cuda_time_kernel(const ssae_model *m, size_t n, int recon, int graph,
                           int reps, double *us_median, double *us_p99,
                           ssae_err *err);
+
+/* The floor of that measurement: median device time of the replay of a
+ * graph holding one empty kernel, timed the same way (CUDA events). */
+int ssae_cuda_time_empty(int reps, double *us_median, ssae_err *err);
 
 /* Which kernel a batch of n windows uses ("tiled128", "generic", ...). */
 const char *ssae_cuda_kernel_name(void *impl, size_t n);

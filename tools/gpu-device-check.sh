@@ -2,8 +2,11 @@
 # Builds ssae on an air-gapped GPU host and runs the GPU checks and
 # benchmarks in one go (one call of a rented machine).
 #
-#   tools/gpu-device-check.sh [STEP...]    steps: build test variants ncu bench
-#                                          torch sanitize (default: all)
+#   tools/gpu-device-check.sh [STEP...]    steps: build quick test variants ncu
+#                                          bench torch sanitize (default: all but
+#                                          quick)
+# Environment: KERNELS (variants), BATCHES (variants), NCU_KERNELS (ncu),
+# SSAE_TEST_KERNELS (kernels the tests force).
 #
 # Needs the dependency .debs in .deps/debs (tools/gpu-host-deps.sh fetch, on
 # a networked machine). Logs go to $OUT (default /tmp/ssae-gpu-out); the
@@ -45,10 +48,24 @@ fi
 T=$BUILD/tests/gpu/test_cuda_forward
 export SSAE_BUILD_ROOT=$BUILD
 
+if has quick; then
+  log "test --quick: every kernel up to 4097 windows"
+  timeout 200 "$T" --quick > "$OUT/test_quick.log" 2>&1; echo "rc=$?"
+  grep -E "FAIL|failures|all passed" "$OUT/test_quick.log" | head -20
+  grep -E "^(auto|cluster|warp)" "$OUT/test_quick.log" | grep -E "F=(5|7) .*n=(1|33|4097) " |
+    cut -c1-150 | head -30
+fi
+
 if has test; then
   log "test: kernels vs float64 and the CPU"
-  timeout 300 "$T" 2>&1 | tee "$OUT/test_forward.log" | grep -vE "^(auto|generic|tiled)" ; echo "rc=${PIPESTATUS[0]}"
-  grep -E "n=1048576|n=1 |n=4097" "$OUT/test_forward.log" | head -40
+  timeout 300 "$T" 2>&1 | tee "$OUT/test_forward.log" | grep -vE "^[a-z0-9]+/[a-z0-9]+ +M=" ; echo "rc=${PIPESTATUS[0]}"
+  echo "worst per forced kernel over all dims and sizes: relL2 worst-window score-rel (f64), relL2 score-rel (cpu)"
+  awk '/^[a-z0-9]+\/[a-z0-9]+ +M=/ { split($1, k, "/"); for (i = 7; i <= 11; i++) { split($i, v, "=");
+       if (v[2] + 0 > w[k[1], i]) w[k[1], i] = v[2] + 0 }; seen[k[1]] = 1; rows[k[1]]++ }
+       END { for (n in seen) { printf "%-10s %4d rows", n, rows[n];
+             for (i = 7; i <= 11; i++) printf " %.2e", w[n, i]; printf "\n" } }' \
+    "$OUT/test_forward.log" | sort
+  grep -E "n=1048576" "$OUT/test_forward.log" | cut -c1-110 | head -12
   log "test: fallback"
   timeout 120 "$T" --fallback 2>&1 | tail -12
   log "test: PyTorch float64"
@@ -68,35 +85,50 @@ fi
 
 if has bench; then
   log "ssae bench"
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 \
+    > "$OUT/clocks.log" 2>&1 &
+  smi=$!
   timeout 300 "$BUILD/ssae" bench --model "$model" --seconds 0.5 2>&1 | tee "$OUT/bench.log"
+  kill $smi
+  echo "SM clock samples during the bench (MHz: count, at > 300 W):" \
+    "$(awk -F', ' '$2 > 300 {print $1}' "$OUT/clocks.log" | sort -n | uniq -c | tr '\n' ' ')"
 fi
 
 if has variants; then
-  for k in generic small tiled32 tiled64 tiled128 tiled128w; do
+  for k in ${KERNELS:-generic small cluster tiled32 tiled64 tiled128 tiled128w warp12 warp16}; do
     log "kernel $k"
+    case $k in generic|small|cluster) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \
-      --seconds 0.05 --batches 1,32,256,4096,65536,1048576 2>&1 | sed -n '/kernel alone/,$p'
+      --seconds 0.05 --batches "${BATCHES:-$b}" 2>&1 | sed -n '/kernel alone/,$p' | grep -v '^#'
   done
 fi
 
 if has ncu; then
-  for k in tiled128 tiled128w; do
+  for k in ${NCU_KERNELS-warp16 tiled128}; do
     log "ncu: $k at 65536 windows"
-    SSAE_CUDA_KERNEL=$k timeout 120 ncu --launch-skip 2 --launch-count 1 -k regex:tiled \
+    SSAE_CUDA_KERNEL=$k timeout 120 ncu --launch-skip 2 --launch-count 1 -k regex:"tiled|warp" \
       --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats \
-      --section SchedulerStats --metrics smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall \
+      --section SchedulerStats --metrics smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,smsp__pcsamp_warps_issue_stalled_no_instructions,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall \
       "$BUILD/ssae" bench --model "$model" --backend cuda --batches 65536 --seconds 0.01 \
       > "$OUT/ncu_$k.txt" 2>&1
     echo "rc=$?"
-    grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Executed Ipc A|Warp Cycles Per Issued|Registers Per|pcsamp|Executed Instructions  " "$OUT/ncu_$k.txt" | head -24
+    grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Executed Ipc A|Warp Cycles Per Issued|Registers Per|pcsamp|ffma|Executed Instructions  " "$OUT/ncu_$k.txt" | sed 's/smsp__pcsamp_warps_issue_//' | head -24
   done
-  log "ncu: generic at 1 window"
-  SSAE_CUDA_KERNEL=generic timeout 60 ncu --launch-skip 5 --launch-count 1 -k regex:generic \
-    --section SpeedOfLight --section WarpStateStats \
-    "$BUILD/ssae" bench --model "$model" --backend cuda --batches 1 --seconds 0.01 \
-    > "$OUT/ncu_generic1.txt" 2>&1
-  grep -E "Duration|SM Frequency|Warp Cycles Per Issued" "$OUT/ncu_generic1.txt" | head
+  # Kernel duration at batch 1 as the chip runs it (no clock locking, no
+  # cache flush between kernels); NCU_CLOCKS="" gives ncu's default (base
+  # clock, caches flushed) instead.
+  for k in cluster small; do
+    log "ncu: $k at 1 window (kernel duration)"
+    for cc in "${NCU_CLOCKS---clock-control none --cache-control none}"; do
+      SSAE_CUDA_KERNEL=$k timeout 60 ncu $cc --launch-skip 5 --launch-count 5 -k regex:"$k" \
+        --metrics gpu__time_duration.sum,smsp__cycles_elapsed.avg.per_second \
+        "$BUILD/ssae" bench --model "$model" --backend cuda --batches 1 --seconds 0.01 \
+        > "$OUT/ncu_${k}1.txt" 2>&1
+      echo "${cc:-default}: $(grep -E "gpu__time_duration" "$OUT/ncu_${k}1.txt" | awk '{print $NF, $(NF-1)}' | tr '\n' ' ');" \
+        "clock $(grep -E "cycles_elapsed" "$OUT/ncu_${k}1.txt" | awk '{print $(NF-1), $NF}' | head -1)"
+    done
+  done
 fi
 
 if has torch; then

@@ -250,8 +250,16 @@ static void run_cases(int quick) {
       {128, 5, 48, 96}, /* generic, larger */
   };
   static const size_t all_n[] = {1, 7, 33, 4097, 100000, 1048576};
-  const char *kernels[] = {"auto", "generic", "small", "tiled32", "tiled64", "tiled128",
-                           "tiled128w"};
+  const char *kernels[] = {"auto",     "generic",  "small",     "cluster", "tiled32",
+                           "tiled64",  "tiled128", "tiled128w", "warp12",  "warp16"};
+  const int nkernels = (int)(sizeof kernels / sizeof kernels[0]);
+  /* SSAE_TEST_KERNELS=a,b,...: only auto and these (device time is scarce). */
+  char only_buf[256], *only = NULL;
+  const char *ok = getenv("SSAE_TEST_KERNELS");
+  if (ok && *ok) {
+    snprintf(only_buf, sizeof only_buf, ",%s,", ok);
+    only = only_buf;
+  }
   for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
     const ssae_dims *d = &dims[di];
     ssae_model *m = random_model(d);
@@ -262,7 +270,12 @@ static void run_cases(int quick) {
       exit(1);
     }
     const int tiled = d->n_mels == 64 && d->slice_latent == 64 && d->latent == 32;
-    for (int k = 0; k < (tiled ? 7 : 2); k++) {
+    for (int k = 0; k < (tiled ? nkernels : 2); k++) {
+      if (only && k > 0) {
+        char key[32];
+        snprintf(key, sizeof key, ",%s,", kernels[k]);
+        if (!strstr(only, key)) continue;
+      }
       setenv("SSAE_CUDA_KERNEL", k == 0 ? "" : kernels[k], 1);
       void *gpu = ssae_backend_cuda.create(m, 0, &err);
       if (!gpu) {

@@ -1,0 +1,224 @@
+/* The batch-of-one kernel for M = S = 64, L = 32, F <= 16 on sm_90: a
+ * thread-block cluster of 8 blocks shares one window. What a tiny batch
+ * costs is the number of dependent round trips to L2 and the bytes one SM
+ * pulls from it, so:
+ *   - every block holds only its eighth of the weights (about 12 KB), and
+ *     loads them into registers at kernel start, all at once: one L2 round
+ *     trip for the whole kernel, spread over 8 SMs;
+ *   - block r computes the encoder rows s = 8r..8r+7 of every slice, the
+ *     basis projection's partial sums over those columns of the combined
+ *     vector, and decoder outputs 8F r .. 8F r + 8F - 1;
+ *   - the partial latents go to every block's shared memory through
+ *     distributed shared memory (one remote store per thread), the partial
+ *     squared errors to block 0's: two cluster barriers per window.
+ * The bottleneck (32 x 32) is computed by warp 0 of every block.
+ *
+ * Measured (H100, clock64 stamps in block 0, batch 1; run 6 of
+ * gpu/NOTES.md): about 7 300 cycles from entry to exit, of which each
+ * cluster barrier ~1 000, the window's load from L2 ~800 to 1 200, each
+ * LayerNorm ~700 (two dependent shuffle reductions). A replay of a graph
+ * holding one empty kernel measures 3.4-3.8 us with the same event timing. */
+#ifndef SSAE_CUDA_CLUSTER_CUH
+#define SSAE_CUDA_CLUSTER_CUH
+
+#include <cooperative_groups.h>
+
+#include "ssae_cuda_kernels.cuh"
+#include "ssae_cuda_warp.cuh"
+
+#define SSAE_CLUSTER_CTAS 8
+#define SSAE_CLUSTER_THREADS 256
+#define SSAE_CLUSTER_FMAX 16
+
+/* FT: the frame count when it is known at compile time (the loops over
+ * slices unroll without predicates: less code, and each instruction of a
+ * batch-of-one launch runs once, straight from a cold instruction cache),
+ * 0 for any F <= SSAE_CLUSTER_FMAX. */
+template <int FT>
+__global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
+    ssae_fused_cluster(const float *__restrict__ wts, ssae_cuda_layout lo,
+                       const float *__restrict__ x, size_t n, float *__restrict__ scores,
+                       float *__restrict__ recon) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  constexpr int CS = SSAE_CLUSTER_CTAS, FMAX = FT ? FT : SSAE_CLUSTER_FMAX;
+  __shared__ float xs[FMAX * 64], xn[FMAX * 64], hs[FMAX * 8];
+  __shared__ float zpart[CS][32], red[8], spart[CS];
+  __shared__ __align__(16) float zn[32], z2[32];
+  cg::cluster_group cl = cg::this_cluster();
+  /* Distributed shared memory may be written only once every block of the
+   * cluster has started: arrive now, wait just before the first remote
+   * store (by then every block has long arrived, so the wait is free). */
+  cl.barrier_arrive();
+  int started = 0;
+  const int r = (int)cl.block_rank();
+  const int F = FT ? FT : lo.F, FM = 64 * F, C = 64 * F, NO = 8 * F;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned FULL = 0xffffffffu;
+  const float *WeT = wts + lo.we, *Br = wts + lo.b_r, *Wbr = wts + lo.wb_r, *Dr = wts + lo.d_r;
+  const size_t ncl = gridDim.x / CS;
+  size_t w = blockIdx.x / CS;
+
+  /* The window first (its latency is the kernel's first critical step),
+   * the next one always a window ahead. */
+  constexpr int XR = (FMAX * 64 + SSAE_CLUSTER_THREADS - 1) / SSAE_CLUSTER_THREADS;
+  float xr[XR];
+  auto load_x = [&](size_t ww) {
+#pragma unroll
+    for (int q = 0; q < XR; q++) {
+      const int i = tid + q * SSAE_CLUSTER_THREADS;
+      xr[q] = i < FM ? __ldg(x + ww * FM + i) : 0.f;
+    }
+  };
+  if (w < n) load_x(w);
+  /* Every weight this thread will use, loaded before the first use. */
+  const int s = 8 * r + warp; /* encoder row of this warp; lanes split k */
+  const float we0 = __ldg(WeT + lane * 64 + s), we1 = __ldg(WeT + (lane + 32) * 64 + s);
+  const float bes = __ldg(wts + lo.be + s);
+  const int zl = tid >> 3, zj = tid & 7; /* basis: latent zl, column 8r+zj of each slice */
+  float bw[FMAX];
+#pragma unroll
+  for (int f = 0; f < FMAX; f++)
+    bw[f] = f < F ? __ldg(Br + zl * C + f * 64 + 8 * r + zj) : 0.f;
+  float4 wb[8];
+  float bbl = 0.f;
+  if (warp == 0) {
+#pragma unroll
+    for (int q = 0; q < 8; q++) wb[q] = __ldg(reinterpret_cast<const float4 *>(Wbr + lane * 32) + q);
+    bbl = __ldg(wts + lo.bb + lane);
+  }
+  const int dq = tid & 3, dout = tid >> 2; /* decoder: output dout (+64), l = 8dq.. */
+  float4 dw[2][2];
+  float bdj[2];
+#pragma unroll
+  for (int it = 0; it < 2; it++) {
+    const int o = dout + 64 * it, j = NO * r + (o < NO ? o : 0);
+    const float4 *p = reinterpret_cast<const float4 *>(Dr + j * 32 + 8 * dq);
+    dw[it][0] = __ldg(p);
+    dw[it][1] = __ldg(p + 1);
+    bdj[it] = __ldg(wts + lo.bd + j % 64);
+  }
+
+  for (; w < n; w += ncl) {
+#pragma unroll
+    for (int q = 0; q < XR; q++) {
+      const int i = tid + q * SSAE_CLUSTER_THREADS;
+      if (i < FM) xs[i] = xr[q];
+    }
+    if (w + ncl < n) load_x(w + ncl);
+    __syncthreads();
+    /* LayerNorm_M, a warp per slice; float statistics after subtracting the
+     * slice's first band (see ssae_cuda_warp.cuh). */
+    for (int f = warp; f < F; f += 8) {
+      const float p = xs[f * 64];
+      float d0 = xs[f * 64 + lane] - p, d1 = xs[f * 64 + 32 + lane] - p;
+      const float mean = ssae_warp_sum(d0 + d1) * (1.0f / 64.0f);
+      d0 -= mean;
+      d1 -= mean;
+      const float q = ssae_warp_sum(fmaf(d0, d0, d1 * d1));
+      const float rstd = 1.0f / sqrtf(q * (1.0f / 64.0f) + 1e-5f);
+      xn[f * 64 + lane] = d0 * rstd;
+      xn[f * 64 + 32 + lane] = d1 * rstd;
+    }
+    __syncthreads();
+    /* Encoder row s of every slice: lanes split k, F sums reduced side by
+     * side. */
+    {
+      float ps[FMAX];
+#pragma unroll
+      for (int f = 0; f < FMAX; f++)
+        ps[f] = f < F ? fmaf(we0, xn[f * 64 + lane], we1 * xn[f * 64 + 32 + lane]) : 0.f;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int f = 0; f < FMAX; f++)
+          if (f < F) ps[f] += __shfl_xor_sync(FULL, ps[f], o);
+      if (lane < F) {
+        float v = ps[0];
+#pragma unroll
+        for (int f = 1; f < FMAX; f++)
+          if (lane == f) v = ps[f];
+        hs[lane * 8 + warp] = ssae_gelu_fast(v + bes);
+      }
+    }
+    __syncthreads();
+    /* Partial latent over this block's columns, to every block. */
+    {
+      float p = 0.f;
+#pragma unroll
+      for (int f = 0; f < FMAX; f++)
+        if (f < F) p = fmaf(bw[f], hs[f * 8 + zj], p);
+      p += __shfl_xor_sync(FULL, p, 1);
+      p += __shfl_xor_sync(FULL, p, 2);
+      p += __shfl_xor_sync(FULL, p, 4);
+      if (!started) {
+        cl.barrier_wait();
+        started = 1;
+      }
+      *cl.map_shared_rank(&zpart[r][zl], zj) = p;
+    }
+    cl.sync();
+    if (warp == 0) {
+      float z = 0.f;
+#pragma unroll
+      for (int q = 0; q < CS; q++) z += zpart[q][lane];
+      const float mean = ssae_warp_sum(z) * (1.0f / 32.0f);
+      const float d = z - mean;
+      const float rstd = 1.0f / sqrtf(ssae_warp_sum(d * d) * (1.0f / 32.0f) + 1e-5f);
+      zn[lane] = d * rstd;
+      __syncwarp();
+      float a0 = bbl, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+      for (int q = 0; q < 8; q++) {
+        const float4 zq = *reinterpret_cast<const float4 *>(zn + 4 * q);
+        a0 = fmaf(wb[q].x, zq.x, a0);
+        a1 = fmaf(wb[q].y, zq.y, a1);
+        a2 = fmaf(wb[q].z, zq.z, a2);
+        a3 = fmaf(wb[q].w, zq.w, a3);
+      }
+      z2[lane] = ssae_gelu_fast((a0 + a1) + (a2 + a3));
+    }
+    __syncthreads();
+    /* Decoder outputs of this block and their squared errors. */
+    float sq = 0.f;
+#pragma unroll
+    for (int it = 0; it < 2; it++) {
+      const int o = dout + 64 * it;
+      const float *zz = z2 + 8 * dq;
+      float a = dw[it][0].x * zz[0];
+      a = fmaf(dw[it][0].y, zz[1], a);
+      a = fmaf(dw[it][0].z, zz[2], a);
+      a = fmaf(dw[it][0].w, zz[3], a);
+      a = fmaf(dw[it][1].x, zz[4], a);
+      a = fmaf(dw[it][1].y, zz[5], a);
+      a = fmaf(dw[it][1].z, zz[6], a);
+      a = fmaf(dw[it][1].w, zz[7], a);
+      a += __shfl_xor_sync(FULL, a, 1);
+      a += __shfl_xor_sync(FULL, a, 2);
+      if (o < NO && dq == 0) {
+        const int j = NO * r + o;
+        const float y = a + bdj[it], d = y - xs[j];
+        sq = fmaf(d, d, sq);
+        if (recon) recon[w * FM + j] = y;
+      }
+    }
+    sq = ssae_warp_sum(sq);
+    if (lane == 0) red[warp] = sq;
+    __syncthreads();
+    if (warp == 0) {
+      const float v = ssae_warp_sum(lane < 8 ? red[lane] : 0.f);
+      if (lane == 0) *cl.map_shared_rank(&spart[r], 0) = v;
+    }
+    cl.sync();
+    if (r == 0 && tid == 0) {
+      float v = 0.f;
+#pragma unroll
+      for (int q = 0; q < CS; q++) v += spart[q];
+      scores[w] = v / (float)FM;
+    }
+  }
+  if (!started) cl.barrier_wait(); /* every arrive has its wait */
+#endif
+}
+
+#endif
