@@ -33,19 +33,25 @@ void ssae_melbank_release(ssae_melbank *b) {
   b->w = NULL;
 }
 
+/* The bins that can have weight in a band from lo to hi Hz. */
+static void bin_range(double lo, double hi, double top, int n_bins, int *k0, int *k1) {
+  *k0 = (int)floor(lo / top * (n_bins - 1)) - 1;
+  *k1 = (int)ceil(hi / top * (n_bins - 1)) + 1;
+  if (*k0 < 0) *k0 = 0;
+  if (*k1 > n_bins - 1) *k1 = n_bins - 1;
+}
+
 int ssae_melbank_init(ssae_melbank *b, const ssae_feat_cfg *cfg, ssae_err *err) {
   const int n_mels = cfg->n_mels, n_bins = cfg->n_fft / 2 + 1;
   b->n_mels = n_mels;
   b->n_bins = n_bins;
+  b->w = NULL;
   b->start = calloc((size_t)n_mels, sizeof *b->start);
   b->len = calloc((size_t)n_mels, sizeof *b->len);
   b->off = calloc((size_t)n_mels + 1, sizeof *b->off);
   double *f_pts = malloc(sizeof *f_pts * (size_t)(n_mels + 2));
-  double *dense = malloc(sizeof *dense * (size_t)n_bins);
-  b->w = malloc(sizeof *b->w * (size_t)n_mels * (size_t)n_bins);
-  if (!b->start || !b->len || !b->off || !f_pts || !dense || !b->w) {
+  if (!b->start || !b->len || !b->off || !f_pts) {
     free(f_pts);
-    free(dense);
     ssae_melbank_release(b);
     return ssae_err_set(err, "out of memory for the mel filterbank");
   }
@@ -56,37 +62,57 @@ int ssae_melbank_init(ssae_melbank *b, const ssae_feat_cfg *cfg, ssae_err *err) 
     f_pts[i] = ssae_mel_to_hz(m_min + (m_max - m_min) * i / (n_mels + 1), cfg->mel_scale);
   /* torchaudio spaces the bins over [0, sample_rate // 2]. */
   const double top = (double)(cfg->sample_rate / 2);
+  /* Only the bins near [lo, hi] can have weight (one bin of slack for
+   * rounding): their count bounds the room for the weights (a dense
+   * n_mels x n_bins table would be mostly zeros, and large enough to be
+   * mapped afresh for every front end). */
+  size_t room = 0;
+  for (int m = 0; m < n_mels; m++) {
+    int k0, k1;
+    bin_range(f_pts[m], f_pts[m + 2], top, n_bins, &k0, &k1);
+    room += (size_t)(k1 >= k0 ? k1 - k0 + 1 : 0) + 1; /* + 1: an empty band's zero */
+  }
+  b->w = malloc(sizeof *b->w * room);
+  if (!b->w) {
+    free(f_pts);
+    ssae_melbank_release(b);
+    return ssae_err_set(err, "out of memory for the mel filterbank");
+  }
+  /* The triangles in a loop of their own, which the compiler vectorises
+   * (divisions are most of the set-up time of a front end). */
+  double *v = malloc(sizeof *v * (size_t)n_bins);
+  if (!v) {
+    free(f_pts);
+    ssae_melbank_release(b);
+    return ssae_err_set(err, "out of memory for the mel filterbank");
+  }
   size_t off = 0;
   for (int m = 0; m < n_mels; m++) {
     const double lo = f_pts[m], mid = f_pts[m + 1], hi = f_pts[m + 2];
     const double norm = cfg->mel_norm == SSAE_MELNORM_SLANEY ? 2.0 / (hi - lo) : 1.0;
-    int first = -1, last = -1;
-    /* Only the bins near [lo, hi] can have weight (one bin of slack for
-     * rounding). */
-    int k0 = (int)floor(lo / top * (n_bins - 1)) - 1, k1 = (int)ceil(hi / top * (n_bins - 1)) + 1;
-    if (k0 < 0) k0 = 0;
-    if (k1 > n_bins - 1) k1 = n_bins - 1;
+    int k0, k1, first = -1, last = -1;
+    bin_range(lo, hi, top, n_bins, &k0, &k1);
     for (int k = k0; k <= k1; k++) {
       double f = top * k / (n_bins - 1);
       double down = (f - lo) / (mid - lo), up = (hi - f) / (hi - mid);
-      double v = down < up ? down : up;
-      dense[k] = v > 0 ? v * norm : 0.0;
-      if (dense[k] > 0) {
+      v[k] = down < up ? down : up;
+    }
+    for (int k = k0; k <= k1; k++)
+      if (v[k] > 0) {
         if (first < 0) first = k;
         last = k;
       }
-    }
     /* A band narrower than a bin has no weights and stays at the floor,
-     * as in torchaudio. */
-    if (first < 0) first = last = 0, dense[0] = 0.0;
+     * as in torchaudio: one zero weight at bin 0. */
+    if (first < 0) first = last = 0, v[0] = 0.0;
     b->start[m] = first;
     b->len[m] = last - first + 1;
     b->off[m] = off;
-    for (int k = first; k <= last; k++) b->w[off++] = dense[k];
+    for (int k = first; k <= last; k++) b->w[off++] = v[k] > 0 ? v[k] * norm : 0.0;
   }
+  free(v);
   b->off[n_mels] = off;
   free(f_pts);
-  free(dense);
   return 0;
 }
 

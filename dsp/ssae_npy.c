@@ -1,10 +1,13 @@
 #include "ssae_npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 static const char magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -28,28 +31,51 @@ int ssae_npy_write_f32(const char *path, const float *data, const size_t *shape,
   /* numpy writes (n,) for one dimension and (a, b) for more. */
   if (ndim > 1) len--;
   len += snprintf(dict + len, sizeof dict - (size_t)len, "), }");
+  if (len < 0 || (size_t)len >= sizeof dict)
+    return ssae_err_set(err, "%s: array shape too long for a .npy header", path);
   /* Header (magic, version, length, dict, padding, newline) is a multiple
    * of 64 bytes, as numpy writes it. */
   size_t total = 10 + (size_t)len + 1;
   size_t pad = (64 - total % 64) % 64;
   size_t hlen = (size_t)len + pad + 1;
-  unsigned char head[10];
+  unsigned char head[10 + sizeof dict + 64];
   memcpy(head, magic, 6);
   head[6] = 1;
   head[7] = 0;
   head[8] = (unsigned char)(hlen & 0xff);
   head[9] = (unsigned char)(hlen >> 8);
-  FILE *f = fopen(path, "wb");
-  if (!f) return ssae_err_set(err, "%s: cannot write: %s", path, strerror(errno));
-  int ok = fwrite(head, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)len, f) == (size_t)len;
-  for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
-  ok = ok && fputc('\n', f) != EOF;
-  ok = ok && (count == 0 || fwrite(data, sizeof *data, count, f) == count);
-  if (fclose(f) != 0) ok = 0;
+  memcpy(head + 10, dict, (size_t)len);
+  memset(head + 10 + len, ' ', pad);
+  head[10 + hlen - 1] = '\n';
+  /* One writev for header and data: no stdio buffer, the fewest system
+   * calls (a features run writes one file per input). */
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return ssae_err_set(err, "%s: cannot write: %s", path, strerror(errno));
+  struct iovec iov[2] = {{head, 10 + hlen}, {(void *)data, count * sizeof *data}};
+  int ok = 1, n_iov = count ? 2 : 1;
+  struct iovec *v = iov;
+  while (ok && n_iov > 0) {
+    ssize_t w = writev(fd, v, n_iov);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      ok = 0;
+      break;
+    }
+    while (n_iov > 0 && (size_t)w >= v->iov_len) {
+      w -= (ssize_t)v->iov_len;
+      v++;
+      n_iov--;
+    }
+    if (n_iov > 0) {
+      v->iov_base = (char *)v->iov_base + w;
+      v->iov_len -= (size_t)w;
+    }
+  }
+  int e = errno;
+  if (close(fd) != 0 && ok) ok = 0, e = errno;
   if (!ok) {
-    int e = errno;
     remove(path);
-    return ssae_err_set(err, "%s: write failed: %s", path, strerror(e));
+    return ssae_err_set(err, "%s: write failed: %s", path, strerror(e ? e : EIO));
   }
   return 0;
 }

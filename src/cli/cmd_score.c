@@ -1,9 +1,12 @@
 /* ssae score: anomaly scores of audio files (SPEC section 4).
  *
  * Worker threads decode files and compute their features (in parallel, a
- * bounded distance ahead); the main thread gathers the windows of the files
- * that are ready into batches for the backend and prints results in input
- * order. */
+ * bounded distance ahead); the main thread prints results in input order.
+ * On the CPU each worker also scores its files, on a one-thread CPU
+ * backend of its own (the frames are still in its cache, and no thread
+ * waits for another); for other backends the main thread puts the frames
+ * of the files that are ready end to end into batches. Decoding, features
+ * and scoring are ssae_filescore's, as in ssae eval and ssae report. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -16,7 +19,7 @@
 #include "cli.h"
 #include "ssae_audio.h"
 #include "ssae_backend.h"
-#include "ssae_logmel.h"
+#include "ssae_filescore.h"
 #include "ssae_model.h"
 
 static const char *const CMD = "score";
@@ -46,7 +49,8 @@ static void usage(FILE *f) {
           "  --format tsv|json      tsv (default): path, score, windows, verdict\n"
           "                         separated by tabs; json: one JSON object per line\n"
           "                         with keys path, score, windows, verdict\n"
-          "  --jobs N               decoding threads (default: all cores)\n"
+          "  --jobs N               decoding threads, which on the CPU also run the\n"
+          "                         model (default: all cores)\n"
           "  -q, --quiet            no progress line\n"
           "  -h, --help             this text\n\n"
           "A file that cannot be read or is shorter than one window is reported on\n"
@@ -56,9 +60,9 @@ static void usage(FILE *f) {
 
 typedef struct {
   int state; /* 0 pending, 1 ready, 2 failed */
-  float *frames; /* (n_windows + frames - 1) x n_mels */
-  size_t n_windows;
-  int rate, hop;
+  /* Frames (batched on the main thread), or window scores when the worker
+   * scored the file itself. */
+  ssae_file_scores fs;
   char *error;
 } slot;
 
@@ -68,6 +72,7 @@ typedef struct {
   slot *slots;
   const ssae_model *m;
   int channel;
+  int score_in_workers;
   size_t next;     /* next file for a worker */
   size_t consumed; /* files done by the main thread */
   size_t ahead;    /* how far workers may run ahead */
@@ -76,40 +81,12 @@ typedef struct {
   pthread_cond_t ready, room;
 } job;
 
-static int decode(job *j, ssae_logmel *lm, size_t i, slot *s, ssae_err *err) {
-  const ssae_feat_cfg *cfg = &j->m->feat;
-  ssae_audio a;
-  if (ssae_audio_load(j->paths[i], j->channel, cfg->sample_rate, &a, err)) return -1;
-  size_t cap = ssae_logmel_max_frames(lm, a.frames) + ssae_logmel_max_frames(lm, 0) + 1;
-  size_t M = (size_t)cfg->n_mels, F = (size_t)cfg->frames;
-  float *frames = malloc(cap * M * sizeof *frames);
-  if (!frames) {
-    ssae_audio_release(&a);
-    return ssae_err_set(err, "%s: out of memory for features", j->paths[i]);
-  }
-  ssae_logmel_reset(lm);
-  size_t nf = ssae_logmel_process(lm, a.data, a.frames, frames);
-  nf += ssae_logmel_flush(lm, frames + nf * M);
-  size_t samples = a.frames;
-  ssae_audio_release(&a);
-  if (nf < F) {
-    free(frames);
-    return ssae_err_set(err, "%s: too short: %zu samples give %zu frame%s, one window needs "
-                        "%zu", j->paths[i], samples, nf, nf == 1 ? "" : "s", F);
-  }
-  /* Frames only (a fifth of the windows' size): the main thread lays the
-   * windows out straight into the batch. */
-  s->frames = frames;
-  s->n_windows = nf - F + 1;
-  s->rate = cfg->sample_rate;
-  s->hop = cfg->hop_length;
-  return 0;
-}
-
 static void *worker(void *arg) {
   job *j = arg;
-  ssae_err err = {{0}};
-  ssae_logmel *lm = ssae_logmel_new(&j->m->feat, &err);
+  ssae_err start_err = {{0}};
+  /* One thread each: the workers already keep every core busy. */
+  ssae_backend *cpu =
+      j->score_in_workers ? ssae_backend_new_threads(j->m, "cpu", 0, 1, &start_err) : NULL;
   pthread_mutex_lock(&j->mu);
   for (;;) {
     while (!j->stop && j->next < j->n && j->next >= j->consumed + j->ahead)
@@ -118,8 +95,16 @@ static void *worker(void *arg) {
     size_t i = j->next++;
     pthread_mutex_unlock(&j->mu);
     slot s = {0};
-    ssae_err_clear(&err);
-    int rc = lm ? decode(j, lm, i, &s, &err) : ssae_err_prefix(&err, "%s", j->paths[i]);
+    ssae_err err = {{0}};
+    int rc;
+    if (j->score_in_workers && !cpu) {
+      err = start_err;
+      rc = -1;
+    } else if (cpu) { /* scored here while the frames are in this core's cache */
+      rc = ssae_file_score(j->m, cpu, BATCH_WINDOWS, j->paths[i], j->channel, 0, &s.fs, &err);
+    } else {
+      rc = ssae_file_frames(j->m, j->paths[i], j->channel, &s.fs, &err);
+    }
     if (rc) s.error = strdup(err.msg[0] ? err.msg : "failed");
     pthread_mutex_lock(&j->mu);
     s.state = rc ? 2 : 1;
@@ -127,7 +112,7 @@ static void *worker(void *arg) {
     pthread_cond_broadcast(&j->ready);
   }
   pthread_mutex_unlock(&j->mu);
-  ssae_logmel_free(lm);
+  ssae_backend_free(cpu);
   return NULL;
 }
 
@@ -183,25 +168,27 @@ static void progress(out_state *o, int final) {
 
 static void emit(out_state *o, const char *path, const slot *s, const float *scores) {
   double sum = 0;
-  for (size_t k = 0; k < s->n_windows; k++) sum += scores[k];
-  double score = sum / (double)s->n_windows;
+  size_t nw = s->fs.n_windows;
+  for (size_t k = 0; k < nw; k++) sum += scores[k];
+  double score = sum / (double)nw;
   const char *verdict = isnan(o->threshold) ? "unknown" : score > o->threshold ? "anomaly" : "normal";
   if (o->json) {
     fputs("{\"path\":", stdout);
     json_str(stdout, path);
-    printf(",\"score\":%.9g,\"windows\":%zu,\"verdict\":\"%s\"}\n", score, s->n_windows, verdict);
+    printf(",\"score\":%.9g,\"windows\":%zu,\"verdict\":\"%s\"}\n", score, nw, verdict);
   } else {
-    printf("%s\t%.9g\t%zu\t%s\n", path, score, s->n_windows, verdict);
+    printf("%s\t%.9g\t%zu\t%s\n", path, score, nw, verdict);
   }
 }
 
 static void emit_windows(out_state *o, const char *path, const slot *s, const float *scores,
-                         int frames) {
+                         const ssae_model *m) {
   if (!o->wf) return;
   /* Frame t is centred on sample t*hop; a window's centre is its middle
    * frame's. */
-  for (size_t k = 0; k < s->n_windows; k++) {
-    double t = ((double)k + 0.5 * (frames - 1)) * s->hop / s->rate;
+  for (size_t k = 0; k < s->fs.n_windows; k++) {
+    double t = ((double)k + 0.5 * (m->d.frames - 1)) * m->feat.hop_length /
+               m->feat.sample_rate;
     fprintf(o->wf, "%s\t%zu\t%.6f\t%.9g\n", path, k, t, scores[k]);
   }
 }
@@ -323,10 +310,12 @@ int ssae_cmd_score(int argc, char **argv) {
   int nw = jobs ? (int)jobs : ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
   if ((size_t)nw > n) nw = (int)n;
   job j = {.paths = paths, .n = n, .m = m, .channel = channel,
-           .ahead = (size_t)nw * 4 + 8};
+           .ahead = (size_t)nw * 4 + 8,
+           /* On the CPU each worker scores its own files, right after their
+            * features, on one thread: no batch copies, no hand-over. */
+           .score_in_workers = ssae_backend_cpu_direct(be)};
   j.slots = calloc(n, sizeof *j.slots);
   pthread_t *tids = calloc((size_t)nw, sizeof *tids);
-  size_t win = (size_t)m->d.frames * (size_t)m->d.n_mels;
   float *batch = NULL, *scores = NULL;
   size_t batch_cap = 0;
   int started = 0;
@@ -352,50 +341,58 @@ int ssae_cmd_score(int argc, char **argv) {
     while (j.slots[i].state == 0) pthread_cond_wait(&j.ready, &j.mu);
     size_t e = i, total = 0;
     while (e < n && j.slots[e].state != 0 &&
-           (e == i || total + j.slots[e].n_windows <= BATCH_WINDOWS)) {
-      total += j.slots[e].n_windows;
+           (e == i || total + j.slots[e].fs.n_windows <= BATCH_WINDOWS)) {
+      total += j.slots[e].fs.n_windows;
       e++;
     }
     pthread_mutex_unlock(&j.mu);
 
-    if (total > batch_cap) {
+    /* Files that still need scores (not scored by their worker): their
+     * frames end to end, one run of frames for the backend, which reads
+     * every window in place. The F-1 windows that straddle two files are
+     * scored too and skipped (about 1 % more work). */
+    size_t M = (size_t)m->d.n_mels, nfr = 0;
+    for (size_t k = i; k < e; k++)
+      if (j.slots[k].state == 1 && !j.slots[k].fs.scores) nfr += j.slots[k].fs.n_frames;
+    if (nfr > batch_cap) {
       free(batch);
       free(scores);
-      batch = malloc(total * win * sizeof *batch);
-      scores = malloc(total * sizeof *scores);
-      batch_cap = total;
+      batch = malloc(nfr * M * sizeof *batch);
+      scores = malloc(nfr * sizeof *scores);
+      batch_cap = nfr;
       if (!batch || !scores) {
-        ssae_cli_error(CMD, "out of memory for %zu windows", total);
+        ssae_cli_error(CMD, "out of memory for %zu frames", nfr);
         status = SSAE_EXIT_INPUT;
         break;
       }
     }
-    size_t off = 0, M = (size_t)m->d.n_mels;
+    size_t off = 0;
     for (size_t k = i; k < e; k++) {
-      if (j.slots[k].state != 1) continue;
-      /* Window t is frames t ... t+F-1, one contiguous run. */
-      for (size_t t = 0; t < j.slots[k].n_windows; t++)
-        memcpy(batch + (off + t) * win, j.slots[k].frames + t * M, win * sizeof *batch);
-      off += j.slots[k].n_windows;
+      const ssae_file_scores *fs = &j.slots[k].fs;
+      if (j.slots[k].state != 1 || fs->scores) continue;
+      memcpy(batch + off * M, fs->frames, fs->n_frames * M * sizeof *batch);
+      off += fs->n_frames;
     }
-    int run_failed = off && ssae_backend_run(be, batch, off, scores, NULL, &err);
+    int run_failed = off && ssae_backend_run_frames(be, batch, off, scores, &err);
     if (run_failed) ssae_cli_error(CMD, "the model failed: %s", err.msg);
     off = 0;
     for (size_t k = i; k < e; k++) {
       slot *s = &j.slots[k];
-      if (s->state == 2 || run_failed) {
+      if (s->state == 2 || (run_failed && !s->fs.scores)) {
         progress(&o, 1);
         if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
         status = SSAE_EXIT_INPUT;
         o.failed++;
+      } else if (s->fs.scores) {
+        emit(&o, paths[k], s, s->fs.scores);
+        emit_windows(&o, paths[k], s, s->fs.scores, m);
       } else {
         emit(&o, paths[k], s, scores + off);
-        emit_windows(&o, paths[k], s, scores + off, m->d.frames);
-        off += s->n_windows;
+        emit_windows(&o, paths[k], s, scores + off, m);
+        off += s->fs.n_frames;
       }
-      free(s->frames);
+      ssae_file_scores_release(&s->fs);
       free(s->error);
-      s->frames = NULL;
       s->error = NULL;
       o.done++;
     }
@@ -421,7 +418,7 @@ joined:
 done:
   if (j.slots)
     for (size_t k = 0; k < n; k++) {
-      free(j.slots[k].frames);
+      ssae_file_scores_release(&j.slots[k].fs);
       free(j.slots[k].error);
     }
   free(j.slots);

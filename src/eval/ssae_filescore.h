@@ -1,6 +1,7 @@
-/* One file scored the way `ssae eval` and `ssae report` need it: its
- * log-mel frames (for the picture), every window's score and the file score
- * (mean of the window scores, SPEC section 2). Not for the audio thread. */
+/* One file scored the way `ssae score`, `ssae eval` and `ssae report` need
+ * it (one pipeline for all three): its log-mel frames (for the picture),
+ * every window's score and the file score (mean of the window scores, SPEC
+ * section 2). Not for the audio thread. */
 #ifndef SSAE_FILESCORE_H
 #define SSAE_FILESCORE_H
 
@@ -33,6 +34,14 @@ int ssae_file_score(const ssae_model *m, ssae_backend *b, size_t batch_max,
                     const char *path, int channel, int keep_frames,
                     ssae_file_scores *out, ssae_err *err);
 void ssae_file_scores_release(ssae_file_scores *s);
+
+/* The first half of ssae_file_score: loads path and computes its log-mel
+ * frames, without scoring: frames (always), n_frames, n_mels, n_windows,
+ * seconds, file_rate, file_channels; scores NULL. A file shorter than one
+ * window is an error. For callers that batch many files (ssae score on a
+ * GPU). */
+int ssae_file_frames(const ssae_model *m, const char *path, int channel,
+                     ssae_file_scores *out, ssae_err *err);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ssae_config.h"
+#include "ssae_cpu.h"
 
 /* Faster backends are declared here, e.g.
  *   #if SSAE_HAVE_CUDA
@@ -42,6 +43,7 @@ struct ssae_backend {
   void *impl;
   /* The CPU that takes over after a failure (created on first need). */
   void *cpu;
+  int cpu_threads; /* for the CPU (also the fall back): 0 = every core */
   int fell_back;
   void (*cb)(void *user, const char *msg);
   void *user;
@@ -49,6 +51,9 @@ struct ssae_backend {
   int fail_next;
   unsigned long fail_at, runs;
   char note[SSAE_ERR_LEN];
+  /* Windows laid out for backends that take windows only. */
+  float *win;
+  size_t win_cap, max_batch;
 };
 
 /* Known input at log-mel scale (-100 ... +20 dB) with structure across mel
@@ -124,12 +129,13 @@ static const ssae_backend_ops *find_ops(const char *name) {
 
 /* Creates and self-tests one backend. */
 static void *start(const ssae_backend_ops *ops, const ssae_model *m, size_t max_batch,
-                   ssae_err *err) {
+                   int cpu_threads, ssae_err *err) {
   if (!ops->available()) {
     ssae_err_set(err, "%s: not available on this machine", ops->name);
     return NULL;
   }
-  void *impl = ops->create(m, max_batch, err);
+  void *impl = ops == &ssae_backend_cpu ? ssae_cpu_new(m, cpu_threads, err)
+                                        : ops->create(m, max_batch, err);
   if (!impl) {
     ssae_err_prefix(err, "%s", ops->name);
     return NULL;
@@ -144,6 +150,11 @@ static void *start(const ssae_backend_ops *ops, const ssae_model *m, size_t max_
 
 ssae_backend *ssae_backend_new(const ssae_model *m, const char *which, size_t max_batch,
                                ssae_err *err) {
+  return ssae_backend_new_threads(m, which, max_batch, 0, err);
+}
+
+ssae_backend *ssae_backend_new_threads(const ssae_model *m, const char *which,
+                                       size_t max_batch, int cpu_threads, ssae_err *err) {
   if (!m) {
     ssae_err_set(err, "no model for the backend");
     return NULL;
@@ -155,6 +166,7 @@ ssae_backend *ssae_backend_new(const ssae_model *m, const char *which, size_t ma
     return NULL;
   }
   b->m = m;
+  b->cpu_threads = cpu_threads;
   const char *env = getenv("SSAE_BACKEND_FAIL_AT");
   if (env && *env) b->fail_at = strtoul(env, NULL, 10);
   if (!strcmp(which, "auto")) {
@@ -162,7 +174,7 @@ ssae_backend *ssae_backend_new(const ssae_model *m, const char *which, size_t ma
       const ssae_backend_ops *ops = ssae_backends[i];
       if (ops == &ssae_backend_cpu || !ops->available()) continue;
       ssae_err e = {{0}};
-      if ((b->impl = start(ops, m, max_batch, &e))) {
+      if ((b->impl = start(ops, m, max_batch, cpu_threads, &e))) {
         b->ops = ops;
         return b;
       }
@@ -181,7 +193,7 @@ ssae_backend *ssae_backend_new(const ssae_model *m, const char *which, size_t ma
     free(b);
     return NULL;
   }
-  if (!(b->impl = start(ops, m, max_batch, err))) {
+  if (!(b->impl = start(ops, m, max_batch, cpu_threads, err))) {
     free(b);
     return NULL;
   }
@@ -193,6 +205,7 @@ void ssae_backend_free(ssae_backend *b) {
   if (!b) return;
   if (b->impl) b->ops->destroy(b->impl);
   if (b->cpu) ssae_backend_cpu.destroy(b->cpu);
+  free(b->win);
   free(b);
 }
 
@@ -207,7 +220,7 @@ int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores, f
     } else if (b->ops->run(b->impl, x, n, scores, recon, &e) == 0) {
       return 0;
     }
-    if (!(b->cpu = ssae_backend_cpu.create(b->m, 0, err))) {
+    if (!(b->cpu = ssae_cpu_new(b->m, b->cpu_threads, err))) {
       return ssae_err_prefix(err, "backend %s failed (%s) and the CPU could not take over",
                              b->ops->name, e.msg);
     }
@@ -220,6 +233,44 @@ int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores, f
     }
   }
   return ssae_backend_cpu.run(b->cpu, x, n, scores, recon, err);
+}
+
+/* Windows per call of a window-only backend in ssae_backend_run_frames. */
+#define FRAMES_CHUNK 4096
+
+int ssae_backend_run_frames(ssae_backend *b, const float *frames, size_t n_frames,
+                            float *scores, ssae_err *err) {
+  size_t M = (size_t)b->m->d.n_mels, F = (size_t)b->m->d.frames, win = F * M;
+  if (n_frames < F) return 0;
+  size_t nw = n_frames - F + 1;
+  /* The CPU as the chosen backend, or after a fall back: no layout. The
+   * test hooks still go through ssae_backend_run below. */
+  if (ssae_backend_cpu_direct(b)) {
+    void *cpu = b->fell_back ? b->cpu : b->impl;
+    if (ssae_cpu_score_frames(cpu, frames, n_frames, scores))
+      return ssae_err_set(err, "cpu: bad arguments to the forward pass");
+    return 0;
+  }
+  size_t chunk = nw < FRAMES_CHUNK ? nw : FRAMES_CHUNK;
+  if (b->max_batch && chunk > b->max_batch) chunk = b->max_batch;
+  if (chunk > b->win_cap) {
+    float *p = realloc(b->win, chunk * win * sizeof *p);
+    if (!p) return ssae_err_set(err, "out of memory for %zu windows", chunk);
+    b->win = p;
+    b->win_cap = chunk;
+  }
+  for (size_t i = 0; i < nw; i += chunk) {
+    size_t k = nw - i < chunk ? nw - i : chunk;
+    /* Window t is frames t ... t+F-1, one contiguous run. */
+    for (size_t t = 0; t < k; t++)
+      memcpy(b->win + t * win, frames + (i + t) * M, win * sizeof *b->win);
+    if (ssae_backend_run(b, b->win, k, scores + i, NULL, err)) return -1;
+  }
+  return 0;
+}
+
+int ssae_backend_cpu_direct(const ssae_backend *b) {
+  return (b->fell_back || b->ops == &ssae_backend_cpu) && !b->fail_next && !b->fail_at;
 }
 
 const char *ssae_backend_name(const ssae_backend *b) {

@@ -37,12 +37,30 @@ typedef struct ssae_backend ssae_backend;
  * CPU passes, else CPU), "cpu", "cuda" (an error when unavailable). */
 ssae_backend *ssae_backend_new(const ssae_model *m, const char *which,
                                size_t max_batch, ssae_err *err);
+/* Same, with the CPU backend's thread count (also for the CPU that takes
+ * over after a failure): 0 = every core, 1 = the calling thread only. */
+ssae_backend *ssae_backend_new_threads(const ssae_model *m, const char *which,
+                                       size_t max_batch, int cpu_threads,
+                                       ssae_err *err);
 void ssae_backend_free(ssae_backend *b);
 
 /* Runs a batch; falls back to the CPU on failure (see above). Returns -1
  * only if the CPU fails too. One thread at a time per object. */
 int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores,
                      float *recon, ssae_err *err);
+
+/* Scores of every window of a run of consecutive frames (n_frames x
+ * n_mels floats): n_frames-frames+1 scores, none when n_frames < frames.
+ * The CPU reads the frames in place and encodes each once; other backends
+ * get the windows laid out in a buffer that grows to the largest call
+ * (this call may allocate). Falls back like ssae_backend_run. */
+int ssae_backend_run_frames(ssae_backend *b, const float *frames, size_t n_frames,
+                            float *scores, ssae_err *err);
+
+/* 1 when b runs on the CPU and no test hook is armed: a caller may then
+ * score on ssae_cpu objects of its own (one per thread, ssae_cpu.h) with
+ * the same results as through b. */
+int ssae_backend_cpu_direct(const ssae_backend *b);
 
 /* Name of the backend now in use ("cuda", "cpu"). */
 const char *ssae_backend_name(const ssae_backend *b);

@@ -1,4 +1,5 @@
-/* The CPU entry of the backend table. */
+/* The CPU entry of the backend table. impl is an ssae_cpu (ssae_backend.c
+ * relies on that for ssae_backend_run_frames). */
 #include "ssae_backend.h"
 #include "ssae_cpu.h"
 

@@ -2,8 +2,10 @@
  * with a different sine in each channel. Channel selection picks the right
  * sine, the mix-down is the mean of the channels, and after resampling to
  * 16 kHz each sine lands in its mel band at the level of the same sine
- * generated at 16 kHz. Also: 16-bit samples read as k/32768, bad channel
- * index and zero-length audio give clear errors. */
+ * generated at 16 kHz. Mono 16-bit WAV, FLAC and AIFF files longer than the
+ * reader's 64 KiB buffer read back exactly, OGG/Vorbis to its sine's band
+ * and level. Also: 16-bit samples read as k/32768, bad channel index and
+ * zero-length audio give clear errors. */
 #include <math.h>
 #include <sndfile.h>
 #include <stdio.h>
@@ -40,6 +42,26 @@ static int write_wavex(const char *path, int rate, size_t frames) {
   for (size_t i = 0; i < frames; i++)
     for (int c = 0; c < CH; c++)
       buf[i * CH + (size_t)c] = (short)lrint(32768 * amp * sin(2 * M_PI * freqs[c] * (double)i / rate));
+  sf_count_t w = sf_writef_short(sf, buf, (sf_count_t)frames);
+  free(buf);
+  sf_close(sf);
+  return w == (sf_count_t)frames ? 0 : -1;
+}
+
+/* A mono 16-bit sine at 1 kHz, amplitude amp. */
+static short mono_sample(size_t i, int rate) {
+  return (short)lrint(32768 * amp * sin(2 * M_PI * 1000.0 * (double)i / rate));
+}
+
+static int write_mono(const char *path, int format, int rate, size_t frames) {
+  SF_INFO info = {0};
+  info.samplerate = rate;
+  info.channels = 1;
+  info.format = format;
+  SNDFILE *sf = sf_open(path, SFM_WRITE, &info);
+  if (!sf) return -1;
+  short *buf = malloc(sizeof *buf * frames);
+  for (size_t i = 0; i < frames; i++) buf[i] = mono_sample(i, rate);
   sf_count_t w = sf_writef_short(sf, buf, (sf_count_t)frames);
   free(buf);
   sf_close(sf);
@@ -159,6 +181,47 @@ int main(void) {
     free(one);
   }
   ssae_audio_release(&mix);
+
+  /* Mono files of each format, 3 s at 16 kHz (96 kB of 16-bit samples:
+   * more than one buffer of the reader). */
+  static const struct {
+    const char *ext;
+    int format, exact;
+  } fmts[] = {{"wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16, 1},
+              {"flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 1},
+              {"aiff", SF_FORMAT_AIFF | SF_FORMAT_PCM_16, 1},
+              {"ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS, 0}};
+  const size_t n_mono = 48000;
+  float *sine = malloc(sizeof *sine * n_mono);
+  for (size_t i = 0; i < n_mono; i++) sine[i] = (float)mono_sample(i, 16000) / 32768.0f;
+  mean_frame(sine, n_mono, want);
+  const int band = argmax(want);
+  for (size_t k = 0; k < sizeof fmts / sizeof *fmts; k++) {
+    char mono[256];
+    snprintf(mono, sizeof mono, "%s/mono.%s", dir, fmts[k].ext);
+    if (write_mono(mono, fmts[k].format, 16000, n_mono)) {
+      CHECK(0, "cannot write %s", mono);
+      continue;
+    }
+    ssae_audio m;
+    if (ssae_audio_load(mono, 0, 16000, &m, &err)) {
+      CHECK(0, "%s: %s", fmts[k].ext, err.msg);
+      unlink(mono);
+      continue;
+    }
+    CHECK(m.frames == n_mono && m.rate == 16000, "%s: %zu frames at %d Hz", fmts[k].ext,
+          m.frames, m.rate);
+    if (fmts[k].exact)
+      CHECK(m.frames == n_mono && !memcmp(m.data, sine, sizeof *sine * n_mono),
+            "%s: samples differ from those written", fmts[k].ext);
+    mean_frame(m.data, m.frames, got);
+    CHECK(argmax(got) == band && fabsf(got[band] - want[band]) < 0.5f,
+          "%s: peak in band %d at %.2f dB, expected band %d at %.2f dB", fmts[k].ext,
+          argmax(got), got[argmax(got)], band, want[band]);
+    ssae_audio_release(&m);
+    unlink(mono);
+  }
+  free(sine);
 
   /* Bad requests name the file and the reason. */
   CHECK(ssae_audio_load(path, 8, 0, &a, &err) == -1 && strstr(err.msg, path) &&

@@ -64,7 +64,10 @@ with tempfile.TemporaryDirectory() as d:
               f"p/r/f1 {s} vs {pr} {rc} {f1}")
     # A threshold of our own between the classes' medians, so that the
     # confusion counts are not trivially all-or-nothing.
-    mid = sorted(sc)[len(sc) // 2]
+    # (Halfway between two scores: one read back from the 9-digit TSV may sit
+    # either side of its exact value.)
+    srt = sorted(sc)
+    mid = (srt[len(sc) // 2 - 1] + srt[len(sc) // 2]) / 2
     p = run("eval", "--normal", normal, "--anomaly", anomaly, "--format", "json",
             "--threshold", repr(mid), "--backend", "cpu")
     s2 = json.loads(p.stdout)["sections"][0]

@@ -1,7 +1,9 @@
 /* Windows per second of the CPU forward pass alone (BENCHMARKS.md):
  *   bench_forward [MODEL] [SECONDS]
- * on a single thread and on all threads, scores only and with
- * reconstructions, batches of 4096 windows at log-mel scale. */
+ * on a single thread and on all threads: separate windows (scores only and
+ * with reconstructions, batches of 4096 windows at log-mel scale) and runs
+ * of consecutive frames as `ssae score` gives them (4100 frames: 4096
+ * windows). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -23,15 +25,20 @@ static double cpu_now(void) {
 
 /* Prints windows per second of wall time and per CPU-second (the latter
  * holds on a machine that others share). */
+/* frames: x holds n+F-1 consecutive frames, not n windows. */
 static void rate(const char *what, ssae_cpu *c, const float *x, size_t n, float *s, float *r,
-                 double secs) {
-  ssae_cpu_forward(c, x, n, s, r); /* warm up */
+                 int frames, int F, double secs) {
   size_t done = 0;
-  double t0 = now(), c0 = cpu_now(), t;
-  do {
-    ssae_cpu_forward(c, x, n, s, r);
-    done += n;
-  } while ((t = now() - t0) < secs);
+  double t0 = 0, c0 = 0, t;
+  for (int warm = 1; warm >= 0; warm--) {
+    t0 = now(), c0 = cpu_now();
+    do {
+      if (frames) ssae_cpu_score_frames(c, x, n + (size_t)F - 1, s);
+      else ssae_cpu_forward(c, x, n, s, r);
+      done += n;
+    } while ((t = now() - t0) < (warm ? secs / 4 : secs));
+    if (warm) done = 0;
+  }
   double ct = cpu_now() - c0;
   printf("%-28s %10.0f windows/s  %10.0f windows per CPU-second\n", what, (double)done / t,
          (double)done / ct);
@@ -58,15 +65,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
-  printf("model n_mels=%d frames=%d latent=%d slice_latent=%d, batch %zu\n", m->d.n_mels,
+  printf("kernels %s; model n_mels=%d frames=%d latent=%d slice_latent=%d, batch %zu\n", ssae_cpu_isa(), m->d.n_mels,
          m->d.frames, m->d.latent, m->d.slice_latent, n);
   char what[64];
-  rate("1 thread, scores only", c1, x, n, s, NULL, secs);
-  rate("1 thread, with recon", c1, x, n, s, r, secs);
-  snprintf(what, sizeof what, "%d threads, scores only", ssae_cpu_threads(ca));
-  rate(what, ca, x, n, s, NULL, secs);
-  snprintf(what, sizeof what, "%d threads, with recon", ssae_cpu_threads(ca));
-  rate(what, ca, x, n, s, r, secs);
+  int F = m->d.frames;
+  rate("1 thread, frames (score)", c1, x, n, s, NULL, 1, F, secs);
+  rate("1 thread, windows, scores", c1, x, n, s, NULL, 0, F, secs);
+  rate("1 thread, windows, recon", c1, x, n, s, r, 0, F, secs);
+  snprintf(what, sizeof what, "%d threads, frames (score)", ssae_cpu_threads(ca));
+  rate(what, ca, x, n, s, NULL, 1, F, secs);
+  snprintf(what, sizeof what, "%d threads, windows, scores", ssae_cpu_threads(ca));
+  rate(what, ca, x, n, s, NULL, 0, F, secs);
+  snprintf(what, sizeof what, "%d threads, windows, recon", ssae_cpu_threads(ca));
+  rate(what, ca, x, n, s, r, 0, F, secs);
   ssae_cpu_free(c1);
   ssae_cpu_free(ca);
   ssae_model_free(m);

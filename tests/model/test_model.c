@@ -5,10 +5,14 @@
  * - every kind of malformed file is refused with its own message;
  * - the forward pass gives the same results on 1 and 3 threads, with and
  *   without reconstructions, for batch sizes around the block size;
+ * - runs of consecutive frames score exactly as their windows one by one;
+ * - the GELU kernel is within 1e-14 of libm's erf formula;
+ * (each also with the kernels capped at AVX2 and at the baseline: argv[1]);
  * - the backend falls back to the CPU when its device fails (test hook),
  *   reports it once and loses no window. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,7 @@
 
 #include "ssae_backend.h"
 #include "ssae_cpu.h"
+#include "ssae_cpu_kernels.h"
 #include "ssae_model.h"
 
 static int failures;
@@ -382,6 +387,87 @@ static void test_cpu(void) {
   ssae_model_free(m);
 }
 
+/* Runs of consecutive frames score exactly as their windows laid out one by
+ * one, across block and thread boundaries, on non-default dimensions too. */
+static void test_frames(void) {
+  static const ssae_dims dims[] = {{64, 5, 32, 64}, {40, 7, 13, 21}};
+  for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+    ssae_err err = {{0}};
+    ssae_model *m = ssae_model_new(&dims[di], &err);
+    ssae_model_init(m, 21 + di);
+    size_t M = (size_t)dims[di].n_mels, F = (size_t)dims[di].frames, win = M * F;
+    size_t nmax = 700;
+    float *fr = malloc((nmax + F) * M * sizeof *fr), *w = malloc(nmax * win * sizeof *w),
+          *sw = malloc(nmax * sizeof *sw), *sf = malloc(nmax * sizeof *sf);
+    fill_input(fr, nmax + F, M, 31);
+    for (size_t t = 0; t < nmax; t++) memcpy(w + t * win, fr + t * M, win * sizeof *w);
+    ssae_cpu *c1 = ssae_cpu_new(m, 1, &err), *c2 = ssae_cpu_new(m, 2, &err);
+    CHECK(c1 && c2, "cpu_new: %s", err.msg);
+    static const size_t nfr[] = {0, 1, 4, 5, 6, 7, 36, 37, 38, 100, 133, 134, 701};
+    for (size_t k = 0; c1 && c2 && k < sizeof nfr / sizeof *nfr; k++) {
+      size_t n = nfr[k], nw = n >= F ? n - F + 1 : 0;
+      for (int t = 0; t < 2; t++) {
+        memset(sf, 0xff, nmax * sizeof *sf);
+        CHECK(!ssae_cpu_score_frames(t ? c2 : c1, fr, n, sf), "score_frames");
+        CHECK(!ssae_cpu_forward(t ? c2 : c1, w, nw, sw, NULL), "forward");
+        CHECK(same_floats(sf, sw, nw), "%zu frames (F %zu, %d threads): frames and windows differ",
+              n, F, t + 1);
+        uint32_t u;
+        memcpy(&u, sf + nw, sizeof u);
+        CHECK(u == 0xffffffffu, "%zu frames: wrote past the %zu scores", n, nw);
+      }
+    }
+    CHECK(ssae_cpu_score_frames(c1, fr, F - 1, NULL) == 0, "fewer frames than a window");
+    CHECK(ssae_cpu_score_frames(c1, NULL, 3, sf) == -1, "no frames");
+    CHECK(ssae_cpu_score_frames(NULL, fr, 10, sf) == -1, "no object");
+    /* The backend entry: the CPU in place, or through a forced fall back. */
+    ssae_backend *b = ssae_backend_new(m, "cpu", 0, &err);
+    CHECK(b, "backend: %s", err.msg);
+    if (b) {
+      CHECK(!ssae_backend_run_frames(b, fr, 300, sf, &err), "run_frames: %s", err.msg);
+      CHECK(!ssae_cpu_forward(c1, w, 300 - F + 1, sw, NULL), "forward");
+      CHECK(same_floats(sf, sw, 300 - F + 1), "backend run_frames differs");
+      ssae_backend_fail_next(b);
+      memset(sf, 0, nmax * sizeof *sf);
+      CHECK(!ssae_backend_run_frames(b, fr, 300, sf, &err), "run_frames after a failure: %s",
+            err.msg);
+      CHECK(ssae_backend_fell_back(b) && same_floats(sf, sw, 300 - F + 1),
+            "run_frames through the fall back");
+      ssae_backend_free(b);
+    }
+    ssae_cpu_free(c1);
+    ssae_cpu_free(c2);
+    free(fr);
+    free(w);
+    free(sw);
+    free(sf);
+    ssae_model_free(m);
+  }
+}
+
+/* The GELU kernel against libm's erf over the range activations reach, and
+ * beyond it (erf saturates). */
+static void test_gelu(void) {
+  size_t n = 200003;
+  double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+  for (size_t i = 0; i < n; i++) x[i] = -14.0 + 28.0 * (double)i / (double)(n - 1);
+  x[0] = 0.0, x[1] = -0.0, x[2] = 1e-300, x[3] = -1e-12, x[4] = 40.0, x[5] = -40.0;
+  memcpy(y, x, n * sizeof *y);
+  ssae_cpu_kernels_init();
+  ssae_gelu(y, n);
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    double ref = 0.5 * x[i] * (1.0 + erf(x[i] * M_SQRT1_2));
+    double e = fabs(y[i] - ref) / fmax(fabs(x[i]), 1e-300);
+    if (e > worst) worst = e, at = i;
+  }
+  CHECK(worst <= 1e-14, "GELU (%s kernels) off by %.3g (relative to |x|) at x = %.17g",
+        ssae_cpu_isa(), worst, x[at]);
+  free(x);
+  free(y);
+}
+
 static int cb_calls;
 static char cb_msg[1024];
 static void on_fallback(void *user, const char *msg) {
@@ -435,7 +521,9 @@ static void test_backend(void) {
   ssae_model_free(m);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* test_model [avx2|generic]: caps the kernels' instruction set. */
+  if (argc > 1) setenv("SSAE_CPU_KERNELS", argv[1], 1);
   const char *tmp = getenv("TMPDIR");
   char dir[256];
   snprintf(dir, sizeof dir, "%s/ssae_test_model_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -446,6 +534,8 @@ int main(void) {
   test_malformed();
   test_roundtrip(dir);
   test_cpu();
+  test_frames();
+  test_gelu();
   test_backend();
   rmdir(dir);
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);

@@ -81,7 +81,7 @@ def trained_model(dims, x, seed, steps=150):
     return m.float(), float(loss)
 
 
-def check(exe, tmp, name, model, x, threads=0):
+def check(exe, tmp, name, model, x, threads=0, isas=("",)):
     path = os.path.join(tmp, name + ".safetensors")
     st.save_model(model, path, {"provenance": "test_parity " + name})
     ref_model, _ = st.load_model(path, dtype=torch.float64)
@@ -93,16 +93,22 @@ def check(exe, tmp, name, model, x, threads=0):
     with open(xin, "wb") as f:
         f.write(x.contiguous().numpy().tobytes())
     so, ro = os.path.join(tmp, name + ".s"), os.path.join(tmp, name + ".r")
-    subprocess.run([exe, path, xin, so, ro, str(threads)], check=True)
-    with open(so, "rb") as f:
-        s = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).double()
-    with open(ro, "rb") as f:
-        y = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).double().reshape(y_ref.shape)
-    rel = float((y - y_ref).norm() / y_ref.norm())
-    srel = float(((s - s_ref).abs() / s_ref.abs()).max())
-    ok = rel <= REL_L2_MAX and srel <= SCORE_REL_MAX
-    print("%-28s windows %5d  rel L2 %.3e  max score rel err %.3e  mean score %.4g  %s"
-          % (name, len(x), rel, srel, float(s_ref.mean()), "ok" if ok else "FAIL"))
+    ok = True
+    for isa in isas:
+        # SSAE_CPU_KERNELS caps the instruction set of the CPU kernels.
+        env = dict(os.environ, SSAE_CPU_KERNELS=isa)
+        subprocess.run([exe, path, xin, so, ro, str(threads)], check=True, env=env)
+        with open(so, "rb") as f:
+            s = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).double()
+        with open(ro, "rb") as f:
+            y = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).double().reshape(y_ref.shape)
+        rel = float((y - y_ref).norm() / y_ref.norm())
+        srel = float(((s - s_ref).abs() / s_ref.abs()).max())
+        good = rel <= REL_L2_MAX and srel <= SCORE_REL_MAX
+        ok &= good
+        print("%-36s windows %5d  rel L2 %.3e  max score rel err %.3e  mean score %.4g  %s"
+              % (name + (" [%s]" % isa if isa else ""), len(x), rel, srel, float(s_ref.mean()),
+                 "ok" if good else "FAIL"))
     return ok
 
 
@@ -123,11 +129,13 @@ def main():
             ok &= check(exe, tmp, "128 mels 3 fr 16 lat x%g" % scale, scaled_model(d2, 12, scale), x2)
         d3 = (40, 7, 13, 21)   # nothing a multiple of the tile sizes
         x3 = synthetic_inputs(101, 40, 7, 5)
-        ok &= check(exe, tmp, "40 mels 7 fr 13 lat 21 sl", scaled_model(d3, 13, 1.0), x3)
+        ok &= check(exe, tmp, "40 mels 7 fr 13 lat 21 sl", scaled_model(d3, 13, 1.0), x3,
+                    isas=("", "avx2", "generic"))
         xt = synthetic_inputs(256, 64, 5, 6, noise=1.0)
         tm, loss = trained_model(d, xt, 14)
         print("trained model: final loss %.4g" % loss)
-        ok &= check(exe, tmp, "trained", tm, torch.cat([xt, synthetic_inputs(64, 64, 5, 7, noise=1.0)]))
+        ok &= check(exe, tmp, "trained", tm, torch.cat([xt, synthetic_inputs(64, 64, 5, 7, noise=1.0)]),
+                    isas=("", "avx2", "generic"))
         ok &= check(exe, tmp, "trained, real log-mel input", tm, logmel_inputs(64, 5, 7))
         # The model that ships (trained weights once there are some).
         root = os.environ.get("SSAE_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
