@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -245,6 +246,43 @@ static int pa_callback(const void *input, void *output, unsigned long frames,
   return paContinue;
 }
 
+/* PortAudio's clean-up after a device loss, on its own thread: with a JACK
+ * server that went away it may block on the dead connection. */
+typedef struct pa_cleanup {
+  PaStream *st;
+  atomic_int done;
+} pa_cleanup;
+
+static void *pa_cleanup_main(void *arg) {
+  pa_cleanup *c = arg;
+  Pa_AbortStream(c->st);
+  Pa_CloseStream(c->st);
+  Pa_Terminate();
+  atomic_store(&c->done, 1);
+  return NULL;
+}
+
+/* Runs the clean-up, waiting for it at most `ms`; 0 when it finished. The
+ * events are written before this: a clean-up that hangs loses nothing, the
+ * process just ends without it. */
+static int pa_cleanup_bounded(PaStream *st, int ms) {
+  static pa_cleanup c; /* outlives this call if the clean-up hangs */
+  c.st = st;
+  atomic_init(&c.done, 0);
+  pthread_t th;
+  if (pthread_create(&th, NULL, pa_cleanup_main, &c)) return -1;
+  for (int k = 0; k < ms && !atomic_load(&c.done); k++) {
+    struct timespec d = {0, 1000000L};
+    nanosleep(&d, NULL);
+  }
+  if (atomic_load(&c.done)) {
+    pthread_join(th, NULL);
+    return 0;
+  }
+  pthread_detach(th);
+  return -1;
+}
+
 static int pa_start(void) {
   /* PortAudio's host APIs (ALSA, JACK) print diagnostics on stderr while
    * probing devices; they are noise for the user, so stderr points to
@@ -347,7 +385,9 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   ecfg->on_event = ssae_evsink_on_event;
   ecfg->user = sink;
   ecfg->emit_windows = o->windows != NULL;
-  live l;
+  /* Static: PortAudio's thread may call back once more after a device loss,
+   * when this function has already returned. */
+  static live l;
   atomic_init(&l.closing, 0);
   atomic_init(&l.in_cb, 0);
   l.e = ssae_engine_new(m, ecfg, &err);
@@ -373,7 +413,7 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   fprintf(stderr, "ssae monitor: listening on '%s', %d channel(s) at %.0f Hz "
                   "(Ctrl-C stops)\n", di->name, o->channels, rate);
   int meter = o->meter && ssae_cli_stderr_tty();
-  int first = 1, rc = SSAE_EXIT_OK;
+  int first = 1, rc = SSAE_EXIT_OK, lost = 0;
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (!interrupted) {
@@ -386,6 +426,7 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
       ssae_cli_error(CMD, "the input device '%s' stopped; ending", di->name);
       ssae_evsink_note(sink, el, "device_lost", "the input device stopped");
       rc = SSAE_EXIT_INPUT;
+      lost = 1;
       break;
     }
     if (meter) {
@@ -394,14 +435,13 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     }
     if (o->duration > 0 && el >= o->duration) break;
   }
-  if (rc == SSAE_EXIT_OK) {
+  if (!lost) {
     Pa_StopStream(st);
     Pa_CloseStream(st);
     Pa_Terminate();
   } else {
-    /* After a device loss PortAudio's clean-up may block on the dead
-     * device (a JACK server that went away does): the events come first,
-     * and the process ends without it. */
+    /* After a device loss the callback must stop touching the engine
+     * before it goes away (Dekker pair with in_cb, seq_cst). */
     atomic_store(&l.closing, 1);
     for (int k = 0; k < 100 && atomic_load(&l.in_cb); k++) {
       struct timespec d = {0, 1000000L};
@@ -415,6 +455,8 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     ssae_cli_error(CMD, "writing the events or windows file failed");
     rc = SSAE_EXIT_INPUT;
   }
+  /* The events are out; now PortAudio's own clean-up, bounded. */
+  if (lost && !atomic_load(&l.in_cb)) pa_cleanup_bounded(st, 500);
   return rc;
 }
 #endif

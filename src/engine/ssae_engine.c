@@ -44,15 +44,33 @@ typedef struct front {
   _Atomic uint64_t dropped;
 } front;
 
-/* Worker side of a channel: detector state and published results. */
+/* One published set of a channel's results. The fields are atomics (relaxed)
+ * only so that a reader racing the writer is defined behaviour; the latch
+ * below is what makes a reader's set consistent. */
+typedef struct pub {
+  _Atomic float score, smoothed, threshold, latency_ms;
+  _Atomic int alarm;
+  _Atomic uint64_t scored;
+} pub;
+
+/* Worker side of a channel: detector state and published results.
+ *
+ * The results go out through a latch (two copies and a sequence counter, as
+ * Linux's seqcount_latch): the writer bumps seq to odd and rewrites copy 0
+ * while readers use copy 1, then bumps seq to even and rewrites copy 1 while
+ * readers use copy 0. A reader never sees a torn set and never waits for a
+ * writer that is preempted mid-update: it retries only when the writer has
+ * finished a copy in the meantime. */
 typedef struct chan {
   double ema;
   int have_ema;
   int above, below;
-  int alarm_w; /* worker's alarm state */
-  _Atomic float score, smoothed, threshold, latency_ms;
-  _Atomic int alarm;
-  _Atomic uint64_t scored;
+  int alarm_w;          /* worker's alarm state */
+  uint64_t scored_w;    /* worker's count of scored windows */
+  uint64_t last_window; /* index of the last window scored */
+  double last_t;        /* its time (seconds of audio) */
+  _Atomic uint32_t seq;
+  pub copy[2];
 } chan;
 
 #define LAT_FINE 10000  /* 1 us buckets up to 10 ms */
@@ -71,6 +89,7 @@ struct ssae_engine {
   float *rs_out, *frames_buf, *scratch_win, *deint, *zeros;
   size_t rs_cap;
   int was_enabled;
+  int cleared; /* worker: alarms cleared since analysis was paused */
   ssae_ring *ring;
   _Atomic int in_process; /* Dekker pair with pause_req (seq_cst) */
   _Atomic int pause_req;
@@ -95,15 +114,18 @@ struct ssae_engine {
   uint64_t status_scored, status_dropped; /* counters of the last STATUS */
   int status_sent;
   double next_status_t;
-  double last_t;
+  double last_t;             /* worker's; published as audio_s */
+  _Atomic double audio_s;
+  /* ssae_backend_name() of the backend in use: a static string, so that a
+   * reader may keep the pointer after the backend changes. */
+  _Atomic(const char *) backend_name;
 
-  /* latency histogram and backend name: shared with stats readers */
+  /* latency histogram: shared with stats readers */
   pthread_mutex_t stats_mu;
   int mu_ok;
   uint64_t lat_hist[LAT_FINE + LAT_COARSE + 1];
   uint64_t lat_n;
   double lat_max_ms;
-  char backend_name[32];
 
   /* model swap (swapper thread <-> worker) */
   pthread_mutex_t swap_mu;
@@ -132,6 +154,14 @@ static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
 }
 
 static void sleep_ns(int64_t ns) {
@@ -187,12 +217,57 @@ static int build_resamplers(ssae_engine *e, double rate, ssae_err *err) {
   return 0;
 }
 
+/* The first blocks of a stream would touch the front ends' buffers for the
+ * first time (history, FFT scratch, resampler state, window): page faults
+ * on the audio thread. Silence goes through every channel's whole path now,
+ * on the thread that builds the engine, and the streams start afresh; the
+ * counters and the ring are not touched. */
+static void warm_fronts(ssae_engine *e) {
+  memset(e->zeros, 0, e->max_block * sizeof *e->zeros);
+  memset(e->deint, 0, e->max_block * sizeof *e->deint);
+  memset(e->scratch_win, 0, (size_t)e->wf * sizeof *e->scratch_win);
+  const size_t M = (size_t)e->feat.n_mels;
+  for (int c = 0; c < e->C; c++) {
+    front *f = &e->fr[c];
+    /* A large block first (frames computed side by side), then blocks of a
+     * hop (one frame at a time, as a live stream goes), until a window is
+     * full. */
+    const size_t hop = (size_t)e->feat.hop_length;
+    for (int k = 0, frames = 0; k < 64 && frames <= e->feat.frames + 1; k++) {
+      size_t len = k == 0 ? 4096 : hop;
+      if (len > e->max_block) len = e->max_block;
+      const float *feed = e->zeros;
+      size_t m = len;
+      if (f->rs) {
+        m = ssae_resampler_process(f->rs, e->zeros, len, e->rs_out);
+        feed = e->rs_out;
+      }
+      size_t nfr = ssae_logmel_process(f->lm, feed, m, e->frames_buf);
+      for (size_t i = 0; i < nfr; i++)
+        ssae_window_push(f->win, e->frames_buf + i * M, e->scratch_win);
+      frames += (int)nfr;
+    }
+    ssae_logmel_flush(f->lm, e->frames_buf); /* the end-padding path */
+    if (f->rs) ssae_resampler_reset(f->rs);
+    ssae_logmel_reset(f->lm);
+    ssae_window_reset(f->win);
+  }
+}
+
 /* Digital silence: this many exact zeros in a row (4 ms at 16 kHz). Real
  * signals, even quiet 16-bit ones, do not have them; unconnected ports,
  * ended streams and muted devices do. */
 #define GAP_MIN 64
 
 static void scan_gaps(front *f, const float *x, size_t n) {
+  /* Real signals have no exact zeros: a block without any (checked without
+   * branches, so it vectorises) only ends the current run. */
+  int any = 0;
+  for (size_t i = 0; i < n; i++) any |= x[i] == 0.0f;
+  if (!any) {
+    f->zrun = 0;
+    return;
+  }
   uint64_t z = f->zrun;
   for (size_t i = 0; i < n; i++) {
     if (x[i] == 0.0f) {
@@ -369,19 +444,52 @@ void ssae_engine_get_params(const ssae_engine *e, ssae_engine_params *p) {
   p->enabled = atomic_load_explicit(&m->p_enabled, memory_order_relaxed);
 }
 
+static void pub_read(pub *p, ssae_channel_state *out) {
+  out->score = atomic_load_explicit(&p->score, memory_order_relaxed);
+  out->smoothed = atomic_load_explicit(&p->smoothed, memory_order_relaxed);
+  out->threshold = atomic_load_explicit(&p->threshold, memory_order_relaxed);
+  out->alarm = atomic_load_explicit(&p->alarm, memory_order_relaxed);
+  out->windows = atomic_load_explicit(&p->scored, memory_order_relaxed);
+  out->latency_ms = atomic_load_explicit(&p->latency_ms, memory_order_relaxed);
+}
+
+static void pub_write(pub *p, const ssae_channel_state *v) {
+  atomic_store_explicit(&p->score, v->score, memory_order_relaxed);
+  atomic_store_explicit(&p->smoothed, v->smoothed, memory_order_relaxed);
+  atomic_store_explicit(&p->threshold, v->threshold, memory_order_relaxed);
+  atomic_store_explicit(&p->alarm, v->alarm, memory_order_relaxed);
+  atomic_store_explicit(&p->scored, v->windows, memory_order_relaxed);
+  atomic_store_explicit(&p->latency_ms, v->latency_ms, memory_order_relaxed);
+}
+
+/* Worker only (the one writer). Each seq store is a release (the copy
+ * written before it is complete for a reader that sees it) followed by a
+ * release fence (a reader that sees any write of the copy after it also
+ * sees the new seq, and retries). */
+static void publish(chan *k, const ssae_channel_state *v) {
+  uint32_t s = atomic_load_explicit(&k->seq, memory_order_relaxed);
+  atomic_store_explicit(&k->seq, s + 1, memory_order_release);
+  atomic_thread_fence(memory_order_release);
+  pub_write(&k->copy[0], v);
+  atomic_store_explicit(&k->seq, s + 2, memory_order_release);
+  atomic_thread_fence(memory_order_release);
+  pub_write(&k->copy[1], v);
+}
+
 void ssae_engine_channel_get(const ssae_engine *e, int ch,
                              ssae_channel_state *out) {
   ssae_engine *m = (ssae_engine *)e;
   memset(out, 0, sizeof *out);
   if (ch < 0 || ch >= m->C) return;
   chan *k = &m->ch[ch];
-  out->score = atomic_load_explicit(&k->score, memory_order_relaxed);
-  out->smoothed = atomic_load_explicit(&k->smoothed, memory_order_relaxed);
-  out->threshold = atomic_load_explicit(&k->threshold, memory_order_relaxed);
-  out->alarm = atomic_load_explicit(&k->alarm, memory_order_relaxed);
-  out->windows = atomic_load_explicit(&k->scored, memory_order_relaxed);
+  uint32_t s0, s1;
+  do {
+    s0 = atomic_load_explicit(&k->seq, memory_order_acquire);
+    pub_read(&k->copy[s0 & 1], out);
+    atomic_thread_fence(memory_order_acquire); /* the reads before seq */
+    s1 = atomic_load_explicit(&k->seq, memory_order_relaxed);
+  } while (s0 != s1);
   out->dropped = atomic_load_explicit(&m->fr[ch].dropped, memory_order_relaxed);
-  out->latency_ms = atomic_load_explicit(&k->latency_ms, memory_order_relaxed);
 }
 
 int ssae_engine_channels(const ssae_engine *e) { return e->C; }
@@ -437,8 +545,8 @@ static void stats_fill(ssae_engine *e, ssae_engine_stats *s) {
   s->lat_p50_ms = lat_pct(e, 0.50);
   s->lat_p99_ms = lat_pct(e, 0.99);
   s->lat_max_ms = e->lat_max_ms;
-  s->audio_s = e->last_t;
-  s->backend = e->backend_name;
+  s->audio_s = atomic_load_explicit(&e->audio_s, memory_order_relaxed);
+  s->backend = atomic_load_explicit(&e->backend_name, memory_order_relaxed);
 }
 
 void ssae_engine_stats_get(ssae_engine *e, ssae_engine_stats *out) {
@@ -477,10 +585,9 @@ static void emit_counters(ssae_engine *e, ssae_event_type type, double t) {
 
 static void on_fallback(void *user, const char *msg) {
   ssae_engine *e = user;
-  pthread_mutex_lock(&e->stats_mu);
-  snprintf(e->backend_name, sizeof e->backend_name, "%s",
-           ssae_backend_name(e->backend));
-  pthread_mutex_unlock(&e->stats_mu);
+  /* The backend has fallen back: from now on it runs the CPU. */
+  atomic_store_explicit(&e->backend_name, ssae_backend_cpu.name,
+                        memory_order_relaxed);
   ssae_event ev = {0};
   ev.type = SSAE_EVENT_BACKEND;
   ev.channel = -1;
@@ -499,7 +606,10 @@ static void detect(ssae_engine *e, const item_hdr *h, float score,
                    double lat) {
   chan *k = &e->ch[h->channel];
   double t = (double)h->end_sample / e->feat.sample_rate;
-  if (t > e->last_t) e->last_t = t;
+  if (t > e->last_t) {
+    e->last_t = t;
+    atomic_store_explicit(&e->audio_s, t, memory_order_relaxed);
+  }
   double thr = atomic_load_explicit(&e->p_threshold, memory_order_relaxed);
   if (!(isfinite(thr) && thr > 0)) thr = e->model_threshold;
   double tau = atomic_load_explicit(&e->p_smoothing, memory_order_relaxed);
@@ -542,18 +652,38 @@ static void detect(ssae_engine *e, const item_hdr *h, float score,
       if (k->alarm_w && k->below >= off) k->alarm_w = 0;
     }
   }
-  atomic_store_explicit(&k->score, score, memory_order_relaxed);
-  atomic_store_explicit(&k->smoothed, (float)k->ema, memory_order_relaxed);
-  atomic_store_explicit(&k->threshold, (float)thr, memory_order_relaxed);
-  atomic_store_explicit(&k->latency_ms, (float)lat, memory_order_relaxed);
-  atomic_store_explicit(&k->alarm, k->alarm_w, memory_order_relaxed);
-  atomic_store_explicit(&k->scored,
-                        atomic_load_explicit(&k->scored, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
+  k->scored_w++;
+  k->last_window = h->window;
+  k->last_t = t;
+  ssae_channel_state v = {score, (float)k->ema, (float)thr, k->alarm_w,
+                          k->scored_w, 0, (float)lat};
+  publish(k, &v);
   if (was != k->alarm_w) {
     ssae_event ev = {k->alarm_w ? SSAE_EVENT_ALARM_ON : SSAE_EVENT_ALARM_OFF,
                      (int)h->channel, t, h->window, k->ema, score, thr,
                      NULL, NULL};
+    emit(e, &ev);
+  }
+}
+
+/* Analysis paused (enabled = 0): the audio thread makes no windows, so the
+ * detector would never see an alarm end. Once the windows made before the
+ * pause are judged, the worker ends every alarm (an alarm_off event) and
+ * forgets the smoothing, so that the channel starts afresh on resume. */
+static void clear_alarms(ssae_engine *e) {
+  for (int c = 0; c < e->C; c++) {
+    chan *k = &e->ch[c];
+    int was = k->alarm_w;
+    k->have_ema = 0;
+    k->above = k->below = 0;
+    k->alarm_w = 0;
+    if (!was) continue;
+    ssae_channel_state v;
+    pub_read(&k->copy[1], &v); /* the writer's own, complete copy */
+    v.alarm = 0;
+    publish(k, &v);
+    ssae_event ev = {SSAE_EVENT_ALARM_OFF, c, k->last_t, k->last_window,
+                     v.smoothed, v.score, v.threshold, NULL, NULL};
     emit(e, &ev);
   }
 }
@@ -566,10 +696,8 @@ static void take_swap(ssae_engine *e) {
   e->backend = nb;
   e->model = e->pending_model;
   e->model_threshold = e->model->threshold;
-  pthread_mutex_lock(&e->stats_mu);
-  snprintf(e->backend_name, sizeof e->backend_name, "%s",
-           ssae_backend_name(nb));
-  pthread_mutex_unlock(&e->stats_mu);
+  atomic_store_explicit(&e->backend_name, ssae_backend_name(nb),
+                        memory_order_relaxed);
   atomic_store(&e->pending_backend, NULL);
   pthread_cond_broadcast(&e->swap_cv);
   pthread_mutex_unlock(&e->swap_mu);
@@ -622,10 +750,13 @@ static void *worker_main(void *arg) {
   pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
   const int64_t poll = (int64_t)(e->cfg.poll_ms * 1e6);
   const int64_t deadline = (int64_t)(e->cfg.batch_deadline_ms * 1e6);
+  const int64_t spin = e->cfg.spin_ms > 0 ? (int64_t)(e->cfg.spin_ms * 1e6) : 0;
+  int64_t last_item = 0;
   size_t n = 0;
   for (;;) {
     take_swap(e);
     int stopping = atomic_load(&e->stop);
+    size_t n0 = n;
     while (n < e->max_batch) {
       const unsigned char *slot = ssae_ring_read_slot(e->ring);
       if (!slot) break;
@@ -635,8 +766,23 @@ static void *worker_main(void *arg) {
       ssae_ring_release(e->ring);
       n++;
     }
+    if (n > n0 && spin) last_item = now_ns();
     if (n == 0) {
       if (stopping) break;
+      if (!atomic_load_explicit(&e->p_enabled, memory_order_relaxed)) {
+        if (!e->cleared) clear_alarms(e);
+        e->cleared = 1;
+      } else {
+        e->cleared = 0;
+      }
+      /* The windows of one period arrive over the audio thread's whole
+       * feature pass (one channel after another): right after one came,
+       * the next is due within microseconds, sooner than a sleep returns
+       * (timer slack). Keep polling for a while, then sleep. */
+      if (spin && now_ns() - last_item < spin) {
+        cpu_relax();
+        continue;
+      }
       sleep_ns(poll);
       continue;
     }
@@ -697,6 +843,7 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   e->cfg = *cfg;
   if (!e->cfg.backend) e->cfg.backend = "auto";
   if (e->cfg.poll_ms <= 0) e->cfg.poll_ms = 0.2;
+  if (e->cfg.spin_ms == 0) e->cfg.spin_ms = 0.5;
   e->model = m;
   e->feat = m->feat;
   e->C = cfg->channels;
@@ -712,6 +859,8 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   atomic_init(&e->pending_backend, NULL);
   atomic_init(&e->scored_total, 0);
   atomic_init(&e->batches, 0);
+  atomic_init(&e->backend_name, "");
+  atomic_init(&e->audio_s, 0.0);
   ssae_engine_set_params(e, &cfg->params);
   if (pthread_mutex_init(&e->stats_mu, NULL) == 0) e->mu_ok |= 1;
   if (pthread_mutex_init(&e->swap_mu, NULL) == 0) e->mu_ok |= 2;
@@ -731,12 +880,16 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
     if (!e->fr[c].win) goto fail;
     atomic_init(&e->fr[c].made, 0);
     atomic_init(&e->fr[c].dropped, 0);
-    atomic_init(&e->ch[c].score, 0.0f);
-    atomic_init(&e->ch[c].smoothed, 0.0f);
-    atomic_init(&e->ch[c].threshold, (float)m->threshold);
-    atomic_init(&e->ch[c].latency_ms, 0.0f);
-    atomic_init(&e->ch[c].alarm, 0);
-    atomic_init(&e->ch[c].scored, 0);
+    atomic_init(&e->ch[c].seq, 0);
+    for (int k = 0; k < 2; k++) {
+      pub *p = &e->ch[c].copy[k];
+      atomic_init(&p->score, 0.0f);
+      atomic_init(&p->smoothed, 0.0f);
+      atomic_init(&p->threshold, (float)m->threshold);
+      atomic_init(&p->latency_ms, 0.0f);
+      atomic_init(&p->alarm, 0);
+      atomic_init(&p->scored, 0);
+    }
   }
   double rate = cfg->input_rate > 0 ? cfg->input_rate : e->feat.sample_rate;
   if (build_resamplers(e, rate, err)) goto fail;
@@ -744,6 +897,7 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   e->deint = calloc(e->max_block, sizeof(float));
   e->zeros = calloc(e->max_block, sizeof(float));
   if (!e->scratch_win || !e->deint || !e->zeros) goto oom;
+  warm_fronts(e);
 
   size_t cap = cfg->ring_windows;
   if (!cap) {
@@ -758,11 +912,12 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   e->batch_hdr = calloc(e->max_batch, sizeof(item_hdr));
   if (!e->batch_x || !e->batch_scores || !e->batch_hdr) goto oom;
 
-  e->backend = ssae_backend_new(m, e->cfg.backend, e->max_batch, err);
+  e->backend = ssae_backend_new_threads(m, e->cfg.backend, e->max_batch,
+                                       e->cfg.cpu_threads, err);
   if (!e->backend) goto fail;
   ssae_backend_set_fallback_cb(e->backend, on_fallback, e);
-  snprintf(e->backend_name, sizeof e->backend_name, "%s",
-           ssae_backend_name(e->backend));
+  atomic_store_explicit(&e->backend_name, ssae_backend_name(e->backend),
+                        memory_order_relaxed);
 
   if (pthread_create(&e->thread, NULL, worker_main, e) != 0) {
     ssae_err_set(err, "engine: cannot start the worker thread");
@@ -834,7 +989,8 @@ int ssae_engine_swap_model(ssae_engine *e, const ssae_model *m, ssae_err *err) {
                         "engine: the new model's features differ from the "
                         "running one's (rate, FFT, mels or frames); restart "
                         "with it instead");
-  ssae_backend *nb = ssae_backend_new(m, e->cfg.backend, e->max_batch, err);
+  ssae_backend *nb = ssae_backend_new_threads(m, e->cfg.backend, e->max_batch,
+                                              e->cfg.cpu_threads, err);
   if (!nb) return -1;
   ssae_backend_set_fallback_cb(nb, on_fallback, e);
   pthread_mutex_lock(&e->swap_mu);
@@ -853,6 +1009,7 @@ int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err) {
   atomic_store(&e->pause_req, 1);
   while (atomic_load(&e->in_process)) sleep_ns(100000);
   int rc = build_resamplers(e, rate, err);
+  if (rc == 0) warm_fronts(e);
   for (int c = 0; c < e->C; c++) stream_restart(e, &e->fr[c]);
   atomic_store(&e->pause_req, 0);
   return rc;

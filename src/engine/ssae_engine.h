@@ -16,9 +16,9 @@
  * off after off_count below). Windows that touch digital silence (a run of
  * at least 64 exact zeros at the model's rate: an unconnected port, the end
  * of a stream, a muted device) are scored but not judged: they reset the
- * detector and end an alarm. Per-channel results are published through
- * atomics (ssae_engine_channel_get, audio-thread safe) and as events through
- * a callback that runs on the worker thread. */
+ * detector and end an alarm. Per-channel results are published lock-free,
+ * one consistent set per window (ssae_engine_channel_get, audio-thread safe),
+ * and as events through a callback that runs on the worker thread. */
 #ifndef SSAE_ENGINE_H
 #define SSAE_ENGINE_H
 
@@ -41,8 +41,11 @@ typedef struct ssae_engine_params {
   double smoothing_s; /* EMA time constant in seconds of audio; 0: none */
   int on_count;       /* alarm on after this many smoothed scores above (>=1) */
   int off_count;      /* alarm off after this many below (>=1) */
-  int enabled;        /* 0: analysis paused (audio thread skips the feature
-                         path, alarms are cleared) */
+  int enabled;        /* 0: analysis paused: the audio thread skips the
+                         feature path; once the windows made before the pause
+                         are judged, every alarm ends (an ALARM_OFF event,
+                         alarm 0 in ssae_engine_channel_get) and the smoothing
+                         starts afresh on resume */
 } ssae_engine_params;
 
 /* threshold NAN, smoothing 0.1 s, on 3, off 5, enabled. */
@@ -93,8 +96,10 @@ typedef struct ssae_engine_cfg {
   size_t max_block;        /* hint: largest block per process() call; larger
                               blocks are split internally (0: 8192) */
   const char *backend;     /* "auto" (default when NULL), "cpu", "cuda" */
-  int cpu_threads;         /* reserved, 0 (the CPU backend sizes its own
-                              thread pool: every core) */
+  int cpu_threads;         /* threads of the CPU backend (and of the CPU
+                              that takes over from a failed GPU): 0 = every
+                              core; 1 = the worker thread alone, which leaves
+                              the other cores to the audio thread */
   size_t ring_windows;     /* ring capacity in windows (0: 64 per channel,
                               at least 1024) */
   size_t max_batch;        /* windows per backend call (0: 256) */
@@ -102,6 +107,10 @@ typedef struct ssae_engine_cfg {
                               after the oldest window arrived (0: run what is
                               there) */
   double poll_ms;          /* worker's sleep when the ring is empty (0: 0.2) */
+  double spin_ms;          /* after a window arrived, the worker keeps polling
+                              without sleeping this long (0: 0.5; < 0: never):
+                              the rest of the period's windows are due within
+                              microseconds, sooner than a sleep returns */
   double status_every_s;   /* STATUS event period in seconds of audio
                               (0: none except the final one) */
   int emit_windows;        /* 1: a WINDOW event for every scored window */
@@ -147,7 +156,11 @@ void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
  * the thread that calls process(). The channels then start a new stream. */
 void ssae_engine_flush(ssae_engine *e);
 
-/* Per-channel state published by the worker (atomics). Audio-thread safe. */
+/* Per-channel state published by the worker. The fields are one consistent
+ * set (score, smoothed, threshold, alarm, windows and latency of the same
+ * window; a seqlock latch): never a mix of two windows. Lock-free and
+ * audio-thread safe: a reader never waits for the worker. `dropped` is read
+ * separately (the audio thread's own counter). */
 typedef struct ssae_channel_state {
   float score;       /* last window's score */
   float smoothed;    /* smoothed score the detector uses */
