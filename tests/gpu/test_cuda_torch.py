@@ -15,31 +15,13 @@ import tempfile
 
 try:
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 except ImportError:
     print("torch not available: skipped")
     sys.exit(77)
 
 
-class SpectralShapeAutoencoder(nn.Module):
-    def __init__(self, n_mels=64, frames=5, latent_dim=32, slice_latent_dim=64):
-        super().__init__()
-        self.n_mels, self.frames, self.slice_latent_dim = n_mels, frames, slice_latent_dim
-        self.combined_dim = frames * slice_latent_dim
-        self.slice_encoder = nn.Sequential(nn.LayerNorm(n_mels), nn.Linear(n_mels, slice_latent_dim), nn.GELU())
-        self.global_basis = nn.Parameter(torch.empty(latent_dim, self.combined_dim))
-        nn.init.xavier_uniform_(self.global_basis)
-        self.bottleneck_mlp = nn.Sequential(nn.LayerNorm(latent_dim), nn.Linear(latent_dim, latent_dim), nn.GELU())
-        self.slice_decoder = nn.Sequential(nn.Linear(slice_latent_dim, n_mels))
-
-    def forward(self, x):
-        s = self.slice_encoder(x.view(-1, self.frames, self.n_mels)).reshape(-1, self.combined_dim)
-        nb = F.normalize(self.global_basis, p=2, dim=1)
-        z = self.bottleneck_mlp(s @ nb.T)
-        r = (z @ nb).view(-1, self.frames, self.slice_latent_dim)
-        return self.slice_decoder(r).reshape(-1, self.frames * self.n_mels)
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from ssae_torch import SpectralShapeAutoencoder  # noqa: E402  (the SPEC module, one copy)
 
 def save_safetensors(path, tensors, meta):
     header, blobs, off = {"__metadata__": meta}, [], 0

@@ -7,8 +7,7 @@ import sys
 try:
     import numpy as np
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+    import torch.nn as nn  # noqa: F401  (re-exported to the tests)
 except ImportError as e:  # the oracle is absent: skip, never pass
     print("skip: needs torch and numpy (%s)" % e)
     sys.exit(77)
@@ -20,24 +19,8 @@ NAMES = ["slice_encoder.0.weight", "slice_encoder.0.bias",
          "slice_decoder.0.weight", "slice_decoder.0.bias"]
 
 
-class SpectralShapeAutoencoder(nn.Module):
-    def __init__(self, n_mels=64, frames=5, latent_dim=32, slice_latent_dim=64):
-        super().__init__()
-        self.n_mels, self.frames, self.slice_latent_dim = n_mels, frames, slice_latent_dim
-        self.combined_dim = frames * slice_latent_dim
-        self.slice_encoder = nn.Sequential(nn.LayerNorm(n_mels), nn.Linear(n_mels, slice_latent_dim), nn.GELU())
-        self.global_basis = nn.Parameter(torch.empty(latent_dim, self.combined_dim))
-        nn.init.xavier_uniform_(self.global_basis)
-        self.bottleneck_mlp = nn.Sequential(nn.LayerNorm(latent_dim), nn.Linear(latent_dim, latent_dim), nn.GELU())
-        self.slice_decoder = nn.Sequential(nn.Linear(slice_latent_dim, n_mels))
-
-    def forward(self, x):
-        s = self.slice_encoder(x.view(-1, self.frames, self.n_mels)).reshape(-1, self.combined_dim)
-        nb = F.normalize(self.global_basis, p=2, dim=1)
-        z = self.bottleneck_mlp(s @ nb.T)
-        r = (z @ nb).view(-1, self.frames, self.slice_latent_dim)
-        return self.slice_decoder(r).reshape(-1, self.frames * self.n_mels)
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from ssae_torch import SpectralShapeAutoencoder  # noqa: E402,F401  (the SPEC module, one copy)
 
 def flat(model):
     sd = model.state_dict()
