@@ -25,8 +25,11 @@ const int kGraphSlots = 8;
  * blocks (sm_90), then one window per block. */
 const size_t kClusterMax = 16;
 const size_t kSmallMax = 1024;
-/* Warps per block of the per-warp kernel that auto picks. */
-const int kWarpAuto = 16;
+/* The per-warp kernel that auto picks (a kernel_kind): K_WARP16G, the
+ * 13-instruction GELU (H100, 1048576 windows: 388.7 M windows/s against
+ * 382.7 M for K_WARP16; starting the products from their bias, K_WARP16P
+ * and K_WARP16B, measured slower: 352.9 M and 374.1 M). */
+const int kWarpAuto = 18;
 /* Default buffer capacity in windows when the caller gives no bound. */
 const size_t kDefaultCap = 65536;
 
@@ -34,10 +37,16 @@ const size_t kDefaultCap = 65536;
  * 512 threads (twice the warps, half the registers per thread). Per-warp
  * kinds: the value is the warps per block. */
 enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128,
-                   K_TILED128W = 129, K_SMALL = 1, K_CLUSTER = 2, K_WARP12 = 12,
-                   K_WARP16 = 16 };
-int is_warp(int k) { return k == K_WARP12 || k == K_WARP16; }
-int warp_index(int k) { return k == K_WARP12 ? 0 : 1; }
+                   K_TILED128W = 129, K_SMALL = 1, K_CLUSTER = 2, K_CLUSTER0 = 3, K_WARP12 = 12,
+                   K_WARP16 = 16, K_WARP16B = 17, K_WARP16G = 18, K_WARP16P = 19 };
+/* ssae_fused_warp<16, 8, V>: K_WARP16B V = 3 (13-instruction GELU and
+ * products that start from their bias), K_WARP16G V = 1 (the GELU only),
+ * K_WARP16P V = 2 (the bias start only). */
+int is_warp(int k) {
+  return k == K_WARP12 || k == K_WARP16 || k == K_WARP16B || k == K_WARP16G || k == K_WARP16P;
+}
+int warp_index(int k) { return k == K_WARP12 ? 0 : k == K_WARP16 ? 1 : 2; }
+int warp_count(int k) { return k == K_WARP12 ? 12 : 16; }
 int tile_width(kernel_kind k) { return k == K_TILED128W ? 128 : (int)k; }
 
 struct graph_slot {
@@ -58,7 +67,7 @@ struct cuda_impl {
   int wide;        /* auto picks K_TILED128W for large batches */
   int small_ok;    /* ssae_fused_small fits these dimensions */
   int cluster_ok;  /* ssae_fused_cluster: these dimensions on sm_90+ */
-  int warp_ok[2];  /* ssae_fused_warp<12>, <16> fit in shared memory */
+  int warp_ok[3];  /* ssae_fused_warp<12>, <16>, <16, 8, V> fit in shared memory */
   size_t gen_gmax; /* windows per block the generic kernel can hold */
   cudaStream_t stream;
   float *d_w, *d_x, *d_scores, *d_recon;
@@ -161,14 +170,15 @@ int tw_index(int k) { return k == 32 ? 0 : k == 64 ? 1 : k == 128 ? 2 : 3; }
 kernel_kind choose_kernel(const cuda_impl *c, size_t n) {
   if (c->force == K_GENERIC) return K_GENERIC;
   if (c->force == K_SMALL) return c->small_ok ? K_SMALL : K_GENERIC;
-  if (c->force == K_CLUSTER) return c->cluster_ok ? K_CLUSTER : K_GENERIC;
+  if (c->force == K_CLUSTER || c->force == K_CLUSTER0)
+    return c->cluster_ok ? (kernel_kind)c->force : K_GENERIC;
   if (is_warp(c->force))
     return c->warp_ok[warp_index(c->force)] ? (kernel_kind)c->force : K_GENERIC;
   if (c->force > 0) return c->tiled_ok[tw_index(c->force)] ? (kernel_kind)c->force : K_GENERIC;
   if (c->cluster_ok && n <= kClusterMax) return K_CLUSTER;
   if (c->small_ok && n <= kSmallMax) return K_SMALL;
-  /* Above that the per-warp kernel (H100: 128 M windows/s at 4096 against
-   * 107 M for tiled32, 384 M against 252 M for tiled128 at 1048576). */
+  /* Above that the per-warp kernel (H100: 130 M windows/s at 4096 against
+   * 107 M for tiled32, 389 M against 252 M for tiled128 at 1048576). */
   if (c->warp_ok[warp_index(kWarpAuto)]) return (kernel_kind)kWarpAuto;
   if (!c->tiled_ok[0] || n < 512) return K_GENERIC;
   const size_t sms = (size_t)c->sms;
@@ -196,7 +206,7 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
     const unsigned grid = (unsigned)std::min<size_t>(n, (size_t)c->sms * 2);
     if (!poison_config) block.x = SSAE_SMALL_THREADS;
     ssae_fused_small<<<grid, block, 0, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
-  } else if (k == K_CLUSTER) {
+  } else if (k == K_CLUSTER || k == K_CLUSTER0) {
     const size_t ncl =
         std::max<size_t>(1, std::min<size_t>(n, (size_t)c->sms / SSAE_CLUSTER_CTAS));
     cudaLaunchConfig_t cfg = {};
@@ -211,9 +221,18 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
     cfg.stream = c->stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    if (c->lo.F == 5)
+    /* K_CLUSTER0: the previous version, two cluster barriers per window. */
+    if (c->lo.F == 5 && k == K_CLUSTER0)
+      CK(cudaLaunchKernelEx(&cfg, ssae_fused_cluster<5, 0>, (const float *)c->d_w, c->lo, dx,
+                            n, dscores, drecon),
+         "kernel launch");
+    else if (c->lo.F == 5)
       CK(cudaLaunchKernelEx(&cfg, ssae_fused_cluster<5>, (const float *)c->d_w, c->lo, dx, n,
                             dscores, drecon),
+         "kernel launch");
+    else if (k == K_CLUSTER0)
+      CK(cudaLaunchKernelEx(&cfg, ssae_fused_cluster<0, 0>, (const float *)c->d_w, c->lo, dx,
+                            n, dscores, drecon),
          "kernel launch");
     else
       CK(cudaLaunchKernelEx(&cfg, ssae_fused_cluster<0>, (const float *)c->d_w, c->lo, dx, n,
@@ -224,11 +243,20 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
     /* Every SM gets a block while there are tiles: the kernel deals tiles
      * round the blocks first, so a small batch runs one warp per SM. */
     const unsigned grid = (unsigned)std::min<size_t>(ntiles, (size_t)c->sms);
-    const size_t smem = ssae_warp_smem(&c->lo, (int)k);
-    if (!poison_config) block.x = 32 * (unsigned)k;
+    const size_t smem = ssae_warp_smem(&c->lo, warp_count(k));
+    if (!poison_config) block.x = 32 * (unsigned)warp_count(k);
     if (k == K_WARP12)
       ssae_fused_warp<12><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores,
                                                            drecon);
+    else if (k == K_WARP16B)
+      ssae_fused_warp<16, 8, 3><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                  dscores, drecon);
+    else if (k == K_WARP16G)
+      ssae_fused_warp<16, 8, 1><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                  dscores, drecon);
+    else if (k == K_WARP16P)
+      ssae_fused_warp<16, 8, 2><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                  dscores, drecon);
     else
       ssae_fused_warp<16><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores,
                                                            drecon);
@@ -326,8 +354,12 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     else if (!strcmp(fk, "tiled128w")) c->force = K_TILED128W;
     else if (!strcmp(fk, "small")) c->force = K_SMALL;
     else if (!strcmp(fk, "cluster")) c->force = K_CLUSTER;
+    else if (!strcmp(fk, "cluster0")) c->force = K_CLUSTER0;
     else if (!strcmp(fk, "warp12")) c->force = K_WARP12;
     else if (!strcmp(fk, "warp16") || !strcmp(fk, "warp")) c->force = K_WARP16;
+    else if (!strcmp(fk, "warp16b")) c->force = K_WARP16B;
+    else if (!strcmp(fk, "warp16g")) c->force = K_WARP16G;
+    else if (!strcmp(fk, "warp16p")) c->force = K_WARP16P;
   }
 
 #define CKN(call, what)                                      \
@@ -367,14 +399,19 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     c->cluster_ok = fa.ptxVersion >= 90;
   }
   {
-    const int nws[2] = {12, 16};
-    for (int i = 0; i < 2; i++) {
+    const int nws[3] = {12, 16, 16};
+    for (int i = 0; i < 3; i++) {
       const size_t b = ssae_warp_smem(&c->lo, nws[i]);
       c->warp_ok[i] = spec && b <= c->smem_optin;
       if (!c->warp_ok[i]) continue;
       int r = 0;
       if (i == 0) r = set_smem_attr(c, ssae_fused_warp<12>, b, err);
-      else r = set_smem_attr(c, ssae_fused_warp<16>, b, err);
+      else if (i == 1) r = set_smem_attr(c, ssae_fused_warp<16>, b, err);
+      else {
+        r = set_smem_attr(c, ssae_fused_warp<16, 8, 3>, b, err);
+        if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 1>, b, err);
+        if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 2>, b, err);
+      }
       if (r) {
         destroy_impl(c);
         return NULL;
@@ -545,8 +582,12 @@ extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
     case K_TILED128W: return "tiled128w";
     case K_SMALL: return "small";
     case K_CLUSTER: return "cluster";
+    case K_CLUSTER0: return "cluster0";
     case K_WARP12: return "warp12";
     case K_WARP16: return "warp16";
+    case K_WARP16B: return "warp16b";
+    case K_WARP16G: return "warp16g";
+    case K_WARP16P: return "warp16p";
     default: return "generic";
   }
 }

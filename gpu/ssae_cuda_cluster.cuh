@@ -10,14 +10,18 @@
  *     vector, and decoder outputs 8F r .. 8F r + 8F - 1;
  *   - the partial latents go to every block's shared memory through
  *     distributed shared memory (one remote store per thread), the partial
- *     squared errors to block 0's: two cluster barriers per window.
+ *     squared errors to block 0's: SIG = 0 waits for them at two cluster
+ *     barriers per window, SIG = 1 at mbarriers (below).
  * The bottleneck (32 x 32) is computed by warp 0 of every block.
  *
  * Measured (H100, clock64 stamps in block 0, batch 1; run 6 of
  * gpu/NOTES.md): about 7 300 cycles from entry to exit, of which each
  * cluster barrier ~1 000, the window's load from L2 ~800 to 1 200, each
  * LayerNorm ~700 (two dependent shuffle reductions). A replay of a graph
- * holding one empty kernel measures 3.4-3.8 us with the same event timing. */
+ * holding one empty kernel measures 3.4-3.8 us with the same event timing.
+ * SIG = 1 against SIG = 0 (run 9 of gpu/NOTES.md, same invocation): Nsight
+ * kernel duration 5.2-5.3 against 6.05-6.1 us, graph replay 6.72 against
+ * 7.68 us. */
 #ifndef SSAE_CUDA_CLUSTER_CUH
 #define SSAE_CUDA_CLUSTER_CUH
 
@@ -30,11 +34,41 @@
 #define SSAE_CLUSTER_THREADS 256
 #define SSAE_CLUSTER_FMAX 16
 
+/* Signalling for SIG = 1 (sm_90 PTX): instead of the two cluster barriers,
+ * every remote store is an st.async that counts its bytes on an mbarrier in
+ * the receiving block, which waits only for the bytes it needs (a one-way
+ * trip instead of a barrier's round trip), and a block that has nothing
+ * left to receive runs on or exits. */
+__device__ __forceinline__ unsigned ssae_smem_u32(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ssae_st_async(const float *local, unsigned long long *bar,
+                                              unsigned rank, float v) {
+  unsigned ra, rb;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(ssae_smem_u32(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(ssae_smem_u32(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+               ::"r"(ra), "f"(v), "r"(rb) : "memory");
+}
+__device__ __forceinline__ void ssae_mbar_expect(unsigned long long *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               ::"r"(ssae_smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void ssae_mbar_wait(unsigned long long *bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\n .reg .pred p;\n"
+                 " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(ssae_smem_u32(bar)), "r"(parity) : "memory");
+  } while (!done);
+}
+
 /* FT: the frame count when it is known at compile time (the loops over
  * slices unroll without predicates: less code, and each instruction of a
  * batch-of-one launch runs once, straight from a cold instruction cache),
  * 0 for any F <= SSAE_CLUSTER_FMAX. */
-template <int FT>
+template <int FT, int SIG = 1>
 __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
     ssae_fused_cluster(const float *__restrict__ wts, ssae_cuda_layout lo,
                        const float *__restrict__ x, size_t n, float *__restrict__ scores,
@@ -43,7 +77,15 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
   namespace cg = cooperative_groups;
   constexpr int CS = SSAE_CLUSTER_CTAS, FMAX = FT ? FT : SSAE_CLUSTER_FMAX;
   __shared__ float xs[FMAX * 64], xn[FMAX * 64], hs[FMAX * 8];
-  __shared__ float zpart[CS][32], red[8], spart[CS];
+  __shared__ float zpart[SIG ? 2 : 1][CS][32], red[8], spart[CS];
+  __shared__ unsigned long long mbar[3]; /* SIG: zpart[0], zpart[1], spart */
+  if (SIG && threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < 3; i++)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ssae_smem_u32(&mbar[i])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  unsigned wi = 0; /* windows done by this cluster: buffer and phase */
   __shared__ __align__(16) float zn[32], z2[32];
   cg::cluster_group cl = cg::this_cluster();
   /* Distributed shared memory may be written only once every block of the
@@ -138,7 +180,7 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
 #pragma unroll
         for (int f = 1; f < FMAX; f++)
           if (lane == f) v = ps[f];
-        hs[lane * 8 + warp] = ssae_gelu_fast(v + bes);
+        hs[lane * 8 + warp] = ssae_gelu_v<SIG>(v + bes);
       }
     }
     __syncthreads();
@@ -155,13 +197,22 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
         cl.barrier_wait();
         started = 1;
       }
-      *cl.map_shared_rank(&zpart[r][zl], zj) = p;
+      if (SIG) ssae_st_async(&zpart[wi & 1][r][zl], &mbar[wi & 1], (unsigned)zj, p);
+      else *cl.map_shared_rank(&zpart[0][r][zl], zj) = p;
     }
-    cl.sync();
+    if (!SIG) cl.sync();
     if (warp == 0) {
+      /* SIG: zpart[b] is written again two windows later, by blocks that
+       * have by then received this block's next partials, so after this
+       * warp has read it. */
+      if (SIG) {
+        if (lane == 0) ssae_mbar_expect(&mbar[wi & 1], CS * 32 * sizeof(float));
+        ssae_mbar_wait(&mbar[wi & 1], (wi >> 1) & 1);
+      }
+      const int b = SIG ? (int)(wi & 1) : 0;
       float z = 0.f;
 #pragma unroll
-      for (int q = 0; q < CS; q++) z += zpart[q][lane];
+      for (int q = 0; q < CS; q++) z += zpart[b][q][lane];
       const float mean = ssae_warp_sum(z) * (1.0f / 32.0f);
       const float d = z - mean;
       const float rstd = 1.0f / sqrtf(ssae_warp_sum(d * d) * (1.0f / 32.0f) + 1e-5f);
@@ -176,7 +227,7 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
         a2 = fmaf(wb[q].z, zq.z, a2);
         a3 = fmaf(wb[q].w, zq.w, a3);
       }
-      z2[lane] = ssae_gelu_fast((a0 + a1) + (a2 + a3));
+      z2[lane] = ssae_gelu_v<SIG>((a0 + a1) + (a2 + a3));
     }
     __syncthreads();
     /* Decoder outputs of this block and their squared errors. */
@@ -207,15 +258,25 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
     __syncthreads();
     if (warp == 0) {
       const float v = ssae_warp_sum(lane < 8 ? red[lane] : 0.f);
-      if (lane == 0) *cl.map_shared_rank(&spart[r], 0) = v;
+      if (lane == 0) {
+        if (SIG) ssae_st_async(&spart[r], &mbar[2], 0, v);
+        else *cl.map_shared_rank(&spart[r], 0) = v;
+      }
     }
-    cl.sync();
+    if (!SIG) cl.sync();
     if (r == 0 && tid == 0) {
+      /* SIG: block r sends its next part only after block 0's next
+       * partial latents, which follow this read. */
+      if (SIG) {
+        ssae_mbar_expect(&mbar[2], CS * sizeof(float));
+        ssae_mbar_wait(&mbar[2], wi & 1);
+      }
       float v = 0.f;
 #pragma unroll
       for (int q = 0; q < CS; q++) v += spart[q];
       scores[w] = v / (float)FM;
     }
+    wi++;
   }
   if (!started) cl.barrier_wait(); /* every arrive has its wait */
 #endif

@@ -57,6 +57,35 @@ __device__ __forceinline__ float ssae_gelu_fast(float v) {
   return fmaf(-a, t * e, fmaxf(v, 0.0f));
 }
 
+/* The same GELU in 13 instructions (ssae_fused_warp<.., V odd>, the
+ * cluster kernel): erfc(z)/2 = exp(-z^2) Q(t), t = 1/(1 + p z), Q of degree 5 with
+ * its constant term, z = |v|/sqrt2, fitted (Lawson's weighted minimax) to
+ * the error that matters for GELU, |v| exp(-z^2) dQ / max(|v|, 1): 4.7e-9
+ * for the fit, 9.5e-8 evaluated in float over [-12, 12] with correctly
+ * rounded rcp and ex2 (the 16-instruction version above: 1.09e-7, float
+ * erff: 1.07e-7). The NR form needs P(t) of degree 9 because it keeps the
+ * fractional error of erfc small out to z = 9, where GELU no longer sees
+ * it; p and the exponent's scale carry 1/sqrt2 and log2(e). */
+__device__ __forceinline__ float ssae_gelu_fast13(float v) {
+  const float a = fabsf(v);
+  float t, e;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(a, 0.31819806f, 1.0f)));
+  float q = -0.13292107f;
+  q = fmaf(q, t, 0.5164008f);
+  q = fmaf(q, t, -0.2963553f);
+  q = fmaf(q, t, 0.33495167f);
+  q = fmaf(q, t, 0.07190568f);
+  q = fmaf(q, t, 0.0060180114f);
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v * -0.7213475f * v));
+  return fmaf(-a, q * e, fmaxf(v, 0.0f));
+}
+
+/* V = 0 or 1: the GELU of the kernel variant. */
+template <int V>
+__device__ __forceinline__ float ssae_gelu_v(float v) {
+  return V ? ssae_gelu_fast13(v) : ssae_gelu_fast(v);
+}
+
 __device__ __forceinline__ float4 ssae_ld4(const float *p) {
   return *reinterpret_cast<const float4 *>(p);
 }
@@ -70,9 +99,24 @@ __device__ __forceinline__ void ssae_fma44(float (&acc)[4][4], float4 w, float4 
     for (int e = 0; e < 4; e++) acc[i][e] = fmaf(wv[i], av[e], acc[i][e]);
 }
 
+/* acc[i][e] = w_i a_e + b_i: the first k of a product starts from the bias
+ * (or from zero, b = NULL) instead of accumulators first set to it, which
+ * costs a move per accumulator. */
+__device__ __forceinline__ void ssae_fma44_first(float (&acc)[4][4], float4 w, float4 a,
+                                                 const float4 *b) {
+  const float wv[4] = {w.x, w.y, w.z, w.w}, av[4] = {a.x, a.y, a.z, a.w};
+  const float bv[4] = {b ? b->x : 0.f, b ? b->y : 0.f, b ? b->z : 0.f, b ? b->w : 0.f};
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[i][e] = b ? fmaf(wv[i], av[e], bv[i]) : wv[i] * av[e];
+}
+
 /* UE: unroll of the encoder and decoder k loops (8 measured 1 % faster
  * than 4, 2 slower: more shared loads in flight). */
-template <int NW, int UE = 8>
+/* V: bit 0 the 13-instruction GELU, bit 1 products that start from their
+ * bias (ssae_fma44_first). */
+template <int NW, int UE = 8, int V = 0>
 __global__ void __launch_bounds__(NW * 32, 1)
     ssae_fused_warp(const float *__restrict__ wts, ssae_cuda_layout lo,
                     const float *__restrict__ x, size_t n,
@@ -178,17 +222,26 @@ __global__ void __launch_bounds__(NW * 32, 1)
        * bias. */
       {
         float a0[4][4], a1[4][4];
+        int k0 = 0;
+        if (V & 2) {
+          const float4 b0 = ssae_ld4(be + 4 * rg), b1 = ssae_ld4(be + 32 + 4 * rg);
+          const float4 a = ssae_ld4(buf + 4 * cg);
+          ssae_fma44_first(a0, ssae_ld4(WeT + 4 * rg), a, &b0);
+          ssae_fma44_first(a1, ssae_ld4(WeT + 32 + 4 * rg), a, &b1);
+          k0 = 1;
+        } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const float b0 = be[4 * rg + i], b1 = be[32 + 4 * rg + i];
+          for (int i = 0; i < 4; i++) {
+            const float b0 = be[4 * rg + i], b1 = be[32 + 4 * rg + i];
 #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            a0[i][e] = b0;
-            a1[i][e] = b1;
+            for (int e = 0; e < 4; e++) {
+              a0[i][e] = b0;
+              a1[i][e] = b1;
+            }
           }
         }
 #pragma unroll UE
-        for (int k = 0; k < 64; k++) {
+        for (int k = k0; k < 64; k++) {
           const float4 w0 = ssae_ld4(WeT + k * 64 + 4 * rg);
           const float4 w1 = ssae_ld4(WeT + k * 64 + 32 + 4 * rg);
           const float4 a = ssae_ld4(buf + k * LDB + 4 * cg);
@@ -199,11 +252,11 @@ __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
           *reinterpret_cast<float4 *>(buf + (4 * rg + i) * LDB + 4 * cg) =
-              make_float4(ssae_gelu_fast(a0[i][0]), ssae_gelu_fast(a0[i][1]),
-                          ssae_gelu_fast(a0[i][2]), ssae_gelu_fast(a0[i][3]));
+              make_float4(ssae_gelu_v<V & 1>(a0[i][0]), ssae_gelu_v<V & 1>(a0[i][1]),
+                          ssae_gelu_v<V & 1>(a0[i][2]), ssae_gelu_v<V & 1>(a0[i][3]));
           *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
-              make_float4(ssae_gelu_fast(a1[i][0]), ssae_gelu_fast(a1[i][1]),
-                          ssae_gelu_fast(a1[i][2]), ssae_gelu_fast(a1[i][3]));
+              make_float4(ssae_gelu_v<V & 1>(a1[i][0]), ssae_gelu_v<V & 1>(a1[i][1]),
+                          ssae_gelu_v<V & 1>(a1[i][2]), ssae_gelu_v<V & 1>(a1[i][3]));
         }
       }
       __syncwarp();
@@ -212,13 +265,19 @@ __global__ void __launch_bounds__(NW * 32, 1)
        * own first (smaller rounding error than one running sum of 320). */
       {
         float zp[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) zp[i][e] = 0.f;
         const float *B = BT + f * 64 * 32 + 4 * rg;
+        int k0 = 0;
+        if (V & 2) {
+          ssae_fma44_first(zp, ssae_ld4(B), ssae_ld4(buf + 4 * cg), nullptr);
+          k0 = 1;
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) zp[i][e] = 0.f;
+        }
 #pragma unroll 8
-        for (int k = 0; k < 64; k++)
+        for (int k = k0; k < 64; k++)
           ssae_fma44(zp, ssae_ld4(B + k * 32), ssae_ld4(buf + k * LDB + 4 * cg));
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -260,20 +319,27 @@ __global__ void __launch_bounds__(NW * 32, 1)
     /* Bottleneck: z' = GELU(Wb' zn + bb') into rows 32..63. */
     {
       float acc[4][4];
+      int k0 = 0;
+      if (V & 2) {
+        const float4 b = ssae_ld4(bb + 4 * rg);
+        ssae_fma44_first(acc, ssae_ld4(WbT + 4 * rg), ssae_ld4(buf + 4 * cg), &b);
+        k0 = 1;
+      } else {
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const float b = bb[4 * rg + i];
+        for (int i = 0; i < 4; i++) {
+          const float b = bb[4 * rg + i];
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[i][e] = b;
+          for (int e = 0; e < 4; e++) acc[i][e] = b;
+        }
       }
 #pragma unroll 8
-      for (int k = 0; k < 32; k++)
+      for (int k = k0; k < 32; k++)
         ssae_fma44(acc, ssae_ld4(WbT + k * 32 + 4 * rg), ssae_ld4(buf + k * LDB + 4 * cg));
 #pragma unroll
       for (int i = 0; i < 4; i++)
         *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
-            make_float4(ssae_gelu_fast(acc[i][0]), ssae_gelu_fast(acc[i][1]),
-                        ssae_gelu_fast(acc[i][2]), ssae_gelu_fast(acc[i][3]));
+            make_float4(ssae_gelu_v<V & 1>(acc[i][0]), ssae_gelu_v<V & 1>(acc[i][1]),
+                        ssae_gelu_v<V & 1>(acc[i][2]), ssae_gelu_v<V & 1>(acc[i][3]));
     }
     __syncwarp();
     /* Reconstruction + decoder (folded): y_f = D_f z' + bd, and the squared
@@ -281,18 +347,27 @@ __global__ void __launch_bounds__(NW * 32, 1)
     float part[4] = {0.f, 0.f, 0.f, 0.f};
     for (int f = 0; f < F; f++) {
       float a0[4][4], a1[4][4];
+      const float *D = DT + f * 64 + 4 * rg;
+      int k0 = 0;
+      if (V & 2) {
+        const float4 b0 = ssae_ld4(bd + 4 * rg), b1 = ssae_ld4(bd + 32 + 4 * rg);
+        const float4 a = ssae_ld4(buf + 32 * LDB + 4 * cg);
+        ssae_fma44_first(a0, ssae_ld4(D), a, &b0);
+        ssae_fma44_first(a1, ssae_ld4(D + 32), a, &b1);
+        k0 = 1;
+      } else {
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const float b0 = bd[4 * rg + i], b1 = bd[32 + 4 * rg + i];
+        for (int i = 0; i < 4; i++) {
+          const float b0 = bd[4 * rg + i], b1 = bd[32 + 4 * rg + i];
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          a0[i][e] = b0;
-          a1[i][e] = b1;
+          for (int e = 0; e < 4; e++) {
+            a0[i][e] = b0;
+            a1[i][e] = b1;
+          }
         }
       }
-      const float *D = DT + f * 64 + 4 * rg;
 #pragma unroll UE
-      for (int k = 0; k < 32; k++) {
+      for (int k = k0; k < 32; k++) {
         const float4 a = ssae_ld4(buf + (32 + k) * LDB + 4 * cg);
         ssae_fma44(a0, ssae_ld4(D + k * FM), a);
         ssae_fma44(a1, ssae_ld4(D + k * FM + 32), a);

@@ -5,8 +5,10 @@
 #   tools/gpu-device-check.sh [STEP...]    steps: build quick test variants ncu
 #                                          bench torch sanitize (default: all but
 #                                          quick)
-# Environment: KERNELS (variants), BATCHES (variants), NCU_KERNELS (ncu),
-# SSAE_TEST_KERNELS (kernels the tests force).
+# Environment: KERNELS (variants), BATCHES (variants), NCU_KERNELS (ncu at
+# 65536 windows), NCU1_KERNELS (ncu kernel duration at 1 window),
+# SSAE_TEST_KERNELS (kernels the tests force), TORCH_TIMEOUT (seconds for
+# the PyTorch float64 test).
 #
 # Needs the dependency .debs in .deps/debs (tools/gpu-host-deps.sh fetch, on
 # a networked machine). Logs go to $OUT (default /tmp/ssae-gpu-out); the
@@ -41,7 +43,7 @@ if has build; then
   fi
   grep -E "CUDA backend|torch" "$OUT/configure.log"
   log "build"
-  ninja -C "$BUILD" -j16 ssae tests/gpu/test_cuda_forward > "$OUT/build.log" 2>&1 ||
+  ninja -C "$BUILD" -j16 ssae tests/gpu/test_cuda_forward tools/ssae-gen > "$OUT/build.log" 2>&1 ||
     { grep -E "error|FAILED" "$OUT/build.log" | head -30; exit 1; }
   log "built"
 fi
@@ -69,7 +71,7 @@ if has test; then
   log "test: fallback"
   timeout 120 "$T" --fallback 2>&1 | tail -12
   log "test: PyTorch float64"
-  timeout 300 python3 "$src/tests/gpu/test_cuda_torch.py" 2>&1 | tail -20
+  timeout "${TORCH_TIMEOUT:-300}" python3 "$src/tests/gpu/test_cuda_torch.py" 2>&1 | tail -20
 fi
 
 if has sanitize; then
@@ -95,9 +97,9 @@ if has bench; then
 fi
 
 if has variants; then
-  for k in ${KERNELS:-generic small cluster tiled32 tiled64 tiled128 tiled128w warp12 warp16}; do
+  for k in ${KERNELS:-generic small cluster cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16b}; do
     log "kernel $k"
-    case $k in generic|small|cluster) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
+    case $k in generic|small|cluster*) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \
       --seconds 0.05 --batches "${BATCHES:-$b}" 2>&1 | sed -n '/kernel alone/,$p' | grep -v '^#'
   done
@@ -118,10 +120,10 @@ if has ncu; then
   # Kernel duration at batch 1 as the chip runs it (no clock locking, no
   # cache flush between kernels); NCU_CLOCKS="" gives ncu's default (base
   # clock, caches flushed) instead.
-  for k in cluster small; do
+  for k in ${NCU1_KERNELS-cluster small}; do
     log "ncu: $k at 1 window (kernel duration)"
     for cc in "${NCU_CLOCKS---clock-control none --cache-control none}"; do
-      SSAE_CUDA_KERNEL=$k timeout 60 ncu $cc --launch-skip 5 --launch-count 5 -k regex:"$k" \
+      SSAE_CUDA_KERNEL=$k timeout 60 ncu $cc --launch-skip 5 --launch-count 5 -k regex:"${k%0}" \
         --metrics gpu__time_duration.sum,smsp__cycles_elapsed.avg.per_second \
         "$BUILD/ssae" bench --model "$model" --backend cuda --batches 1 --seconds 0.01 \
         > "$OUT/ncu_${k}1.txt" 2>&1
