@@ -13,6 +13,7 @@
 
 #include "ssae_backend.h"
 #include "ssae_logmel.h"
+#include "ssae_logmel_multi.h"
 #include "ssae_resample.h"
 #include "ssae_ring.h"
 
@@ -31,7 +32,6 @@ typedef struct item_hdr {
  * audio thread (relaxed stores) and read elsewhere. */
 typedef struct front {
   ssae_resampler *rs; /* NULL when the input runs at the model's rate */
-  ssae_logmel *lm;
   ssae_window *win;
   uint64_t frame_base;  /* frames before the current stream */
   uint64_t frames;      /* frames of the current stream */
@@ -86,7 +86,17 @@ struct ssae_engine {
 
   /* audio thread */
   front *fr;
-  float *rs_out, *frames_buf, *scratch_win, *deint, *zeros;
+  /* Every channel's log-mel stream, one set of tables: the frames that
+   * complete in a block are computed eight channels at a time, and each
+   * comes back through on_frame. */
+  ssae_logmel_multi *lmm;
+  int64_t blk_t; /* now_ns() of the block being processed */
+  int warming;   /* warm_fronts: frames only fill the windows */
+  /* Every channel's drops together, for the worker's drop report after each
+   * batch: one load instead of one per channel (at thousands of channels,
+   * thousands of cache lines that the audio thread writes). */
+  _Atomic uint64_t dropped_all;
+  float *rs_out, *scratch_win, *deint, *zeros;
   size_t rs_cap;
   int was_enabled;
   int cleared; /* worker: alarms cleared since analysis was paused */
@@ -189,29 +199,20 @@ static int build_resamplers(ssae_engine *e, double rate, ssae_err *err) {
     }
     cap = ssae_resampler_max_out(rs[0], e->max_block);
   }
-  size_t nf = ssae_logmel_max_frames(e->fr[0].lm, cap);
-  size_t nf0 = ssae_logmel_max_frames(e->fr[0].lm, 0);
-  if (nf0 > nf) nf = nf0;
   float *ro = malloc(cap * sizeof *ro);
-  float *fb = malloc((nf + 1) * (size_t)e->feat.n_mels * sizeof *fb);
-  if (!ro || !fb) {
-    free(ro);
-    free(fb);
+  if (!ro) {
     for (int c = 0; c < e->C; c++) ssae_resampler_free(rs[c]);
     free(rs);
     return ssae_err_set(err, "engine: out of memory");
   }
   memset(ro, 0, cap * sizeof *ro);
-  memset(fb, 0, (nf + 1) * (size_t)e->feat.n_mels * sizeof *fb);
   for (int c = 0; c < e->C; c++) {
     ssae_resampler_free(e->fr[c].rs);
     e->fr[c].rs = rs[c];
   }
   free(rs);
   free(e->rs_out);
-  free(e->frames_buf);
   e->rs_out = ro;
-  e->frames_buf = fb;
   e->rs_cap = cap;
   e->in_rate = (double)in;
   return 0;
@@ -221,37 +222,41 @@ static int build_resamplers(ssae_engine *e, double rate, ssae_err *err) {
  * first time (history, FFT scratch, resampler state, window): page faults
  * on the audio thread. Silence goes through every channel's whole path now,
  * on the thread that builds the engine, and the streams start afresh; the
- * counters and the ring are not touched. */
+ * counters and the ring are not touched (on_frame only fills the windows). */
 static void warm_fronts(ssae_engine *e) {
   memset(e->zeros, 0, e->max_block * sizeof *e->zeros);
   memset(e->deint, 0, e->max_block * sizeof *e->deint);
   memset(e->scratch_win, 0, (size_t)e->wf * sizeof *e->scratch_win);
-  const size_t M = (size_t)e->feat.n_mels;
-  for (int c = 0; c < e->C; c++) {
-    front *f = &e->fr[c];
-    /* A large block first (frames computed side by side), then blocks of a
-     * hop (one frame at a time, as a live stream goes), until a window is
-     * full. */
-    const size_t hop = (size_t)e->feat.hop_length;
-    for (int k = 0, frames = 0; k < 64 && frames <= e->feat.frames + 1; k++) {
-      size_t len = k == 0 ? 4096 : hop;
-      if (len > e->max_block) len = e->max_block;
+  e->warming = 1;
+  /* A large block first (several frames per channel), then blocks of a
+   * hop (one frame per channel, as a live stream goes), until the windows
+   * are full, then the end padding. */
+  const size_t hop = (size_t)e->feat.hop_length;
+  for (int k = 0, frames = 0; k < 64 && (k < 4 || frames <= e->feat.frames + 1); k++) {
+    size_t len = k == 0 ? 4096 : hop;
+    if (len > e->max_block) len = e->max_block;
+    for (int c = 0; c < e->C; c++) {
+      front *f = &e->fr[c];
       const float *feed = e->zeros;
       size_t m = len;
       if (f->rs) {
         m = ssae_resampler_process(f->rs, e->zeros, len, e->rs_out);
         feed = e->rs_out;
       }
-      size_t nfr = ssae_logmel_process(f->lm, feed, m, e->frames_buf);
-      for (size_t i = 0; i < nfr; i++)
-        ssae_window_push(f->win, e->frames_buf + i * M, e->scratch_win);
-      frames += (int)nfr;
+      size_t nfr = ssae_logmel_multi_feed(e->lmm, c, feed, m);
+      if (c == 0) frames += (int)nfr;
     }
-    ssae_logmel_flush(f->lm, e->frames_buf); /* the end-padding path */
+    ssae_logmel_multi_run(e->lmm);
+  }
+  for (int c = 0; c < e->C; c++) ssae_logmel_multi_flush(e->lmm, c);
+  ssae_logmel_multi_run(e->lmm);
+  for (int c = 0; c < e->C; c++) {
+    front *f = &e->fr[c];
     if (f->rs) ssae_resampler_reset(f->rs);
-    ssae_logmel_reset(f->lm);
+    ssae_logmel_multi_reset(e->lmm, c);
     ssae_window_reset(f->win);
   }
+  e->warming = 0;
 }
 
 /* Digital silence: this many exact zeros in a row (4 ms at 16 kHz). Real
@@ -279,52 +284,64 @@ static void scan_gaps(front *f, const float *x, size_t n) {
   f->zrun = z;
 }
 
-static void stream_restart(ssae_engine *e, front *f) {
+static void stream_restart(ssae_engine *e, int c) {
+  front *f = &e->fr[c];
   if (f->rs) ssae_resampler_reset(f->rs);
-  ssae_logmel_reset(f->lm);
+  ssae_logmel_multi_reset(e->lmm, c);
   ssae_window_reset(f->win);
   /* Continue the time axis where the samples are. */
   f->frame_base = f->samples / (uint64_t)e->feat.hop_length;
   f->frames = 0;
 }
 
-static void emit_frames(ssae_engine *e, front *f, uint32_t c, size_t nfr,
-                        int64_t t) {
-  const int M = e->feat.n_mels;
+/* A channel's next frame, from the multi-channel front end (audio thread,
+ * inside feed, flush or run): into its window; a full window goes into the
+ * ring, or is dropped and counted when the ring is full. */
+static void on_frame(void *user, int ch, const float *frame) {
+  ssae_engine *e = user;
+  front *f = &e->fr[ch];
+  if (e->warming) {
+    ssae_window_push(f->win, frame, e->scratch_win);
+    return;
+  }
   const uint64_t hop = (uint64_t)e->feat.hop_length;
   const uint64_t tail = e->feat.center ? (uint64_t)e->feat.n_fft / 2
                                        : (uint64_t)e->feat.n_fft;
-  for (size_t k = 0; k < nfr; k++) {
-    unsigned char *slot = ssae_ring_write_slot(e->ring);
-    float *dst = slot ? (float *)(slot + ITEM_HDR) : e->scratch_win;
-    f->frames++;
-    if (!ssae_window_push(f->win, e->frames_buf + k * (size_t)M, dst))
-      continue;
-    uint64_t w = f->next_window++;
-    atomic_store_explicit(&f->made, atomic_load_explicit(&f->made, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    if (!slot) {
-      atomic_store_explicit(
-          &f->dropped,
-          atomic_load_explicit(&f->dropped, memory_order_relaxed) + 1,
-          memory_order_relaxed);
-      continue;
-    }
-    item_hdr *h = (item_hdr *)slot;
-    h->channel = c;
-    h->window = w;
-    uint64_t last_frame = f->frame_base + f->frames - 1;
-    h->end_sample = last_frame * hop + tail;
-    uint64_t span = (uint64_t)(e->feat.frames - 1) * hop + (e->feat.center ? 2 * tail : tail);
-    uint64_t first = h->end_sample > span ? h->end_sample - span : 0;
-    h->flags = f->gap_end > first ? ITEM_GAP : 0;
-    h->t_ns = t;
-    ssae_ring_commit(e->ring);
+  unsigned char *slot = ssae_ring_write_slot(e->ring);
+  float *dst = slot ? (float *)(slot + ITEM_HDR) : e->scratch_win;
+  f->frames++;
+  if (!ssae_window_push(f->win, frame, dst)) return;
+  uint64_t w = f->next_window++;
+  atomic_store_explicit(&f->made, atomic_load_explicit(&f->made, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  if (!slot) {
+    atomic_store_explicit(
+        &f->dropped,
+        atomic_load_explicit(&f->dropped, memory_order_relaxed) + 1,
+        memory_order_relaxed);
+    atomic_store_explicit(
+        &e->dropped_all,
+        atomic_load_explicit(&e->dropped_all, memory_order_relaxed) + 1,
+        memory_order_relaxed);
+    return;
   }
+  item_hdr *h = (item_hdr *)slot;
+  h->channel = (uint32_t)ch;
+  h->window = w;
+  uint64_t last_frame = f->frame_base + f->frames - 1;
+  h->end_sample = last_frame * hop + tail;
+  uint64_t span = (uint64_t)(e->feat.frames - 1) * hop + (e->feat.center ? 2 * tail : tail);
+  uint64_t first = h->end_sample > span ? h->end_sample - span : 0;
+  h->flags = f->gap_end > first ? ITEM_GAP : 0;
+  h->t_ns = e->blk_t;
+  ssae_ring_commit(e->ring);
 }
 
-static void channel_block(ssae_engine *e, int c, const float *src, size_t n,
-                          int64_t t) {
+/* One channel's part of a block: resampled, scanned for silence, fed to
+ * the front end, whose frames come back through on_frame (eight channels
+ * at a time; the caller runs the rest at the end of the block). The gap
+ * scan comes first: a frame completed by this block sees its zeros. */
+static void channel_block(ssae_engine *e, int c, const float *src, size_t n) {
   front *f = &e->fr[c];
   const float *feed = src ? src : e->zeros;
   size_t m = n;
@@ -334,8 +351,7 @@ static void channel_block(ssae_engine *e, int c, const float *src, size_t n,
   }
   scan_gaps(f, feed, m);
   f->samples += m;
-  size_t nfr = ssae_logmel_process(f->lm, feed, m, e->frames_buf);
-  emit_frames(e, f, (uint32_t)c, nfr, t);
+  ssae_logmel_multi_feed(e->lmm, c, feed, m);
 }
 
 /* While analysis is paused the time axis keeps moving. */
@@ -362,7 +378,7 @@ static void leave(ssae_engine *e) { atomic_store(&e->in_process, 0); }
 static int check_enabled(ssae_engine *e) {
   int en = atomic_load_explicit(&e->p_enabled, memory_order_relaxed);
   if (en && !e->was_enabled)
-    for (int c = 0; c < e->C; c++) stream_restart(e, &e->fr[c]);
+    for (int c = 0; c < e->C; c++) stream_restart(e, c);
   e->was_enabled = en;
   return en;
 }
@@ -370,14 +386,16 @@ static int check_enabled(ssae_engine *e) {
 void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n) {
   if (enter(e)) return;
   int en = check_enabled(e);
-  int64_t t = now_ns();
+  e->blk_t = now_ns();
   for (size_t off = 0; off < n;) {
     size_t len = n - off < e->max_block ? n - off : e->max_block;
-    if (!en)
+    if (!en) {
       skip_block(e, len);
-    else
+    } else {
       for (int c = 0; c < e->C; c++)
-        channel_block(e, c, in && in[c] ? in[c] + off : NULL, len, t);
+        channel_block(e, c, in && in[c] ? in[c] + off : NULL, len);
+      ssae_logmel_multi_run(e->lmm);
+    }
     off += len;
   }
   leave(e);
@@ -387,7 +405,7 @@ void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
                                      size_t n) {
   if (enter(e)) return;
   int en = check_enabled(e);
-  int64_t t = now_ns();
+  e->blk_t = now_ns();
   const size_t C = (size_t)e->C;
   for (size_t off = 0; off < n;) {
     size_t len = n - off < e->max_block ? n - off : e->max_block;
@@ -397,8 +415,9 @@ void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
       for (size_t c = 0; c < C; c++) {
         const float *s = in + off * C + c;
         for (size_t i = 0; i < len; i++) e->deint[i] = s[i * C];
-        channel_block(e, (int)c, e->deint, len, t);
+        channel_block(e, (int)c, e->deint, len);
       }
+      ssae_logmel_multi_run(e->lmm);
     }
     off += len;
   }
@@ -407,14 +426,14 @@ void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
 
 void ssae_engine_flush(ssae_engine *e) {
   if (enter(e)) return;
-  int64_t t = now_ns();
+  e->blk_t = now_ns();
+  for (int c = 0; c < e->C; c++) ssae_logmel_multi_flush(e->lmm, c);
+  ssae_logmel_multi_run(e->lmm);
   for (int c = 0; c < e->C; c++) {
     front *f = &e->fr[c];
-    size_t nfr = ssae_logmel_flush(f->lm, e->frames_buf);
-    emit_frames(e, f, (uint32_t)c, nfr, t);
     /* The next stream's frames continue this one's numbering. */
     uint64_t next = f->frame_base + f->frames;
-    stream_restart(e, f);
+    stream_restart(e, c);
     f->frame_base = next;
   }
   leave(e);
@@ -726,9 +745,7 @@ static void run_batch(ssae_engine *e, size_t n) {
            (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
   atomic_fetch_add(&e->scored_total, n);
 
-  uint64_t dropped = 0;
-  for (int c = 0; c < e->C; c++)
-    dropped += atomic_load_explicit(&e->fr[c].dropped, memory_order_relaxed);
+  uint64_t dropped = atomic_load_explicit(&e->dropped_all, memory_order_relaxed);
   if (dropped != e->dropped_reported && e->last_t >= e->next_status_t - 1e-9) {
     e->dropped_reported = dropped;
     emit_counters(e, SSAE_EVENT_DROP, e->last_t);
@@ -861,6 +878,7 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   atomic_init(&e->batches, 0);
   atomic_init(&e->backend_name, "");
   atomic_init(&e->audio_s, 0.0);
+  atomic_init(&e->dropped_all, 0);
   ssae_engine_set_params(e, &cfg->params);
   if (pthread_mutex_init(&e->stats_mu, NULL) == 0) e->mu_ok |= 1;
   if (pthread_mutex_init(&e->swap_mu, NULL) == 0) e->mu_ok |= 2;
@@ -873,9 +891,9 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   e->fr = calloc((size_t)e->C, sizeof *e->fr);
   e->ch = calloc((size_t)e->C, sizeof *e->ch);
   if (!e->fr || !e->ch) goto oom;
+  e->lmm = ssae_logmel_multi_new(&e->feat, e->C, on_frame, e, err);
+  if (!e->lmm) goto fail;
   for (int c = 0; c < e->C; c++) {
-    e->fr[c].lm = ssae_logmel_new(&e->feat, err);
-    if (!e->fr[c].lm) goto fail;
     e->fr[c].win = ssae_window_new(e->feat.n_mels, e->feat.frames, err);
     if (!e->fr[c].win) goto fail;
     atomic_init(&e->fr[c].made, 0);
@@ -959,13 +977,12 @@ void ssae_engine_free(ssae_engine *e) {
   if (e->fr)
     for (int c = 0; c < e->C; c++) {
       ssae_resampler_free(e->fr[c].rs);
-      ssae_logmel_free(e->fr[c].lm);
       ssae_window_free(e->fr[c].win);
     }
   free(e->fr);
   free(e->ch);
+  ssae_logmel_multi_free(e->lmm);
   free(e->rs_out);
-  free(e->frames_buf);
   free(e->scratch_win);
   free(e->deint);
   free(e->zeros);
@@ -1010,7 +1027,7 @@ int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err) {
   while (atomic_load(&e->in_process)) sleep_ns(100000);
   int rc = build_resamplers(e, rate, err);
   if (rc == 0) warm_fronts(e);
-  for (int c = 0; c < e->C; c++) stream_restart(e, &e->fr[c]);
+  for (int c = 0; c < e->C; c++) stream_restart(e, c);
   atomic_store(&e->pause_req, 0);
   return rc;
 }

@@ -2,8 +2,10 @@
  *
  * N channels of audio go in on the audio thread (PortAudio callback, JACK
  * process callback, LV2 run) through ssae_engine_process(), which does the
- * whole feature path per channel: resample (fixed-ratio polyphase, built at
- * creation) -> frame -> FFT -> mel -> 5-frame window -> push into an SPSC
+ * whole feature path: per channel resample (fixed-ratio polyphase, built at
+ * creation) -> frame; the FFT and mel of the frames that complete in a block
+ * are computed eight channels at a time (ssae_logmel_multi.h: bit-identical
+ * to one channel alone); per channel -> 5-frame window -> push into an SPSC
  * lock-free ring. When the ring is full the newest window is dropped and
  * counted; the audio thread never waits.
  *

@@ -5,7 +5,9 @@
  * A call from a thread marked as the audio thread while it is inside the
  * engine fails the test. Covers: resampling (48 kHz input), blocks of 1 to
  * 8192 samples, interleaved input, flush, parameter changes and state reads
- * from the audio thread, and a full ring (drops) with a slow backend. */
+ * from the audio thread, a full ring (drops) with a slow backend, and many
+ * channels (frames of eight channels computed side by side; channel counts
+ * that are not a multiple of eight). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
@@ -139,7 +141,7 @@ static void *audio_thread(void *arg) {
   const size_t maxb = 8192;
   size_t total = (size_t)(r->seconds * r->rate);
   float *buf = __libc_malloc(maxb * (size_t)r->channels * sizeof(float));
-  const float *ptrs[8];
+  const float *ptrs[64];
   for (size_t i = 0; i < maxb * (size_t)r->channels; i++)
     buf[i] = (float)((double)next_u32() / 4294967296.0 - 0.5) * 0.2f;
   for (int c = 0; c < r->channels; c++) ptrs[c] = buf + (size_t)c * maxb;
@@ -245,6 +247,9 @@ int main(void) {
   bad |= one("48 kHz planar (resampled), 3 ch", m, 3, 48000, 0, 0, 0, 0);
   bad |= one("44.1 kHz interleaved (resampled), 2 ch", m, 2, 44100, 1, 0, 0, 0);
   bad |= one("slow backend, full ring", m, 2, 16000, 0, 20000, 16, 1);
+  bad |= one("16 kHz planar, 37 ch", m, 37, 16000, 0, 0, 0, 0);
+  bad |= one("48 kHz interleaved (resampled), 19 ch", m, 19, 48000, 1, 0, 0, 0);
+  bad |= one("slow backend, full ring, 64 ch", m, 64, 16000, 0, 20000, 64, 1);
   ssae_model_free(m);
   int v = atomic_load(&violations);
   if (v) {
