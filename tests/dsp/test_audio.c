@@ -15,17 +15,7 @@
 
 #include "ssae_audio.h"
 #include "ssae_logmel.h"
-
-static int failures;
-#define CHECK(c, ...)                                        \
-  do {                                                       \
-    if (!(c)) {                                              \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
-      fprintf(stderr, __VA_ARGS__);                          \
-      fputc('\n', stderr);                                   \
-      failures++;                                            \
-    }                                                        \
-  } while (0)
+#include "../ssae_test.h"
 
 #define CH 8
 static const double freqs[CH] = {250, 500, 1000, 1500, 2500, 3500, 5000, 7000};

@@ -16,47 +16,9 @@
 #include "ssae_features.h"
 #include "ssae_logmel.h"
 #include "ssae_logmel_multi.h"
-
-static int failures;
-
-static size_t n_allocs;
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t m);
-void *__wrap_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n) {
-  n_allocs++;
-  return __real_malloc(n);
-}
-void *__wrap_calloc(size_t n, size_t m) {
-  n_allocs++;
-  return __real_calloc(n, m);
-}
-void *__wrap_realloc(void *p, size_t n) {
-  n_allocs++;
-  return __real_realloc(p, n);
-}
-
-#define CHECK(c, ...)                                      \
-  do {                                                     \
-    if (!(c)) {                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fputc('\n', stderr);                                 \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
-
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static uint64_t rnd(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
-static double urand(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+#define SSAE_TEST_SEED 0x2545F4914F6CDD1Dull
+#define SSAE_TEST_COUNT_ALLOCS
+#include "../ssae_test.h"
 
 #define MAXC 21
 

@@ -20,29 +20,10 @@
 #include "ssae_engine.h"
 #include "ssae_logmel.h"
 #include "ssae_resample.h"
+#include "../ssae_test.h"
 
 #define MAXC 20
 #define MAXW 4096
-
-static int failures;
-#define CHECK(c, ...)                                      \
-  do {                                                     \
-    if (!(c)) {                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fputc('\n', stderr);                                 \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return rng_state;
-}
-static double urand(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
 /* WINDOW events, by channel and window index (worker thread; read after
  * the engine is freed). */

@@ -1,0 +1,62 @@
+/* What the C tests share: a failure counter with CHECK (a test reports
+ * every failed check, then exits 1), a seeded xorshift generator (the same
+ * inputs every run, so a failure can be replayed), and, for tests linked
+ * with -Wl,--wrap=malloc,calloc,realloc (define SSAE_TEST_COUNT_ALLOCS
+ * first), the wrappers that count allocations to prove a call allocates
+ * nothing. */
+#ifndef SSAE_TEST_H
+#define SSAE_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifndef SSAE_TEST_SEED
+#define SSAE_TEST_SEED 0x9E3779B97F4A7C15ull
+#endif
+
+static int failures;
+
+#define CHECK(c, ...)                                      \
+  do {                                                     \
+    if (!(c)) {                                            \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fputc('\n', stderr);                                 \
+      failures++;                                          \
+    }                                                      \
+  } while (0)
+
+static uint64_t rng_state __attribute__((unused)) = SSAE_TEST_SEED;
+static inline uint64_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+/* Uniform in [0, 1) with 53 random bits. */
+static inline double urand(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+
+#ifdef SSAE_TEST_COUNT_ALLOCS
+static size_t n_allocs;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t m);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t m);
+void *__wrap_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n) {
+  n_allocs++;
+  return __real_malloc(n);
+}
+void *__wrap_calloc(size_t n, size_t m) {
+  n_allocs++;
+  return __real_calloc(n, m);
+}
+void *__wrap_realloc(void *p, size_t n) {
+  n_allocs++;
+  return __real_realloc(p, n);
+}
+#endif
+
+#endif
