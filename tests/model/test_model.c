@@ -22,18 +22,7 @@
 #include "ssae_cpu.h"
 #include "ssae_cpu_kernels.h"
 #include "ssae_model.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fputc('\n', stderr);                                 \
-      failures++;                                          \
-    }                                                      \
-  } while (0)
+#include "../ssae_test.h"
 
 /* --- composing safetensors files by hand --- */
 

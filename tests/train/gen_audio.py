@@ -1,6 +1,7 @@
 """Machine-like test sounds: a motor hum (harmonics of a slowly wandering
 fundamental, a resonance, broadband noise) for normal operation; anomalies
 add clicks, a squeal, or a shift of the harmonic balance."""
+import os
 import wave
 
 import numpy as np
@@ -51,3 +52,24 @@ def auc(neg, pos):
     neg, pos = np.asarray(neg), np.asarray(pos)
     gt = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
     return gt / (len(neg) * len(pos))
+
+
+def make_set(tmp, strength=0.3, seed=11):
+    """The training tests' data, the same bytes for the same seed: 10 normal
+    2 s clips in tmp/train, 10 normal and 12 anomalous (clicks, squeal,
+    shift in turn) held-out clips. Returns (train_dir, normal, anomalous)."""
+    rng = np.random.default_rng(seed)
+    train_dir = os.path.join(tmp, "train")
+    os.makedirs(train_dir)
+    for i in range(10):
+        write_wav(os.path.join(train_dir, "n%02d.wav" % i), normal(rng, 2.0))
+    test_norm, test_anom = [], []
+    for i in range(10):
+        p = os.path.join(tmp, "tn%d.wav" % i)
+        write_wav(p, normal(rng, 2.0))
+        test_norm.append(p)
+    for i, kind in enumerate(["clicks", "squeal", "shift"] * 4):
+        p = os.path.join(tmp, "ta%d.wav" % i)
+        write_wav(p, normal(rng, 2.0, kind, strength))
+        test_anom.append(p)
+    return train_dir, test_norm, test_anom

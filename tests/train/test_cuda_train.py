@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 from ssae_ref import np, torch, nn, SpectralShapeAutoencoder, NAMES, flat, load_flat, split, probe, run, write, read, logmel_like
-from gen_audio import normal, write_wav, auc
+from gen_audio import auc, make_set
 
 P = probe()
 if run([P, "cuda_available"]).returncode != 0:
@@ -173,20 +173,7 @@ if not abs(vg - vc) <= 1e-3 * vc:
 if not SSAE:
     print("SSAE not set: end-to-end part left out")
 else:
-    rng = np.random.default_rng(11)
-    train_dir = os.path.join(tmp, "train")
-    os.makedirs(train_dir)
-    for i in range(10):
-        write_wav(os.path.join(train_dir, "n%02d.wav" % i), normal(rng, 2.0))
-    test_norm, test_anom = [], []
-    for i in range(10):
-        p = os.path.join(tmp, "tn%d.wav" % i)
-        write_wav(p, normal(rng, 2.0))
-        test_norm.append(p)
-    for i, kind in enumerate(["clicks", "squeal", "shift"] * 4):
-        p = os.path.join(tmp, "ta%d.wav" % i)
-        write_wav(p, normal(rng, 2.0, kind, 0.3))
-        test_anom.append(p)
+    train_dir, test_norm, test_anom = make_set(tmp, 0.3)
 
     def tensors(path):
         with open(path, "rb") as f:

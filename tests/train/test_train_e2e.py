@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 from ssae_ref import np, torch, nn, NAMES, probe, write, read
-from gen_audio import normal, write_wav, auc
+from gen_audio import auc, make_set
 
 try:
     import ssae_torch as st
@@ -22,20 +22,7 @@ P = probe()
 torch.set_num_threads(2)
 STRENGTH = float(os.environ.get("SSAE_TEST_ANOMALY_STRENGTH", "0.3"))
 tmp = tempfile.mkdtemp()
-rng = np.random.default_rng(11)
-train_dir = os.path.join(tmp, "train")
-os.makedirs(train_dir)
-for i in range(10):
-    write_wav(os.path.join(train_dir, "n%02d.wav" % i), normal(rng, 2.0))
-test_norm, test_anom = [], []
-for i in range(10):
-    p = os.path.join(tmp, "tn%d.wav" % i)
-    write_wav(p, normal(rng, 2.0))
-    test_norm.append(p)
-for i, kind in enumerate(["clicks", "squeal", "shift"] * 4):
-    p = os.path.join(tmp, "ta%d.wav" % i)
-    write_wav(p, normal(rng, 2.0, kind, STRENGTH))
-    test_anom.append(p)
+train_dir, test_norm, test_anom = make_set(tmp, STRENGTH)
 
 EPOCHS, BATCH, SEED = 25, 64, 3
 model_path = os.path.join(tmp, "m.safetensors")
