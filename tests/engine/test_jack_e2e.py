@@ -119,7 +119,11 @@ def window_scores(tmp, model, wav):
 class Jack:
     def __init__(self, tmp):
         self.env = dict(os.environ)
-        self.env["JACK_DEFAULT_SERVER"] = "ssae_test_%d" % os.getpid()
+        # A fixed name of its own: JACK's registry (8 server slots) frees the
+        # slot of a server that died without unregistering (the server-gone
+        # case below may end in SIGKILL) only when a server of the same name
+        # starts; a name per run would leak a slot each time.
+        self.env["JACK_DEFAULT_SERVER"] = "ssae_test_jack_e2e"
         self.env["HOME"] = tmp
         self.env["JACK_NO_AUDIO_RESERVATION"] = "1"
         self.env["JACK_PROMISCUOUS_SERVER"] = ""

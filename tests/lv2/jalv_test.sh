@@ -31,8 +31,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A server nobody else uses: its own name (and so its own sockets).
-JACK_DEFAULT_SERVER="ssae-lv2-test-$$-$(date +%s)"
+# A server nobody else uses: its own name (and so its own sockets). The
+# name is fixed: JACK's registry has 8 server slots and frees the slot of a
+# server that died without unregistering only when a server of the same name
+# starts, so a name per run would leak a slot each time one is killed.
+JACK_DEFAULT_SERVER="ssae_test_lv2_jalv"
 export JACK_DEFAULT_SERVER
 jackd --no-realtime -d dummy -r 16000 -p 512 -C 1 -P 1 > "$tmp/jackd.log" 2>&1 &
 jackd_pid=$!
