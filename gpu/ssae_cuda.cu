@@ -25,11 +25,12 @@ const int kGraphSlots = 8;
  * blocks (sm_90), then one window per block. */
 const size_t kClusterMax = 16;
 const size_t kSmallMax = 1024;
-/* The per-warp kernel that auto picks (a kernel_kind): K_WARP16G, the
- * 13-instruction GELU (H100, 1048576 windows: 388.7 M windows/s against
- * 382.7 M for K_WARP16; starting the products from their bias, K_WARP16P
+/* The per-warp kernel that auto picks (a kernel_kind): K_WARP16R, the
+ * 13-instruction GELU and rsqrtf in the LayerNorms (H100, 1048576 windows:
+ * 390.1 M windows/s against 388.1 M for K_WARP16G in the same run, 382.7 M
+ * for K_WARP16 earlier; starting the products from their bias, K_WARP16P
  * and K_WARP16B, measured slower: 352.9 M and 374.1 M). */
-const int kWarpAuto = 18;
+const int kWarpAuto = 20;
 /* Default buffer capacity in windows when the caller gives no bound. */
 const size_t kDefaultCap = 65536;
 
@@ -37,14 +38,17 @@ const size_t kDefaultCap = 65536;
  * 512 threads (twice the warps, half the registers per thread). Per-warp
  * kinds: the value is the warps per block. */
 enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128,
-                   K_TILED128W = 129, K_SMALL = 1, K_CLUSTER = 2, K_CLUSTER0 = 3, K_WARP12 = 12,
-                   K_WARP16 = 16, K_WARP16B = 17, K_WARP16G = 18, K_WARP16P = 19 };
+                   K_TILED128W = 129, K_SMALL = 1, K_CLUSTER = 2, K_CLUSTER0 = 3,
+                   K_WARP12 = 12, K_WARP16 = 16, K_WARP16B = 17,
+                   K_WARP16G = 18, K_WARP16P = 19, K_WARP16R = 20 };
 /* ssae_fused_warp<16, 8, V>: K_WARP16B V = 3 (13-instruction GELU and
  * products that start from their bias), K_WARP16G V = 1 (the GELU only),
  * K_WARP16P V = 2 (the bias start only). */
 int is_warp(int k) {
-  return k == K_WARP12 || k == K_WARP16 || k == K_WARP16B || k == K_WARP16G || k == K_WARP16P;
+  return k == K_WARP12 || k == K_WARP16 || k == K_WARP16B || k == K_WARP16G ||
+         k == K_WARP16P || k == K_WARP16R;
 }
+int is_cluster(int k) { return k == K_CLUSTER || k == K_CLUSTER0; }
 int warp_index(int k) { return k == K_WARP12 ? 0 : k == K_WARP16 ? 1 : 2; }
 int warp_count(int k) { return k == K_WARP12 ? 12 : 16; }
 int tile_width(kernel_kind k) { return k == K_TILED128W ? 128 : (int)k; }
@@ -170,7 +174,7 @@ int tw_index(int k) { return k == 32 ? 0 : k == 64 ? 1 : k == 128 ? 2 : 3; }
 kernel_kind choose_kernel(const cuda_impl *c, size_t n) {
   if (c->force == K_GENERIC) return K_GENERIC;
   if (c->force == K_SMALL) return c->small_ok ? K_SMALL : K_GENERIC;
-  if (c->force == K_CLUSTER || c->force == K_CLUSTER0)
+  if (is_cluster(c->force))
     return c->cluster_ok ? (kernel_kind)c->force : K_GENERIC;
   if (is_warp(c->force))
     return c->warp_ok[warp_index(c->force)] ? (kernel_kind)c->force : K_GENERIC;
@@ -206,7 +210,7 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
     const unsigned grid = (unsigned)std::min<size_t>(n, (size_t)c->sms * 2);
     if (!poison_config) block.x = SSAE_SMALL_THREADS;
     ssae_fused_small<<<grid, block, 0, c->stream>>>(c->d_w, c->lo, dx, n, dscores, drecon);
-  } else if (k == K_CLUSTER || k == K_CLUSTER0) {
+  } else if (is_cluster(k)) {
     const size_t ncl =
         std::max<size_t>(1, std::min<size_t>(n, (size_t)c->sms / SSAE_CLUSTER_CTAS));
     cudaLaunchConfig_t cfg = {};
@@ -253,6 +257,9 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
                                                                   dscores, drecon);
     else if (k == K_WARP16G)
       ssae_fused_warp<16, 8, 1><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                  dscores, drecon);
+    else if (k == K_WARP16R)
+      ssae_fused_warp<16, 8, 5><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
                                                                   dscores, drecon);
     else if (k == K_WARP16P)
       ssae_fused_warp<16, 8, 2><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
@@ -360,6 +367,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     else if (!strcmp(fk, "warp16b")) c->force = K_WARP16B;
     else if (!strcmp(fk, "warp16g")) c->force = K_WARP16G;
     else if (!strcmp(fk, "warp16p")) c->force = K_WARP16P;
+    else if (!strcmp(fk, "warp16r")) c->force = K_WARP16R;
   }
 
 #define CKN(call, what)                                      \
@@ -411,6 +419,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
         r = set_smem_attr(c, ssae_fused_warp<16, 8, 3>, b, err);
         if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 1>, b, err);
         if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 2>, b, err);
+        if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 5>, b, err);
       }
       if (r) {
         destroy_impl(c);
@@ -588,6 +597,7 @@ extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
     case K_WARP16B: return "warp16b";
     case K_WARP16G: return "warp16g";
     case K_WARP16P: return "warp16p";
+    case K_WARP16R: return "warp16r";
     default: return "generic";
   }
 }

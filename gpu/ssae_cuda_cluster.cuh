@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
       d0 -= mean;
       d1 -= mean;
       const float q = ssae_warp_sum(fmaf(d0, d0, d1 * d1));
-      const float rstd = 1.0f / sqrtf(q * (1.0f / 64.0f) + 1e-5f);
+      const float rstd = SIG ? rsqrtf(q * (1.0f / 64.0f) + 1e-5f) : 1.0f / sqrtf(q * (1.0f / 64.0f) + 1e-5f);
       xn[f * 64 + lane] = d0 * rstd;
       xn[f * 64 + 32 + lane] = d1 * rstd;
     }
@@ -215,7 +215,8 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
       for (int q = 0; q < CS; q++) z += zpart[b][q][lane];
       const float mean = ssae_warp_sum(z) * (1.0f / 32.0f);
       const float d = z - mean;
-      const float rstd = 1.0f / sqrtf(ssae_warp_sum(d * d) * (1.0f / 32.0f) + 1e-5f);
+      const float q = ssae_warp_sum(d * d) * (1.0f / 32.0f) + 1e-5f;
+      const float rstd = SIG ? rsqrtf(q) : 1.0f / sqrtf(q);
       zn[lane] = d * rstd;
       __syncwarp();
       float a0 = bbl, a1 = 0.f, a2 = 0.f, a3 = 0.f;

@@ -115,7 +115,8 @@ __device__ __forceinline__ void ssae_fma44_first(float (&acc)[4][4], float4 w, f
 /* UE: unroll of the encoder and decoder k loops (8 measured 1 % faster
  * than 4, 2 slower: more shared loads in flight). */
 /* V: bit 0 the 13-instruction GELU, bit 1 products that start from their
- * bias (ssae_fma44_first). */
+ * bias (ssae_fma44_first), bit 2 the LayerNorms' 1/sqrt as rsqrtf (MUFU,
+ * 2 ulp) instead of an IEEE square root and divide. */
 template <int NW, int UE = 8, int V = 0>
 __global__ void __launch_bounds__(NW * 32, 1)
     ssae_fused_warp(const float *__restrict__ wts, ssae_cuda_layout lo,
@@ -193,7 +194,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
     for (int i = 0; i < 32; i++) q[i & 3] = fmaf(d[i], d[i], q[i & 3]);
     float qs = (q[0] + q[1]) + (q[2] + q[3]);
     qs += __shfl_xor_sync(FULL, qs, 16);
-    const float rstd = 1.0f / sqrtf(qs * (1.0f / 64.0f) + 1e-5f);
+    const float rstd = (V & 4) ? rsqrtf(qs * (1.0f / 64.0f) + 1e-5f)
+                               : 1.0f / sqrtf(qs * (1.0f / 64.0f) + 1e-5f);
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -306,7 +308,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
       q += __shfl_xor_sync(FULL, q, 1);
       q += __shfl_xor_sync(FULL, q, 2);
       q += __shfl_xor_sync(FULL, q, 4);
-      const float rstd = 1.0f / sqrtf(q * (1.0f / 32.0f) + 1e-5f);
+      const float rstd = (V & 4) ? rsqrtf(q * (1.0f / 32.0f) + 1e-5f)
+                                 : 1.0f / sqrtf(q * (1.0f / 32.0f) + 1e-5f);
 #pragma unroll
       for (int i = 0; i < 4; i++) zacc[i][e] *= rstd;
     }

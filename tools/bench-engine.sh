@@ -7,7 +7,9 @@
 #   tools/bench-engine.sh cuda       CUDA backend (e.g. on the H100 host)
 #
 # BENCH_SECONDS (default 10) sets the seconds per channel count, CHANNELS
-# (a comma list) the channel counts, BENCH_BUILD the build directory.
+# (a comma list) the channel counts, BENCH_BUILD the build directory;
+# with cuda, GROUP_COUNTS (default "4 8 12") the input-group runs (one
+# feeding thread per group) at GROUP_CHANNELS (default 4096,6144).
 #
 # Each line: channels, windows, dropped, batches, latency p50/p99/max (ms),
 # audio-thread time per 256-sample block (mean, max ms), its mean over the
@@ -37,6 +39,12 @@ if [ "$backend" = cuda ]; then
   # feature pass: the worker takes what is there, up to 8192 at a time.
   $B --backend cuda --batch 8192 --seconds "$secs" \
     --channels "${CHANNELS:-256,1024,2048,4096,6144,8192}"
+  # Several audio threads into one engine (input groups: one per sound
+  # card, JACK client or network stream), same invocation.
+  for g in ${GROUP_COUNTS:-4 8 12}; do
+    $B --backend cuda --batch 8192 --seconds "$secs" --groups "$g" \
+      --channels "${GROUP_CHANNELS:-4096,6144}"
+  done
   # The CPU backend on the same host, side by side.
   $B --backend cpu --cpu-threads 1 --seconds "$secs" --channels 256,1024
 else

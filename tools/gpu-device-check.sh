@@ -97,7 +97,7 @@ if has bench; then
 fi
 
 if has variants; then
-  for k in ${KERNELS:-generic small cluster cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16b}; do
+  for k in ${KERNELS:-generic small cluster cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16r warp16b}; do
     log "kernel $k"
     case $k in generic|small|cluster*) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \
@@ -123,7 +123,7 @@ if has ncu; then
   for k in ${NCU1_KERNELS-cluster small}; do
     log "ncu: $k at 1 window (kernel duration)"
     for cc in "${NCU_CLOCKS---clock-control none --cache-control none}"; do
-      SSAE_CUDA_KERNEL=$k timeout 60 ncu $cc --launch-skip 5 --launch-count 5 -k regex:"${k%0}" \
+      SSAE_CUDA_KERNEL=$k timeout 60 ncu $cc --launch-skip 5 --launch-count 5 -k regex:"${k%%[0-9]*}" \
         --metrics gpu__time_duration.sum,smsp__cycles_elapsed.avg.per_second \
         "$BUILD/ssae" bench --model "$model" --backend cuda --batches 1 --seconds 0.01 \
         > "$OUT/ncu_${k}1.txt" 2>&1

@@ -73,6 +73,31 @@ typedef struct chan {
   pub copy[2];
 } chan;
 
+/* One input group: the channels one audio thread feeds, with everything
+ * that thread writes (front end, scratch, ring, counters), so that several
+ * audio threads (sound cards, JACK clients) can feed one engine without
+ * sharing anything but the worker. */
+typedef struct group {
+  ssae_engine *e;
+  int c0, nc; /* channels c0 .. c0 + nc - 1 */
+  /* The group's log-mel streams, one set of tables: the frames that
+   * complete in a block are computed eight channels at a time, and each
+   * comes back through on_frame. */
+  ssae_logmel_multi *lmm;
+  ssae_ring *ring;
+  int64_t blk_t; /* now_ns() of the block being processed */
+  int warming;   /* warm_fronts: frames only fill the windows */
+  int was_enabled;
+  float *rs_out, *scratch_win, *deint, *zeros;
+  size_t rs_cap;
+  _Atomic int in_process; /* Dekker pair with pause_req (seq_cst) */
+  /* The group's drops together, for the worker's drop report after each
+   * batch: one load instead of one per channel (at thousands of channels,
+   * thousands of cache lines that the audio thread writes). */
+  _Atomic uint64_t dropped_all;
+  char pad[64]; /* the next group's audio thread writes the next one */
+} group;
+
 #define LAT_FINE 10000  /* 1 us buckets up to 10 ms */
 #define LAT_COARSE 9900 /* 100 us buckets from 10 ms to 1 s */
 
@@ -84,24 +109,11 @@ struct ssae_engine {
   double in_rate;
   size_t max_block;
 
-  /* audio thread */
+  /* audio threads */
   front *fr;
-  /* Every channel's log-mel stream, one set of tables: the frames that
-   * complete in a block are computed eight channels at a time, and each
-   * comes back through on_frame. */
-  ssae_logmel_multi *lmm;
-  int64_t blk_t; /* now_ns() of the block being processed */
-  int warming;   /* warm_fronts: frames only fill the windows */
-  /* Every channel's drops together, for the worker's drop report after each
-   * batch: one load instead of one per channel (at thousands of channels,
-   * thousands of cache lines that the audio thread writes). */
-  _Atomic uint64_t dropped_all;
-  float *rs_out, *scratch_win, *deint, *zeros;
-  size_t rs_cap;
-  int was_enabled;
+  group *g;
+  int G;
   int cleared; /* worker: alarms cleared since analysis was paused */
-  ssae_ring *ring;
-  _Atomic int in_process; /* Dekker pair with pause_req (seq_cst) */
   _Atomic int pause_req;
 
   /* parameters (any thread) */
@@ -118,6 +130,18 @@ struct ssae_engine {
   float *batch_x, *batch_scores;
   item_hdr *batch_hdr;
   size_t max_batch;
+  /* On the CPU a channel's window shares F-1 frames with its previous one:
+   * the worker keeps each channel's slice codes (ssae_backend_score_cached)
+   * and encodes only the new frame. codes_end[c]: end_sample of the window
+   * whose codes are in channel c's cache (0: none); codes_gen: which call
+   * of a batch a channel's window went to (one window per channel and call). */
+  double *codes;
+  size_t codes_len;
+  uint64_t *codes_end;
+  uint32_t *codes_gen, gen;
+  double **batch_codes;
+  unsigned char *batch_cont;
+  int codes_valid;
   _Atomic uint64_t scored_total;
   _Atomic uint64_t batches;
   uint64_t dropped_reported;
@@ -199,21 +223,31 @@ static int build_resamplers(ssae_engine *e, double rate, ssae_err *err) {
     }
     cap = ssae_resampler_max_out(rs[0], e->max_block);
   }
-  float *ro = malloc(cap * sizeof *ro);
-  if (!ro) {
+  float **ro = calloc((size_t)e->G, sizeof *ro);
+  int ok = ro != NULL;
+  for (int g = 0; ok && g < e->G; g++) {
+    ro[g] = malloc(cap * sizeof **ro);
+    if (ro[g]) memset(ro[g], 0, cap * sizeof **ro);
+    else ok = 0;
+  }
+  if (!ok) {
+    for (int g = 0; ro && g < e->G; g++) free(ro[g]);
+    free(ro);
     for (int c = 0; c < e->C; c++) ssae_resampler_free(rs[c]);
     free(rs);
     return ssae_err_set(err, "engine: out of memory");
   }
-  memset(ro, 0, cap * sizeof *ro);
   for (int c = 0; c < e->C; c++) {
     ssae_resampler_free(e->fr[c].rs);
     e->fr[c].rs = rs[c];
   }
   free(rs);
-  free(e->rs_out);
-  e->rs_out = ro;
-  e->rs_cap = cap;
+  for (int g = 0; g < e->G; g++) {
+    free(e->g[g].rs_out);
+    e->g[g].rs_out = ro[g];
+    e->g[g].rs_cap = cap;
+  }
+  free(ro);
   e->in_rate = (double)in;
   return 0;
 }
@@ -223,11 +257,12 @@ static int build_resamplers(ssae_engine *e, double rate, ssae_err *err) {
  * on the audio thread. Silence goes through every channel's whole path now,
  * on the thread that builds the engine, and the streams start afresh; the
  * counters and the ring are not touched (on_frame only fills the windows). */
-static void warm_fronts(ssae_engine *e) {
-  memset(e->zeros, 0, e->max_block * sizeof *e->zeros);
-  memset(e->deint, 0, e->max_block * sizeof *e->deint);
-  memset(e->scratch_win, 0, (size_t)e->wf * sizeof *e->scratch_win);
-  e->warming = 1;
+static void warm_group(group *gr) {
+  ssae_engine *e = gr->e;
+  memset(gr->zeros, 0, e->max_block * sizeof *gr->zeros);
+  memset(gr->deint, 0, e->max_block * sizeof *gr->deint);
+  memset(gr->scratch_win, 0, (size_t)e->wf * sizeof *gr->scratch_win);
+  gr->warming = 1;
   /* A large block first (several frames per channel), then blocks of a
    * hop (one frame per channel, as a live stream goes), until the windows
    * are full, then the end padding. */
@@ -235,28 +270,32 @@ static void warm_fronts(ssae_engine *e) {
   for (int k = 0, frames = 0; k < 64 && (k < 4 || frames <= e->feat.frames + 1); k++) {
     size_t len = k == 0 ? 4096 : hop;
     if (len > e->max_block) len = e->max_block;
-    for (int c = 0; c < e->C; c++) {
-      front *f = &e->fr[c];
-      const float *feed = e->zeros;
+    for (int i = 0; i < gr->nc; i++) {
+      front *f = &e->fr[gr->c0 + i];
+      const float *feed = gr->zeros;
       size_t m = len;
       if (f->rs) {
-        m = ssae_resampler_process(f->rs, e->zeros, len, e->rs_out);
-        feed = e->rs_out;
+        m = ssae_resampler_process(f->rs, gr->zeros, len, gr->rs_out);
+        feed = gr->rs_out;
       }
-      size_t nfr = ssae_logmel_multi_feed(e->lmm, c, feed, m);
-      if (c == 0) frames += (int)nfr;
+      size_t nfr = ssae_logmel_multi_feed(gr->lmm, i, feed, m);
+      if (i == 0) frames += (int)nfr;
     }
-    ssae_logmel_multi_run(e->lmm);
+    ssae_logmel_multi_run(gr->lmm);
   }
-  for (int c = 0; c < e->C; c++) ssae_logmel_multi_flush(e->lmm, c);
-  ssae_logmel_multi_run(e->lmm);
-  for (int c = 0; c < e->C; c++) {
-    front *f = &e->fr[c];
+  for (int i = 0; i < gr->nc; i++) ssae_logmel_multi_flush(gr->lmm, i);
+  ssae_logmel_multi_run(gr->lmm);
+  for (int i = 0; i < gr->nc; i++) {
+    front *f = &e->fr[gr->c0 + i];
     if (f->rs) ssae_resampler_reset(f->rs);
-    ssae_logmel_multi_reset(e->lmm, c);
+    ssae_logmel_multi_reset(gr->lmm, i);
     ssae_window_reset(f->win);
   }
-  e->warming = 0;
+  gr->warming = 0;
+}
+
+static void warm_fronts(ssae_engine *e) {
+  for (int g = 0; g < e->G; g++) warm_group(&e->g[g]);
 }
 
 /* Digital silence: this many exact zeros in a row (4 ms at 16 kHz). Real
@@ -284,10 +323,12 @@ static void scan_gaps(front *f, const float *x, size_t n) {
   f->zrun = z;
 }
 
-static void stream_restart(ssae_engine *e, int c) {
-  front *f = &e->fr[c];
+/* Channel i of group gr. */
+static void stream_restart(group *gr, int i) {
+  ssae_engine *e = gr->e;
+  front *f = &e->fr[gr->c0 + i];
   if (f->rs) ssae_resampler_reset(f->rs);
-  ssae_logmel_multi_reset(e->lmm, c);
+  ssae_logmel_multi_reset(gr->lmm, i);
   ssae_window_reset(f->win);
   /* Continue the time axis where the samples are. */
   f->frame_base = f->samples / (uint64_t)e->feat.hop_length;
@@ -297,18 +338,20 @@ static void stream_restart(ssae_engine *e, int c) {
 /* A channel's next frame, from the multi-channel front end (audio thread,
  * inside feed, flush or run): into its window; a full window goes into the
  * ring, or is dropped and counted when the ring is full. */
-static void on_frame(void *user, int ch, const float *frame) {
-  ssae_engine *e = user;
+static void on_frame(void *user, int i, const float *frame) {
+  group *gr = user;
+  ssae_engine *e = gr->e;
+  const int ch = gr->c0 + i;
   front *f = &e->fr[ch];
-  if (e->warming) {
-    ssae_window_push(f->win, frame, e->scratch_win);
+  if (gr->warming) {
+    ssae_window_push(f->win, frame, gr->scratch_win);
     return;
   }
   const uint64_t hop = (uint64_t)e->feat.hop_length;
   const uint64_t tail = e->feat.center ? (uint64_t)e->feat.n_fft / 2
                                        : (uint64_t)e->feat.n_fft;
-  unsigned char *slot = ssae_ring_write_slot(e->ring);
-  float *dst = slot ? (float *)(slot + ITEM_HDR) : e->scratch_win;
+  unsigned char *slot = ssae_ring_write_slot(gr->ring);
+  float *dst = slot ? (float *)(slot + ITEM_HDR) : gr->scratch_win;
   f->frames++;
   if (!ssae_window_push(f->win, frame, dst)) return;
   uint64_t w = f->next_window++;
@@ -320,8 +363,8 @@ static void on_frame(void *user, int ch, const float *frame) {
         atomic_load_explicit(&f->dropped, memory_order_relaxed) + 1,
         memory_order_relaxed);
     atomic_store_explicit(
-        &e->dropped_all,
-        atomic_load_explicit(&e->dropped_all, memory_order_relaxed) + 1,
+        &gr->dropped_all,
+        atomic_load_explicit(&gr->dropped_all, memory_order_relaxed) + 1,
         memory_order_relaxed);
     return;
   }
@@ -333,30 +376,31 @@ static void on_frame(void *user, int ch, const float *frame) {
   uint64_t span = (uint64_t)(e->feat.frames - 1) * hop + (e->feat.center ? 2 * tail : tail);
   uint64_t first = h->end_sample > span ? h->end_sample - span : 0;
   h->flags = f->gap_end > first ? ITEM_GAP : 0;
-  h->t_ns = e->blk_t;
-  ssae_ring_commit(e->ring);
+  h->t_ns = gr->blk_t;
+  ssae_ring_commit(gr->ring);
 }
 
 /* One channel's part of a block: resampled, scanned for silence, fed to
  * the front end, whose frames come back through on_frame (eight channels
  * at a time; the caller runs the rest at the end of the block). The gap
  * scan comes first: a frame completed by this block sees its zeros. */
-static void channel_block(ssae_engine *e, int c, const float *src, size_t n) {
-  front *f = &e->fr[c];
-  const float *feed = src ? src : e->zeros;
+static void channel_block(group *gr, int i, const float *src, size_t n) {
+  front *f = &gr->e->fr[gr->c0 + i];
+  const float *feed = src ? src : gr->zeros;
   size_t m = n;
   if (f->rs) {
-    m = ssae_resampler_process(f->rs, feed, n, e->rs_out);
-    feed = e->rs_out;
+    m = ssae_resampler_process(f->rs, feed, n, gr->rs_out);
+    feed = gr->rs_out;
   }
   scan_gaps(f, feed, m);
   f->samples += m;
-  ssae_logmel_multi_feed(e->lmm, c, feed, m);
+  ssae_logmel_multi_feed(gr->lmm, i, feed, m);
 }
 
 /* While analysis is paused the time axis keeps moving. */
-static void skip_block(ssae_engine *e, size_t n) {
-  for (int c = 0; c < e->C; c++)
+static void skip_block(group *gr, size_t n) {
+  ssae_engine *e = gr->e;
+  for (int c = gr->c0; c < gr->c0 + gr->nc; c++)
     e->fr[c].samples +=
         e->fr[c].rs
             ? (uint64_t)llround((double)n * e->feat.sample_rate / e->in_rate)
@@ -365,78 +409,102 @@ static void skip_block(ssae_engine *e, size_t n) {
 
 /* Returns 0 when the caller may touch the front end; the caller must then
  * call leave(). Never waits. */
-static int enter(ssae_engine *e) {
-  atomic_store(&e->in_process, 1);
-  if (atomic_load(&e->pause_req)) {
-    atomic_store(&e->in_process, 0);
+static int enter(group *gr) {
+  atomic_store(&gr->in_process, 1);
+  if (atomic_load(&gr->e->pause_req)) {
+    atomic_store(&gr->in_process, 0);
     return -1;
   }
   return 0;
 }
-static void leave(ssae_engine *e) { atomic_store(&e->in_process, 0); }
+static void leave(group *gr) { atomic_store(&gr->in_process, 0); }
 
-static int check_enabled(ssae_engine *e) {
-  int en = atomic_load_explicit(&e->p_enabled, memory_order_relaxed);
-  if (en && !e->was_enabled)
-    for (int c = 0; c < e->C; c++) stream_restart(e, c);
-  e->was_enabled = en;
+static int check_enabled(group *gr) {
+  int en = atomic_load_explicit(&gr->e->p_enabled, memory_order_relaxed);
+  if (en && !gr->was_enabled)
+    for (int i = 0; i < gr->nc; i++) stream_restart(gr, i);
+  gr->was_enabled = en;
   return en;
 }
 
-void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n) {
-  if (enter(e)) return;
-  int en = check_enabled(e);
-  e->blk_t = now_ns();
+/* in[i]: channel c0 + i of the group; interleaved (in_stride > 0): channel
+ * c0 + i at in[0] + i + k * in_stride. */
+static void process_group(group *gr, const float *const *in, const float *il,
+                          size_t il_stride, size_t n) {
+  if (enter(gr)) return;
+  ssae_engine *e = gr->e;
+  int en = check_enabled(gr);
+  gr->blk_t = now_ns();
   for (size_t off = 0; off < n;) {
     size_t len = n - off < e->max_block ? n - off : e->max_block;
     if (!en) {
-      skip_block(e, len);
+      skip_block(gr, len);
+    } else if (il) {
+      for (int i = 0; i < gr->nc; i++) {
+        const float *s = il + off * il_stride + (size_t)(gr->c0 + i);
+        for (size_t k = 0; k < len; k++) gr->deint[k] = s[k * il_stride];
+        channel_block(gr, i, gr->deint, len);
+      }
+      ssae_logmel_multi_run(gr->lmm);
     } else {
-      for (int c = 0; c < e->C; c++)
-        channel_block(e, c, in && in[c] ? in[c] + off : NULL, len);
-      ssae_logmel_multi_run(e->lmm);
+      for (int i = 0; i < gr->nc; i++)
+        channel_block(gr, i, in && in[i] ? in[i] + off : NULL, len);
+      ssae_logmel_multi_run(gr->lmm);
     }
     off += len;
   }
-  leave(e);
+  leave(gr);
+}
+
+void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n) {
+  for (int g = 0; g < e->G; g++)
+    process_group(&e->g[g], in ? in + e->g[g].c0 : NULL, NULL, 0, n);
+}
+
+void ssae_engine_process_group(ssae_engine *e, int g, const float *const *in,
+                               size_t n) {
+  if (g >= 0 && g < e->G) process_group(&e->g[g], in, NULL, 0, n);
 }
 
 void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
                                      size_t n) {
-  if (enter(e)) return;
-  int en = check_enabled(e);
-  e->blk_t = now_ns();
-  const size_t C = (size_t)e->C;
-  for (size_t off = 0; off < n;) {
-    size_t len = n - off < e->max_block ? n - off : e->max_block;
-    if (!en) {
-      skip_block(e, len);
-    } else {
-      for (size_t c = 0; c < C; c++) {
-        const float *s = in + off * C + c;
-        for (size_t i = 0; i < len; i++) e->deint[i] = s[i * C];
-        channel_block(e, (int)c, e->deint, len);
-      }
-      ssae_logmel_multi_run(e->lmm);
-    }
-    off += len;
+  if (!in) {
+    ssae_engine_process(e, NULL, n);
+    return;
   }
-  leave(e);
+  for (int g = 0; g < e->G; g++) process_group(&e->g[g], NULL, in, (size_t)e->C, n);
+}
+
+static void flush_group(group *gr) {
+  if (enter(gr)) return;
+  ssae_engine *e = gr->e;
+  gr->blk_t = now_ns();
+  for (int i = 0; i < gr->nc; i++) ssae_logmel_multi_flush(gr->lmm, i);
+  ssae_logmel_multi_run(gr->lmm);
+  for (int i = 0; i < gr->nc; i++) {
+    front *f = &e->fr[gr->c0 + i];
+    /* The next stream's frames continue this one's numbering. */
+    uint64_t next = f->frame_base + f->frames;
+    stream_restart(gr, i);
+    f->frame_base = next;
+  }
+  leave(gr);
 }
 
 void ssae_engine_flush(ssae_engine *e) {
-  if (enter(e)) return;
-  e->blk_t = now_ns();
-  for (int c = 0; c < e->C; c++) ssae_logmel_multi_flush(e->lmm, c);
-  ssae_logmel_multi_run(e->lmm);
-  for (int c = 0; c < e->C; c++) {
-    front *f = &e->fr[c];
-    /* The next stream's frames continue this one's numbering. */
-    uint64_t next = f->frame_base + f->frames;
-    stream_restart(e, c);
-    f->frame_base = next;
-  }
-  leave(e);
+  for (int g = 0; g < e->G; g++) flush_group(&e->g[g]);
+}
+
+void ssae_engine_flush_group(ssae_engine *e, int g) {
+  if (g >= 0 && g < e->G) flush_group(&e->g[g]);
+}
+
+int ssae_engine_groups(const ssae_engine *e) { return e->G; }
+
+void ssae_engine_group_channels(const ssae_engine *e, int g, int *first, int *count) {
+  int ok = g >= 0 && g < e->G;
+  if (first) *first = ok ? e->g[g].c0 : 0;
+  if (count) *count = ok ? e->g[g].nc : 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -718,17 +786,77 @@ static void take_swap(ssae_engine *e) {
   atomic_store_explicit(&e->backend_name, ssae_backend_name(nb),
                         memory_order_relaxed);
   atomic_store(&e->pending_backend, NULL);
+  e->codes_valid = 0; /* the old model's codes */
   pthread_cond_broadcast(&e->swap_cv);
   pthread_mutex_unlock(&e->swap_mu);
   ssae_backend_free(old);
+}
+
+/* The cached CPU path (see codes above); nonzero when it did not apply
+ * (another backend, no memory for the caches) or failed, and the caller
+ * runs the batch through the backend. */
+static int score_cached(ssae_engine *e, size_t n, ssae_err *err) {
+  if (!ssae_backend_cpu_direct(e->backend)) {
+    e->codes_valid = 0;
+    return 1;
+  }
+  if (!e->codes) {
+    size_t len = ssae_backend_codes_len(e->backend);
+    e->codes = calloc((size_t)e->C * len, sizeof *e->codes);
+    e->codes_end = calloc((size_t)e->C, sizeof *e->codes_end);
+    e->codes_gen = calloc((size_t)e->C, sizeof *e->codes_gen);
+    e->batch_codes = calloc(e->max_batch, sizeof *e->batch_codes);
+    e->batch_cont = calloc(e->max_batch, 1);
+    if (!len || !e->codes || !e->codes_end || !e->codes_gen || !e->batch_codes ||
+        !e->batch_cont) {
+      free(e->codes);
+      e->codes = NULL;
+      return 1;
+    }
+    e->codes_len = len;
+    e->codes_valid = 0;
+  }
+  if (!e->codes_valid) {
+    memset(e->codes_end, 0, (size_t)e->C * sizeof *e->codes_end);
+    e->codes_valid = 1;
+  }
+  const uint64_t hop = (uint64_t)e->feat.hop_length;
+  const size_t wf = (size_t)e->wf;
+  size_t start = 0;
+  e->gen++;
+  for (size_t i = 0; i <= n; i++) {
+    /* A call ends at the batch's end or before a channel's second window. */
+    uint32_t c = i < n ? e->batch_hdr[i].channel : 0;
+    if (i == n || e->codes_gen[c] == e->gen) {
+      if (ssae_backend_score_cached(e->backend, e->batch_x + start * wf, i - start,
+                                    e->batch_codes + start, e->batch_cont + start,
+                                    e->batch_scores + start, err)) {
+        e->codes_valid = 0;
+        return -1;
+      }
+      start = i;
+      e->gen++;
+      if (i == n) break;
+    }
+    const uint64_t end = e->batch_hdr[i].end_sample;
+    e->codes_gen[c] = e->gen;
+    e->batch_codes[i] = e->codes + (size_t)c * e->codes_len;
+    e->batch_cont[i] = e->codes_end[c] && end == e->codes_end[c] + hop;
+    e->codes_end[c] = end;
+  }
+  return 0;
 }
 
 static void run_batch(ssae_engine *e, size_t n) {
   if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
   ssae_err err;
   err.msg[0] = 0;
-  if (ssae_backend_run(e->backend, e->batch_x, n, e->batch_scores, NULL,
-                       &err) != 0) {
+  int rc = score_cached(e, n, &err);
+  if (rc != 0) {
+    e->codes_valid = 0;
+    rc = ssae_backend_run(e->backend, e->batch_x, n, e->batch_scores, NULL, &err);
+  }
+  if (rc != 0) {
     for (size_t i = 0; i < n; i++) e->batch_scores[i] = NAN;
     ssae_event ev = {SSAE_EVENT_BACKEND, -1, e->last_t, 0, NAN, NAN, NAN,
                      NULL, err.msg};
@@ -745,7 +873,9 @@ static void run_batch(ssae_engine *e, size_t n) {
            (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
   atomic_fetch_add(&e->scored_total, n);
 
-  uint64_t dropped = atomic_load_explicit(&e->dropped_all, memory_order_relaxed);
+  uint64_t dropped = 0;
+  for (int g = 0; g < e->G; g++)
+    dropped += atomic_load_explicit(&e->g[g].dropped_all, memory_order_relaxed);
   if (dropped != e->dropped_reported && e->last_t >= e->next_status_t - 1e-9) {
     e->dropped_reported = dropped;
     emit_counters(e, SSAE_EVENT_DROP, e->last_t);
@@ -770,19 +900,24 @@ static void *worker_main(void *arg) {
   const int64_t spin = e->cfg.spin_ms > 0 ? (int64_t)(e->cfg.spin_ms * 1e6) : 0;
   int64_t last_item = 0;
   size_t n = 0;
+  int first = 0; /* the group whose ring is drained first, in turn */
   for (;;) {
     take_swap(e);
     int stopping = atomic_load(&e->stop);
     size_t n0 = n;
-    while (n < e->max_batch) {
-      const unsigned char *slot = ssae_ring_read_slot(e->ring);
-      if (!slot) break;
-      memcpy(&e->batch_hdr[n], slot, sizeof(item_hdr));
-      memcpy(e->batch_x + n * (size_t)e->wf, slot + ITEM_HDR,
-             (size_t)e->wf * sizeof(float));
-      ssae_ring_release(e->ring);
-      n++;
+    for (int k = 0; k < e->G && n < e->max_batch; k++) {
+      ssae_ring *ring = e->g[(first + k) % e->G].ring;
+      while (n < e->max_batch) {
+        const unsigned char *slot = ssae_ring_read_slot(ring);
+        if (!slot) break;
+        memcpy(&e->batch_hdr[n], slot, sizeof(item_hdr));
+        memcpy(e->batch_x + n * (size_t)e->wf, slot + ITEM_HDR,
+               (size_t)e->wf * sizeof(float));
+        ssae_ring_release(ring);
+        n++;
+      }
     }
+    if (++first >= e->G) first = 0;
     if (n > n0 && spin) last_item = now_ns();
     if (n == 0) {
       if (stopping) break;
@@ -842,6 +977,11 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
                  cfg->channels);
     return NULL;
   }
+  if (cfg->groups < 0 || cfg->groups > cfg->channels) {
+    ssae_err_set(err, "engine: input groups must be 1..channels (got %d for %d channels)",
+                 cfg->groups, cfg->channels);
+    return NULL;
+  }
   if (cfg->input_rate < 0 || cfg->input_rate > 1e6) {
     ssae_err_set(err, "engine: input rate %g Hz out of range", cfg->input_rate);
     return NULL;
@@ -868,9 +1008,7 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   e->max_block = cfg->max_block ? cfg->max_block : 8192;
   e->max_batch = cfg->max_batch ? cfg->max_batch : 256;
   e->model_threshold = m->threshold;
-  e->was_enabled = 1;
   e->next_status_t = cfg->status_every_s > 0 ? cfg->status_every_s : 0;
-  atomic_init(&e->in_process, 0);
   atomic_init(&e->pause_req, 0);
   atomic_init(&e->stop, 0);
   atomic_init(&e->pending_backend, NULL);
@@ -878,7 +1016,6 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   atomic_init(&e->batches, 0);
   atomic_init(&e->backend_name, "");
   atomic_init(&e->audio_s, 0.0);
-  atomic_init(&e->dropped_all, 0);
   ssae_engine_set_params(e, &cfg->params);
   if (pthread_mutex_init(&e->stats_mu, NULL) == 0) e->mu_ok |= 1;
   if (pthread_mutex_init(&e->swap_mu, NULL) == 0) e->mu_ok |= 2;
@@ -888,11 +1025,22 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
     goto fail;
   }
 
+  e->G = cfg->groups > 0 ? cfg->groups : 1;
   e->fr = calloc((size_t)e->C, sizeof *e->fr);
   e->ch = calloc((size_t)e->C, sizeof *e->ch);
-  if (!e->fr || !e->ch) goto oom;
-  e->lmm = ssae_logmel_multi_new(&e->feat, e->C, on_frame, e, err);
-  if (!e->lmm) goto fail;
+  e->g = calloc((size_t)e->G, sizeof *e->g);
+  if (!e->fr || !e->ch || !e->g) goto oom;
+  for (int g = 0; g < e->G; g++) {
+    group *gr = &e->g[g];
+    gr->e = e;
+    gr->c0 = (int)((long long)g * e->C / e->G);
+    gr->nc = (int)((long long)(g + 1) * e->C / e->G) - gr->c0;
+    gr->was_enabled = 1;
+    atomic_init(&gr->in_process, 0);
+    atomic_init(&gr->dropped_all, 0);
+    gr->lmm = ssae_logmel_multi_new(&e->feat, gr->nc, on_frame, gr, err);
+    if (!gr->lmm) goto fail;
+  }
   for (int c = 0; c < e->C; c++) {
     e->fr[c].win = ssae_window_new(e->feat.n_mels, e->feat.frames, err);
     if (!e->fr[c].win) goto fail;
@@ -911,19 +1059,21 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   }
   double rate = cfg->input_rate > 0 ? cfg->input_rate : e->feat.sample_rate;
   if (build_resamplers(e, rate, err)) goto fail;
-  e->scratch_win = calloc((size_t)e->wf, sizeof(float));
-  e->deint = calloc(e->max_block, sizeof(float));
-  e->zeros = calloc(e->max_block, sizeof(float));
-  if (!e->scratch_win || !e->deint || !e->zeros) goto oom;
-  warm_fronts(e);
-
-  size_t cap = cfg->ring_windows;
-  if (!cap) {
-    cap = (size_t)e->C * 64;
-    if (cap < 1024) cap = 1024;
+  for (int g = 0; g < e->G; g++) {
+    group *gr = &e->g[g];
+    gr->scratch_win = calloc((size_t)e->wf, sizeof(float));
+    gr->deint = calloc(e->max_block, sizeof(float));
+    gr->zeros = calloc(e->max_block, sizeof(float));
+    if (!gr->scratch_win || !gr->deint || !gr->zeros) goto oom;
+    size_t cap = cfg->ring_windows;
+    if (!cap) {
+      cap = (size_t)gr->nc * 64;
+      if (cap < 1024) cap = 1024;
+    }
+    gr->ring = ssae_ring_new(cap, ITEM_HDR + (size_t)e->wf * sizeof(float), err);
+    if (!gr->ring) goto fail;
   }
-  e->ring = ssae_ring_new(cap, ITEM_HDR + (size_t)e->wf * sizeof(float), err);
-  if (!e->ring) goto fail;
+  warm_fronts(e);
 
   e->batch_x = calloc(e->max_batch * (size_t)e->wf, sizeof(float));
   e->batch_scores = calloc(e->max_batch, sizeof(float));
@@ -981,15 +1131,25 @@ void ssae_engine_free(ssae_engine *e) {
     }
   free(e->fr);
   free(e->ch);
-  ssae_logmel_multi_free(e->lmm);
-  free(e->rs_out);
-  free(e->scratch_win);
-  free(e->deint);
-  free(e->zeros);
-  ssae_ring_free(e->ring);
+  if (e->g)
+    for (int g = 0; g < e->G; g++) {
+      group *gr = &e->g[g];
+      ssae_logmel_multi_free(gr->lmm);
+      free(gr->rs_out);
+      free(gr->scratch_win);
+      free(gr->deint);
+      free(gr->zeros);
+      ssae_ring_free(gr->ring);
+    }
+  free(e->g);
   free(e->batch_x);
   free(e->batch_scores);
   free(e->batch_hdr);
+  free(e->codes);
+  free(e->codes_end);
+  free(e->codes_gen);
+  free(e->batch_codes);
+  free(e->batch_cont);
   ssae_backend_free(e->backend);
   ssae_backend_free(atomic_load(&e->pending_backend));
   if (e->mu_ok & 1) pthread_mutex_destroy(&e->stats_mu);
@@ -1024,10 +1184,12 @@ int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err) {
     return ssae_err_set(err, "engine: input rate %g Hz out of range", rate);
   if (lround(rate) == lround(e->in_rate)) return 0;
   atomic_store(&e->pause_req, 1);
-  while (atomic_load(&e->in_process)) sleep_ns(100000);
+  for (int g = 0; g < e->G; g++)
+    while (atomic_load(&e->g[g].in_process)) sleep_ns(100000);
   int rc = build_resamplers(e, rate, err);
   if (rc == 0) warm_fronts(e);
-  for (int c = 0; c < e->C; c++) stream_restart(e, c);
+  for (int g = 0; g < e->G; g++)
+    for (int i = 0; i < e->g[g].nc; i++) stream_restart(&e->g[g], i);
   atomic_store(&e->pause_req, 0);
   return rc;
 }

@@ -93,6 +93,14 @@ typedef void (*ssae_event_fn)(void *user, const ssae_event *ev);
 
 typedef struct ssae_engine_cfg {
   int channels;            /* >= 1 */
+  int groups;              /* input groups (0 or 1: one): channels split
+                              into this many contiguous shares, each fed by
+                              its own audio thread through
+                              ssae_engine_process_group, with its own front
+                              end and ring; one worker scores them all. For
+                              more channels than one core can turn into
+                              features within the latency wanted (several
+                              sound cards, JACK clients, network streams). */
   double input_rate;       /* rate of the samples given to process(); 0 = the
                               model's rate. Resampled when it differs. */
   size_t max_block;        /* hint: largest block per process() call; larger
@@ -151,6 +159,18 @@ void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n);
 /* Same with interleaved input (stride = channels). Audio-thread safe. */
 void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
                                      size_t n);
+
+/* Input groups (ssae_engine_cfg.groups). process() and flush() above do
+ * every group on the calling thread; these do one, so that each group can
+ * have its own audio thread (at most one thread per group at a time).
+ * in[i] is channel first + i of the group. Audio-thread safe, like
+ * process() and flush(). */
+int ssae_engine_groups(const ssae_engine *e);
+void ssae_engine_group_channels(const ssae_engine *e, int g, int *first,
+                                int *count);
+void ssae_engine_process_group(ssae_engine *e, int g, const float *const *in,
+                               size_t n);
+void ssae_engine_flush_group(ssae_engine *e, int g);
 
 /* End of input: emits the frames that need the end padding (SPEC: offline
  * and streaming are one path), so that a file played through the engine

@@ -273,6 +273,21 @@ int ssae_backend_cpu_direct(const ssae_backend *b) {
   return (b->fell_back || b->ops == &ssae_backend_cpu) && !b->fail_next && !b->fail_at;
 }
 
+size_t ssae_backend_codes_len(const ssae_backend *b) {
+  if (!b || !ssae_backend_cpu_direct(b)) return 0;
+  return ssae_cpu_codes_len(b->fell_back ? b->cpu : b->impl);
+}
+
+int ssae_backend_score_cached(ssae_backend *b, const float *x, size_t n,
+                              double *const *codes, const unsigned char *cont,
+                              float *scores, ssae_err *err) {
+  if (!b || !ssae_backend_cpu_direct(b))
+    return ssae_err_set(err, "cached scoring needs the CPU backend");
+  if (ssae_cpu_score_cached(b->fell_back ? b->cpu : b->impl, x, n, codes, cont, scores))
+    return ssae_err_set(err, "cpu: bad arguments to the cached forward pass");
+  return 0;
+}
+
 const char *ssae_backend_name(const ssae_backend *b) {
   return b->fell_back ? "cpu" : b->ops->name;
 }

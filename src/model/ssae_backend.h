@@ -61,6 +61,15 @@ int ssae_backend_run_frames(ssae_backend *b, const float *frames, size_t n_frame
  * score on ssae_cpu objects of its own (one per thread, ssae_cpu.h) with
  * the same results as through b. */
 int ssae_backend_cpu_direct(const ssae_backend *b);
+/* While ssae_backend_cpu_direct(b): the CPU's ssae_cpu_score_cached
+ * (ssae_cpu.h: windows of streams whose last F-1 codes the caller keeps,
+ * each new frame encoded once), on the calling thread. codes_len is the
+ * size of one stream's cache in doubles (0 when not direct); score_cached
+ * returns -1 with a message when not direct or on bad arguments. */
+size_t ssae_backend_codes_len(const ssae_backend *b);
+int ssae_backend_score_cached(ssae_backend *b, const float *x, size_t n,
+                              double *const *codes, const unsigned char *cont,
+                              float *scores, ssae_err *err);
 
 /* Name of the backend now in use ("cuda", "cpu"). */
 const char *ssae_backend_name(const ssae_backend *b);

@@ -17,7 +17,9 @@
  *   slice, D_f = W_d B_f^T (M x L): y_f = D_f z' + b_d.
  * That is 42 k multiply-adds per window instead of 62.5 k. Scoring a run of
  * consecutive frames (ssae_cpu_score_frames) also encodes each frame once
- * instead of once per window it is in (F times): 26 k per window.
+ * instead of once per window it is in (F times): 26 k per window. So does
+ * scoring the next window of each of many streams against the codes kept
+ * from the stream's previous window (ssae_cpu_score_cached).
  *
  * Windows go through in blocks; each stage of a block is one small matrix
  * product over padded, pre-transposed weights so that the inner loops run
@@ -85,19 +87,25 @@ struct ssae_cpu {
 
 static size_t padv(size_t n) { return (n + SSAE_CPU_PAD - 1) / SSAE_CPU_PAD * SSAE_CPU_PAD; }
 
-/* One block of nb windows. */
-static void forward_block(const struct ssae_cpu *c, scratch *s, const float *x, size_t nb,
-                          size_t step, float *scores, float *recon) {
+/* The slice encoder's Linear and GELU on the first rows of s->xn (slices
+ * already normalised) into the same rows of s->h. Every kernel computes a
+ * row from that row alone, with the same operations whether it falls in a
+ * register tile or in the remainder, so a slice gets the same code bits
+ * whatever batch it is encoded in: ssae_cpu_score_cached relies on it. */
+static void encode_rows(const struct ssae_cpu *c, scratch *s, size_t rows) {
+  size_t M = (size_t)c->M, Sp = (size_t)c->Sp;
+  ssae_gemm(s->xn, M, rows, M, c->encT, Sp, c->enc_b, s->h, Sp);
+  ssae_gelu(s->h, rows * Sp);
+}
+
+/* Stages 2-8 of a block of nb windows whose codes are in s->h, window i's
+ * F slice codes contiguous from row i*step on; x as for forward_block. */
+static void score_block(const struct ssae_cpu *c, scratch *s, const float *x, size_t nb,
+                        size_t step, float *scores, float *recon) {
   size_t M = (size_t)c->M, F = (size_t)c->F, L = (size_t)c->L;
   size_t Mp = (size_t)c->Mp, Sp = (size_t)c->Sp, Lp = (size_t)c->Lp, Cp = (size_t)c->Cp,
          Yp = (size_t)c->Yp;
-  size_t rows = (nb - 1) * step + F;
-  /* 1. slice encoder: LayerNorm, Linear, GELU, once per slice row. */
-  ssae_normalise_f(x, M, rows, M, s->xn, M);
-  ssae_gemm(s->xn, M, rows, M, c->encT, Sp, c->enc_b, s->h, Sp);
-  ssae_gelu(s->h, rows * Sp);
-  /* 2-4. latent z = B c: window i's c is the F slice codes from row i*step
-   * on, contiguous (padded entries of h and B are zero). */
+  /* 2-4. latent z = B c (padded entries of h and B are zero). */
   ssae_gemm(s->h, step * Sp, nb, Cp, c->BT, Lp, NULL, s->z, Lp);
   /* 5. bottleneck. */
   ssae_normalise_d(s->z, Lp, nb, L, s->zp, Lp);
@@ -114,6 +122,54 @@ static void forward_block(const struct ssae_cpu *c, scratch *s, const float *x, 
       const double *y = s->y + i * Yp + f * Mp;
       for (size_t m = 0; m < M; m++) recon[(i * F + f) * M + m] = (float)y[m];
     }
+}
+
+/* One block of nb windows whose slices are rows of M floats; window i
+ * starts at row i*step. */
+static void forward_block(const struct ssae_cpu *c, scratch *s, const float *x, size_t nb,
+                          size_t step, float *scores, float *recon) {
+  size_t M = (size_t)c->M, rows = (nb - 1) * step + (size_t)c->F;
+  /* 1. slice encoder: LayerNorm, Linear, GELU, once per slice row. */
+  ssae_normalise_f(x, M, rows, M, s->xn, M);
+  encode_rows(c, s, rows);
+  score_block(c, s, x, nb, step, scores, recon);
+}
+
+/* One block of nb separate windows (ssae_cpu_score_cached): only the
+ * slices missing from the caches are encoded. */
+static void cached_block(const struct ssae_cpu *c, scratch *s, const float *x, size_t nb,
+                         double *const *codes, const unsigned char *cont, float *scores) {
+  size_t M = (size_t)c->M, F = (size_t)c->F, Sp = (size_t)c->Sp, win = F * M;
+  /* The slices to encode, packed: a continued window's last one, every one
+   * of the others; one call per run of windows of a kind (a run of
+   * continued windows is rows win apart, the others' are contiguous). */
+  size_t rows = 0;
+  for (size_t i = 0, j; i < nb; i = j) {
+    int k = cont && cont[i];
+    for (j = i + 1; j < nb && (cont && cont[j]) == k; j++) {
+    }
+    size_t n = k ? j - i : (j - i) * F;
+    ssae_normalise_f(x + i * win + (k ? F - 1 : 0) * M, k ? win : M, n, M, s->xn + rows * M, M);
+    rows += n;
+  }
+  encode_rows(c, s, rows);
+  /* Each cache takes its new codes, then goes to its window's place in s->h
+   * for stages 2-8. Backwards, because the packed new codes of windows
+   * before i end at row sum_{j<i} k_j <= i*F, where window i's place
+   * starts: no window overwrites codes that are still to be read. */
+  for (size_t i = nb; i-- > 0;) {
+    double *k = codes[i];
+    if (cont && cont[i]) {
+      rows -= 1;
+      memmove(k, k + Sp, (F - 1) * Sp * sizeof *k);
+      memcpy(k + (F - 1) * Sp, s->h + rows * Sp, Sp * sizeof *k);
+    } else {
+      rows -= F;
+      memcpy(k, s->h + rows * Sp, F * Sp * sizeof *k);
+    }
+    memcpy(s->h + i * F * Sp, k, F * Sp * sizeof *k);
+  }
+  score_block(c, s, x, nb, F, scores, NULL);
 }
 
 static void run_job(struct ssae_cpu *c, scratch *s, const job *j) {
@@ -346,6 +402,23 @@ static void run(ssae_cpu *c, const float *x, size_t nw, size_t step, float *scor
 int ssae_cpu_forward(ssae_cpu *c, const float *x, size_t n, float *scores, float *recon) {
   if (!c || (!x && n) || (!scores && n)) return -1;
   if (n) run(c, x, n, (size_t)c->F, scores, recon);
+  return 0;
+}
+
+size_t ssae_cpu_codes_len(const ssae_cpu *c) { return c ? (size_t)c->F * (size_t)c->Sp : 0; }
+
+int ssae_cpu_score_cached(ssae_cpu *c, const float *x, size_t n, double *const *codes,
+                          const unsigned char *cont, float *scores) {
+  if (!c || (n && (!x || !codes || !scores))) return -1;
+  for (size_t i = 0; i < n; i++)
+    if (!codes[i]) return -1;
+  /* Blocks as ssae_cpu_forward cuts them (from window 0, BLOCK each), so
+   * that stages 2-8 see the same rows and give the same bits. */
+  size_t win = (size_t)c->F * (size_t)c->M;
+  for (size_t i = 0; i < n; i += BLOCK) {
+    size_t nb = n - i < BLOCK ? n - i : BLOCK;
+    cached_block(c, &c->w[0].s, x + i * win, nb, codes + i, cont ? cont + i : NULL, scores + i);
+  }
   return 0;
 }
 

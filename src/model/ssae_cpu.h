@@ -35,6 +35,32 @@ int ssae_cpu_forward(ssae_cpu *c, const float *x, size_t n, float *scores,
  * allocation. */
 int ssae_cpu_score_frames(ssae_cpu *c, const float *frames, size_t n_frames, float *scores);
 
+/* Scoring the next window of each of many streams (the real-time engine:
+ * a channel's consecutive windows share F-1 frames) while encoding only its
+ * new frame. The caller keeps one code cache per stream, of
+ * ssae_cpu_codes_len(c) doubles (F slice codes, padded; opaque), which
+ * holds the codes of the last window scored with it. */
+size_t ssae_cpu_codes_len(const ssae_cpu *c);
+
+/* Scores n windows (n*F*M floats in x, as ssae_cpu_forward). codes[i] is
+ * the cache of window i's stream. cont[i] != 0 says that window i follows
+ * the last window scored with codes[i] by one frame (its first F-1 frames
+ * are that window's last F-1): only its last frame is encoded, the other
+ * codes come from the cache. cont[i] == 0 (or cont NULL: for every window)
+ * encodes all F frames: a stream's first window, or after a dropped window
+ * or a restart. Either way codes[i] then holds window i's codes. Windows of
+ * one call must not share a cache (at most one window per stream per call;
+ * sharing gives wrong scores, nothing worse). A cont[i] that is not true of
+ * the data gives a wrong score for that window and its successors until a
+ * cont 0; nothing worse.
+ * Scores are bit-identical to ssae_cpu_forward on the same n windows, on
+ * every kernel set. Runs on the calling thread only, whatever the object's
+ * thread count. No allocation. One call at a time per object (it shares
+ * the object's scratch with ssae_cpu_forward). -1: c NULL, or x, codes,
+ * scores or a codes[i] NULL with n > 0 (nothing is changed then). */
+int ssae_cpu_score_cached(ssae_cpu *c, const float *x, size_t n, double *const *codes,
+                          const unsigned char *cont, float *scores);
+
 /* The instruction set the kernels use here: "avx512", "avx2" or "generic"
  * (the environment variable SSAE_CPU_KERNELS=avx2|generic caps it, for
  * tests and comparisons). */

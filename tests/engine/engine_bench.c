@@ -5,6 +5,11 @@
  *   engine_bench [--channels N[,N...]] [--seconds S] [--block B]
  *                [--backend cpu|cuda|auto] [--batch B] [--model M]
  *                [--deadline-ms D] [--cpu-threads T] [--spin-ms S]
+ *                [--groups G]
+ *
+ * --groups G: the channels in G input groups, each fed by its own thread
+ * (as G sound cards or JACK clients would); the audio-thread columns are
+ * then those of the busiest thread.
  *
  * One line per channel count: channels, windows, dropped, batches, p50, p99,
  * max latency (ms), audio-thread time per block (mean, max, ms), the mean
@@ -31,7 +36,7 @@ static double now_s(void) {
 
 typedef struct bopts {
   double seconds, deadline, spin;
-  int block, cpu_threads;
+  int block, cpu_threads, groups;
   long batch;
   const char *backend;
 } bopts;
@@ -43,9 +48,64 @@ static uint64_t frames_after(const ssae_model *m, uint64_t n) {
   return n < half ? 0 : (n - half) / hop + 1;
 }
 
-static int run(const ssae_model *m, int C, const bopts *o) {
-  const double seconds = o->seconds;
+/* One feeding (audio) thread: its group's channels, one block per period
+ * from t0 on; its busy times. */
+typedef struct feeder {
+  ssae_engine *e;
+  const ssae_model *m;
+  const bopts *o;
+  int g, rt;
+  const float *buf;
+  size_t len;
+  double t0;
+  double busy, busy_max, fbusy;
+  long fblocks, blocks;
+} feeder;
+
+static void *feed(void *arg) {
+  feeder *f = arg;
+  if (f->rt) {
+    struct sched_param sp;
+    memset(&sp, 0, sizeof sp);
+    sp.sched_priority = sched_get_priority_min(SCHED_FIFO) + 10;
+    pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+  }
+  const int block = f->o->block;
+  int c0, nc;
+  ssae_engine_group_channels(f->e, f->g, &c0, &nc);
+  const float **ptr = malloc((size_t)nc * sizeof *ptr);
+  const double period = (double)block / 16000.0;
+  f->blocks = (long)(f->o->seconds / period);
+  double t_next = f->t0;
+  size_t pos = 0;
+  for (long b = 0; b < f->blocks; b++) {
+    t_next += period;
+    for (int i = 0; i < nc; i++) ptr[i] = f->buf + (size_t)(c0 + i) * f->len + pos;
+    double t0 = now_s();
+    ssae_engine_process_group(f->e, f->g, ptr, (size_t)block);
+    double dt = now_s() - t0;
+    f->busy += dt;
+    if (dt > f->busy_max) f->busy_max = dt;
+    if (frames_after(f->m, (uint64_t)(b + 1) * (uint64_t)block) >
+        frames_after(f->m, (uint64_t)b * (uint64_t)block)) {
+      f->fbusy += dt;
+      f->fblocks++;
+    }
+    pos += (size_t)block;
+    if (pos + (size_t)block > f->len) pos = 0;
+    double wait = t_next - now_s();
+    if (wait > 0) {
+      struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
+      nanosleep(&ts, NULL);
+    }
+  }
+  free(ptr);
+  return NULL;
+}
+
+static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   const int block = o->block;
+  const int G = o->groups > 1 ? (o->groups < C ? o->groups : C) : 1;
   ssae_engine_cfg cfg;
   ssae_engine_cfg_default(&cfg);
   cfg.channels = C;
@@ -54,6 +114,7 @@ static int run(const ssae_model *m, int C, const bopts *o) {
   cfg.batch_deadline_ms = o->deadline;
   cfg.cpu_threads = o->cpu_threads;
   cfg.spin_ms = o->spin;
+  cfg.groups = G;
   cfg.params.threshold = 1e30;
   ssae_err err;
   ssae_engine *e = ssae_engine_new(m, &cfg, &err);
@@ -64,38 +125,33 @@ static int run(const ssae_model *m, int C, const bopts *o) {
   /* Distinct noise per channel (a few seconds, looped). */
   const size_t len = 16000 * 2;
   float *buf = malloc(len * (size_t)C * sizeof(float));
-  const float **ptr = malloc((size_t)C * sizeof *ptr);
   uint32_t x = 1;
   for (size_t i = 0; i < len * (size_t)C; i++) {
     x = x * 1664525u + 1013904223u;
     buf[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.1f;
   }
   const double period = (double)block / 16000.0;
-  const long blocks = (long)(seconds / period);
-  double t_next = now_s(), busy = 0, busy_max = 0, fbusy = 0;
-  long fblocks = 0;
-  size_t pos = 0;
-  for (long b = 0; b < blocks; b++) {
-    t_next += period;
-    for (int c = 0; c < C; c++) ptr[c] = buf + (size_t)c * len + pos;
-    double t0 = now_s();
-    ssae_engine_process(e, ptr, (size_t)block);
-    double dt = now_s() - t0;
-    busy += dt;
-    if (dt > busy_max) busy_max = dt;
-    if (frames_after(m, (uint64_t)(b + 1) * (uint64_t)block) >
-        frames_after(m, (uint64_t)b * (uint64_t)block)) {
-      fbusy += dt;
-      fblocks++;
-    }
-    pos += (size_t)block;
-    if (pos + (size_t)block > len) pos = 0;
-    double wait = t_next - now_s();
-    if (wait > 0) {
-      struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
-      nanosleep(&ts, NULL);
-    }
+  feeder *fd = calloc((size_t)G, sizeof *fd);
+  pthread_t *th = calloc((size_t)G, sizeof *th);
+  const double t0 = now_s();
+  for (int g = 0; g < G; g++) {
+    fd[g] = (feeder){.e = e, .m = m, .o = o, .g = g, .rt = rt, .buf = buf, .len = len, .t0 = t0};
+    if (G == 1) feed(&fd[0]); /* this thread, as before */
+    else pthread_create(&th[g], NULL, feed, &fd[g]);
   }
+  if (G > 1)
+    for (int g = 0; g < G; g++) pthread_join(th[g], NULL);
+  /* The busiest feeding thread's figures. */
+  int w = 0;
+  for (int g = 1; g < G; g++)
+    if (fd[g].busy > fd[w].busy) w = g;
+  const long blocks = fd[w].blocks, fblocks = fd[w].fblocks;
+  const double busy = fd[w].busy, fbusy = fd[w].fbusy;
+  double busy_max = 0;
+  for (int g = 0; g < G; g++)
+    if (fd[g].busy_max > busy_max) busy_max = fd[g].busy_max;
+  free(fd);
+  free(th);
   ssae_engine_drain(e);
   ssae_engine_stats s;
   ssae_engine_stats_get(e, &s);
@@ -111,13 +167,12 @@ static int run(const ssae_model *m, int C, const bopts *o) {
   fflush(stdout);
   ssae_engine_free(e);
   free(buf);
-  free(ptr);
   return s.dropped ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
   const char *chans = "1,16,64,128,256,384,512";
-  bopts o = {10, 0, 0, 256, 0, 0, "cpu"};
+  bopts o = {10, 0, 0, 256, 0, 1, 0, "cpu"};
   const char *model_path = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--channels")) chans = argv[i + 1];
@@ -128,6 +183,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--deadline-ms")) o.deadline = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--cpu-threads")) o.cpu_threads = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--spin-ms")) o.spin = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--groups")) o.groups = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--model")) model_path = argv[i + 1];
     else {
       fprintf(stderr, "engine_bench: unknown option %s\n", argv[i]);
@@ -148,16 +204,17 @@ int main(int argc, char **argv) {
   }
   printf("# engine_bench: %g s per run at real-time pace, blocks of %d samples "
          "(16 kHz), backend %s, max batch %ld, deadline %g ms, CPU threads %d, "
-         "spin %g ms (0: none), feeding thread %s\n",
+         "spin %g ms (0: none), %d feeding thread(s) %s\n",
          o.seconds, o.block, o.backend, o.batch ? o.batch : 256, o.deadline,
-         o.cpu_threads, o.spin == 0 ? 0.5 : o.spin < 0 ? 0.0 : o.spin, rt ? "SCHED_FIFO" : "normal priority");
+         o.cpu_threads, o.spin == 0 ? 0.5 : o.spin < 0 ? 0.0 : o.spin, o.groups > 1 ? o.groups : 1,
+         rt ? "SCHED_FIFO" : "normal priority");
   printf("# chans   windows  dropped  batches  p50(ms)  p99(ms)  max(ms) "
          "blk_mean  blk_max frameblk  audio%%  rss(MB) backend\n");
   char *list = strdup(chans);
   for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
     int C = atoi(tok);
     if (C < 1) continue;
-    if (run(m, C, &o) < 0) break;
+    if (run(m, C, &o, rt) < 0) break;
   }
   free(list);
   ssae_model_free(m);

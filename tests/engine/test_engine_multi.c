@@ -4,13 +4,16 @@
  * noise, stretches of digital silence, a NULL channel now and then), 1 to
  * 20 channels (multiples of 8 and not), blocks of odd sizes (1 ... 3000,
  * split by the engine at max_block), planar and interleaved input, 16 kHz
- * and resampled 48 / 44.1 kHz, a flush in the middle and at the end. The
+ * and resampled 48 / 44.1 kHz, a flush in the middle and at the end; the
+ * channels in one input group or split into several, each group fed by its
+ * own thread (ssae_engine_process_group) as separate sound cards would. The
  * reference for channel c: a resampler fed the same pieces, a ssae_logmel,
  * a ssae_window, then the CPU backend scoring the windows; every WINDOW
  * event of the engine must carry the very float score of the reference's
  * window with the same index (equal windows give equal bits; a window that
  * differs in any bit would almost surely not). */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,8 +79,45 @@ static void ref_flush(ref *r, int wf) {
   ssae_window_reset(r->win);
 }
 
+/* The block sizes of a run, and where the mid-stream flush comes. */
+#define MAXBLOCKS 4096
+#define FLUSH_AT 40
+typedef struct plan {
+  size_t n[MAXBLOCKS];
+  int blocks;
+} plan;
+
+/* Channel 1 is absent (NULL: silence) in every 11th block. */
+static int absent(int c, int k) { return c == 1 && k % 11 == 5; }
+
+/* One input group's audio thread. */
+typedef struct feeder {
+  ssae_engine *e;
+  int g;
+  const float *x;
+  size_t len;
+  const plan *p;
+} feeder;
+
+static void *feed_group(void *arg) {
+  feeder *f = arg;
+  int c0, nc;
+  ssae_engine_group_channels(f->e, f->g, &c0, &nc);
+  const float *ptr[MAXC];
+  size_t pos = 0;
+  for (int k = 0; k < f->p->blocks; k++) {
+    for (int i = 0; i < nc; i++)
+      ptr[i] = absent(c0 + i, k) ? NULL : f->x + (size_t)(c0 + i) * f->len + pos;
+    ssae_engine_process_group(f->e, f->g, ptr, f->p->n[k]);
+    pos += f->p->n[k];
+    if (k == FLUSH_AT) ssae_engine_flush_group(f->e, f->g);
+  }
+  ssae_engine_flush_group(f->e, f->g);
+  return NULL;
+}
+
 static void run(const ssae_model *m, ssae_backend *be, int C, long rate, int interleaved,
-                const char *what) {
+                int groups, const char *what) {
   const size_t max_block = 1024, len = (size_t)(2.5 * (double)rate);
   const int wf = m->feat.n_mels * m->feat.frames;
   static got g;
@@ -93,6 +133,7 @@ static void run(const ssae_model *m, ssae_backend *be, int C, long rate, int int
   cfg.user = &g;
   cfg.max_block = max_block;
   cfg.ring_windows = (size_t)C * MAXW; /* no drops: every window compared */
+  cfg.groups = groups;
   ssae_err err = {{0}};
   ssae_engine *e = ssae_engine_new(m, &cfg, &err);
   CHECK(e != NULL, "%s: engine: %s", what, err.msg);
@@ -120,37 +161,59 @@ static void run(const ssae_model *m, ssae_backend *be, int C, long rate, int int
     r[c].frames = malloc(sizeof(float) * 64 * ssae_logmel_max_frames(r[c].lm, max_block));
     r[c].w = malloc(sizeof(float) * (size_t)wf * MAXW);
   }
-  const float *ptr[MAXC];
-  size_t pos = 0;
-  int k = 0;
-  while (pos < len) {
-    size_t n = 1 + (size_t)(rnd() % (k % 5 == 0 ? 3000 : 700));
+  static plan p;
+  p.blocks = 0;
+  for (size_t pos = 0; pos < len && p.blocks < MAXBLOCKS; p.blocks++) {
+    size_t n = 1 + (size_t)(rnd() % (p.blocks % 5 == 0 ? 3000 : 700));
     if (n > len - pos) n = len - pos;
-    /* Channel 1 is absent (NULL: silence) in every 11th block. */
-    const int absent = !interleaved && C > 1 && k % 11 == 5;
-    if (interleaved) {
-      for (size_t i = 0; i < n; i++)
-        for (int c = 0; c < C; c++) inter[i * (size_t)C + (size_t)c] = x[(size_t)c * len + pos + i];
-      ssae_engine_process_interleaved(e, inter, n);
-    } else {
-      for (int c = 0; c < C; c++) ptr[c] = absent && c == 1 ? NULL : x + (size_t)c * len + pos;
-      ssae_engine_process(e, ptr, n);
-    }
-    /* The engine splits blocks at max_block; so does the reference. */
-    for (size_t off = 0; off < n; off += max_block) {
-      const size_t piece = n - off < max_block ? n - off : max_block;
-      for (int c = 0; c < C; c++)
-        ref_block(&r[c], ptr[c] || interleaved ? x + (size_t)c * len + pos + off : zeros, piece, wf);
-    }
+    p.n[p.blocks] = n;
     pos += n;
-    if (k == 40) {
-      ssae_engine_flush(e);
-      for (int c = 0; c < C; c++) ref_flush(&r[c], wf);
-    }
-    k++;
   }
-  ssae_engine_flush(e);
-  for (int c = 0; c < C; c++) ref_flush(&r[c], wf);
+  CHECK(ssae_engine_groups(e) == (groups > 1 ? groups : 1), "%s: %d groups", what,
+        ssae_engine_groups(e));
+  if (groups > 1 && !interleaved) {
+    pthread_t th[MAXC];
+    feeder fd[MAXC];
+    for (int g = 0; g < groups; g++) {
+      fd[g] = (feeder){e, g, x, len, &p};
+      CHECK(pthread_create(&th[g], NULL, feed_group, &fd[g]) == 0, "%s: thread", what);
+    }
+    for (int g = 0; g < groups; g++) pthread_join(th[g], NULL);
+  } else {
+    const float *ptr[MAXC];
+    size_t pos = 0;
+    for (int k = 0; k < p.blocks; k++) {
+      const size_t n = p.n[k];
+      if (interleaved) {
+        for (size_t i = 0; i < n; i++)
+          for (int c = 0; c < C; c++)
+            inter[i * (size_t)C + (size_t)c] = x[(size_t)c * len + pos + i];
+        ssae_engine_process_interleaved(e, inter, n);
+      } else {
+        for (int c = 0; c < C; c++) ptr[c] = absent(c, k) ? NULL : x + (size_t)c * len + pos;
+        ssae_engine_process(e, ptr, n);
+      }
+      pos += n;
+      if (k == FLUSH_AT) ssae_engine_flush(e);
+    }
+    ssae_engine_flush(e);
+  }
+  /* The reference, channel by channel. The engine splits blocks at
+   * max_block; so does the reference. */
+  for (int c = 0; c < C; c++) {
+    size_t pos = 0;
+    for (int k = 0; k < p.blocks; k++) {
+      const size_t n = p.n[k];
+      const int silent = !interleaved && absent(c, k);
+      for (size_t off = 0; off < n; off += max_block) {
+        const size_t piece = n - off < max_block ? n - off : max_block;
+        ref_block(&r[c], silent ? zeros : x + (size_t)c * len + pos + off, piece, wf);
+      }
+      pos += n;
+      if (k == FLUSH_AT) ref_flush(&r[c], wf);
+    }
+    ref_flush(&r[c], wf);
+  }
   ssae_engine_drain(e);
   ssae_engine_stats st;
   ssae_engine_stats_get(e, &st);
@@ -220,11 +283,14 @@ int main(void) {
   for (int i = 0; i < 5; i++) {
     char what[64];
     snprintf(what, sizeof what, "16 kHz planar, %d channels", chans[i]);
-    run(m, be, chans[i], 16000, 0, what);
+    run(m, be, chans[i], 16000, 0, 1, what);
   }
-  run(m, be, 11, 48000, 0, "48 kHz planar (resampled), 11 channels");
-  run(m, be, 9, 44100, 1, "44.1 kHz interleaved (resampled), 9 channels");
-  run(m, be, 16, 16000, 1, "16 kHz interleaved, 16 channels");
+  run(m, be, 11, 48000, 0, 1, "48 kHz planar (resampled), 11 channels");
+  run(m, be, 9, 44100, 1, 1, "44.1 kHz interleaved (resampled), 9 channels");
+  run(m, be, 16, 16000, 1, 1, "16 kHz interleaved, 16 channels");
+  run(m, be, 20, 16000, 0, 3, "16 kHz planar, 20 channels in 3 groups, a thread each");
+  run(m, be, 13, 48000, 0, 13, "48 kHz planar (resampled), 13 channels in 13 groups, a thread each");
+  run(m, be, 10, 16000, 1, 4, "16 kHz interleaved, 10 channels in 4 groups, one thread");
   ssae_backend_free(be);
   ssae_model_free(m);
   if (failures) {

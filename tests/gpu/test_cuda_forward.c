@@ -252,7 +252,8 @@ static void run_cases(int quick) {
   static const size_t all_n[] = {1, 7, 33, 4097, 100000, 1048576};
   const char *kernels[] = {"auto",     "generic",  "small",     "cluster", "tiled32",
                            "tiled64",  "tiled128", "tiled128w", "warp12",  "warp16",
-                           "warp16b", "warp16g",  "warp16p",   "cluster0"};
+                           "warp16b", "warp16g",  "warp16p",   "cluster0",
+                           "warp16r"};
   const int nkernels = (int)(sizeof kernels / sizeof kernels[0]);
   /* SSAE_TEST_KERNELS=a,b,...: only auto and these (device time is scarce). */
   char only_buf[256], *only = NULL;
