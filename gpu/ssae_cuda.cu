@@ -39,7 +39,7 @@ const size_t kDefaultCap = 65536;
  * kinds: the value is the warps per block. */
 enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128,
                    K_TILED128W = 129, K_SMALL = 1, K_CLUSTER = 2, K_CLUSTER0 = 3,
-                   K_WARP12 = 12, K_WARP16 = 16, K_WARP16B = 17,
+                   K_CLUSTER1 = 4, K_WARP12 = 12, K_WARP16 = 16, K_WARP16B = 17,
                    K_WARP16G = 18, K_WARP16P = 19, K_WARP16R = 20 };
 /* ssae_fused_warp<16, 8, V>: K_WARP16B V = 3 (13-instruction GELU and
  * products that start from their bias), K_WARP16G V = 1 (the GELU only),
@@ -48,7 +48,7 @@ int is_warp(int k) {
   return k == K_WARP12 || k == K_WARP16 || k == K_WARP16B || k == K_WARP16G ||
          k == K_WARP16P || k == K_WARP16R;
 }
-int is_cluster(int k) { return k == K_CLUSTER || k == K_CLUSTER0; }
+int is_cluster(int k) { return k == K_CLUSTER || k == K_CLUSTER0 || k == K_CLUSTER1; }
 int warp_index(int k) { return k == K_WARP12 ? 0 : k == K_WARP16 ? 1 : 2; }
 int warp_count(int k) { return k == K_WARP12 ? 12 : 16; }
 int tile_width(kernel_kind k) { return k == K_TILED128W ? 128 : (int)k; }
@@ -225,8 +225,17 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
     cfg.stream = c->stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    /* K_CLUSTER0: the previous version, two cluster barriers per window. */
-    if (c->lo.F == 5 && k == K_CLUSTER0)
+    /* K_CLUSTER0: two cluster barriers per window; K_CLUSTER1: mbarriers,
+     * two-pass LayerNorm statistics (the versions before). */
+    if (c->lo.F == 5 && k == K_CLUSTER1)
+      CK(cudaLaunchKernelEx(&cfg, ssae_fused_cluster<5, 1>, (const float *)c->d_w, c->lo, dx,
+                            n, dscores, drecon),
+         "kernel launch");
+    else if (k == K_CLUSTER1)
+      CK(cudaLaunchKernelEx(&cfg, ssae_fused_cluster<0, 1>, (const float *)c->d_w, c->lo, dx,
+                            n, dscores, drecon),
+         "kernel launch");
+    else if (c->lo.F == 5 && k == K_CLUSTER0)
       CK(cudaLaunchKernelEx(&cfg, ssae_fused_cluster<5, 0>, (const float *)c->d_w, c->lo, dx,
                             n, dscores, drecon),
          "kernel launch");
@@ -362,6 +371,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     else if (!strcmp(fk, "small")) c->force = K_SMALL;
     else if (!strcmp(fk, "cluster")) c->force = K_CLUSTER;
     else if (!strcmp(fk, "cluster0")) c->force = K_CLUSTER0;
+    else if (!strcmp(fk, "cluster1")) c->force = K_CLUSTER1;
     else if (!strcmp(fk, "warp12")) c->force = K_WARP12;
     else if (!strcmp(fk, "warp16") || !strcmp(fk, "warp")) c->force = K_WARP16;
     else if (!strcmp(fk, "warp16b")) c->force = K_WARP16B;
@@ -524,7 +534,9 @@ graph_slot *get_graph(cuda_impl *c, size_t n, int recon, ssae_err *err) {
 int run_chunk(cuda_impl *c, const float *x, size_t n, float *scores, float *recon,
               ssae_err *err) {
   const size_t FM = (size_t)c->FM;
-  memcpy(c->h_x, x, sizeof(float) * FM * n);
+  /* Windows laid out in the pinned buffer already (input_buffer) need no
+   * staging copy. */
+  if (x != c->h_x) memcpy(c->h_x, x, sizeof(float) * FM * n);
   const int inject = c->fail_after >= 0 && c->runs > c->fail_after;
   if (n <= kGraphMax && !inject) {
     graph_slot *g = get_graph(c, n, recon != NULL, err);
@@ -579,8 +591,14 @@ static int cuda_run(void *impl, const float *x, size_t n, float *scores, float *
 
 static void cuda_destroy(void *impl) { destroy_impl((cuda_impl *)impl); }
 
+static float *cuda_input_buffer(void *impl, size_t *cap) {
+  cuda_impl *c = (cuda_impl *)impl;
+  if (cap) *cap = c->cap;
+  return c->h_x;
+}
+
 extern "C" const ssae_backend_ops ssae_backend_cuda = {
-    "cuda", cuda_available, cuda_create, cuda_run, cuda_destroy,
+    "cuda", cuda_available, cuda_create, cuda_run, cuda_destroy, cuda_input_buffer,
 };
 
 extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
@@ -592,6 +610,7 @@ extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
     case K_SMALL: return "small";
     case K_CLUSTER: return "cluster";
     case K_CLUSTER0: return "cluster0";
+    case K_CLUSTER1: return "cluster1";
     case K_WARP12: return "warp12";
     case K_WARP16: return "warp16";
     case K_WARP16B: return "warp16b";

@@ -68,7 +68,24 @@ __device__ __forceinline__ void ssae_mbar_wait(unsigned long long *bar, unsigned
  * slices unroll without predicates: less code, and each instruction of a
  * batch-of-one launch runs once, straight from a cold instruction cache),
  * 0 for any F <= SSAE_CLUSTER_FMAX. */
-template <int FT, int SIG = 1>
+/* Mean and M2 (sum of squared deviations) over the warp of per-lane
+ * statistics of c0 values each: Chan's pairwise combination, one butterfly
+ * of 5 rounds with two independent shuffles each instead of two dependent
+ * reductions (a mean, then the squares about it). Symmetric in the two
+ * halves of every pair, so every lane ends with the same bits. */
+__device__ __forceinline__ void ssae_warp_meanvar(float &m, float &s, float c0) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float mo = __shfl_xor_sync(0xffffffffu, m, o);
+    const float so = __shfl_xor_sync(0xffffffffu, s, o);
+    const float dm = mo - m;
+    s = (s + so) + dm * dm * (0.5f * c0 * (float)o);
+    m = 0.5f * (m + mo);
+  }
+}
+
+/* SIG 2: as SIG 1, with the LayerNorm statistics from ssae_warp_meanvar. */
+template <int FT, int SIG = 2>
 __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
     ssae_fused_cluster(const float *__restrict__ wts, ssae_cuda_layout lo,
                        const float *__restrict__ x, size_t n, float *__restrict__ scores,
@@ -154,11 +171,20 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
     for (int f = warp; f < F; f += 8) {
       const float p = xs[f * 64];
       float d0 = xs[f * 64 + lane] - p, d1 = xs[f * 64 + 32 + lane] - p;
-      const float mean = ssae_warp_sum(d0 + d1) * (1.0f / 64.0f);
-      d0 -= mean;
-      d1 -= mean;
-      const float q = ssae_warp_sum(fmaf(d0, d0, d1 * d1));
-      const float rstd = SIG ? rsqrtf(q * (1.0f / 64.0f) + 1e-5f) : 1.0f / sqrtf(q * (1.0f / 64.0f) + 1e-5f);
+      float rstd;
+      if (SIG == 2) {
+        float m = 0.5f * (d0 + d1), h = 0.5f * (d0 - d1), s = 2.0f * h * h;
+        ssae_warp_meanvar(m, s, 2.0f);
+        d0 -= m;
+        d1 -= m;
+        rstd = rsqrtf(s * (1.0f / 64.0f) + 1e-5f);
+      } else {
+        const float mean = ssae_warp_sum(d0 + d1) * (1.0f / 64.0f);
+        d0 -= mean;
+        d1 -= mean;
+        const float q = ssae_warp_sum(fmaf(d0, d0, d1 * d1));
+        rstd = SIG ? rsqrtf(q * (1.0f / 64.0f) + 1e-5f) : 1.0f / sqrtf(q * (1.0f / 64.0f) + 1e-5f);
+      }
       xn[f * 64 + lane] = d0 * rstd;
       xn[f * 64 + 32 + lane] = d1 * rstd;
     }
@@ -213,9 +239,18 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
       float z = 0.f;
 #pragma unroll
       for (int q = 0; q < CS; q++) z += zpart[b][q][lane];
-      const float mean = ssae_warp_sum(z) * (1.0f / 32.0f);
+      float mean, q;
+      if (SIG == 2) {
+        float s = 0.f;
+        mean = z;
+        ssae_warp_meanvar(mean, s, 1.0f);
+        q = s * (1.0f / 32.0f) + 1e-5f;
+      } else {
+        mean = ssae_warp_sum(z) * (1.0f / 32.0f);
+        const float d0 = z - mean;
+        q = ssae_warp_sum(d0 * d0) * (1.0f / 32.0f) + 1e-5f;
+      }
       const float d = z - mean;
-      const float q = ssae_warp_sum(d * d) * (1.0f / 32.0f) + 1e-5f;
       const float rstd = SIG ? rsqrtf(q) : 1.0f / sqrtf(q);
       zn[lane] = d * rstd;
       __syncwarp();

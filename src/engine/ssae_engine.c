@@ -127,7 +127,9 @@ struct ssae_engine {
   ssae_backend *backend;
   double model_threshold;
   chan *ch;
-  float *batch_x, *batch_scores;
+  /* bx: where the batch is laid out: the backend's own input buffer when it
+   * has one (the GPU's pinned memory: no staging copy), else batch_x. */
+  float *batch_x, *batch_scores, *bx;
   item_hdr *batch_hdr;
   size_t max_batch;
   /* On the CPU a channel's window shares F-1 frames with its previous one:
@@ -144,6 +146,7 @@ struct ssae_engine {
   int codes_valid;
   _Atomic uint64_t scored_total;
   _Atomic uint64_t batches;
+  _Atomic uint64_t t_take, t_score, t_publish; /* ns, worker stages */
   uint64_t dropped_reported;
   uint64_t status_scored, status_dropped; /* counters of the last STATUS */
   int status_sent;
@@ -633,6 +636,10 @@ static void stats_fill(ssae_engine *e, ssae_engine_stats *s) {
   s->lat_p99_ms = lat_pct(e, 0.99);
   s->lat_max_ms = e->lat_max_ms;
   s->audio_s = atomic_load_explicit(&e->audio_s, memory_order_relaxed);
+  s->worker_take_s = (double)atomic_load_explicit(&e->t_take, memory_order_relaxed) / 1e9;
+  s->worker_score_s = (double)atomic_load_explicit(&e->t_score, memory_order_relaxed) / 1e9;
+  s->worker_publish_s =
+      (double)atomic_load_explicit(&e->t_publish, memory_order_relaxed) / 1e9;
   s->backend = atomic_load_explicit(&e->backend_name, memory_order_relaxed);
 }
 
@@ -828,7 +835,7 @@ static int score_cached(ssae_engine *e, size_t n, ssae_err *err) {
     /* A call ends at the batch's end or before a channel's second window. */
     uint32_t c = i < n ? e->batch_hdr[i].channel : 0;
     if (i == n || e->codes_gen[c] == e->gen) {
-      if (ssae_backend_score_cached(e->backend, e->batch_x + start * wf, i - start,
+      if (ssae_backend_score_cached(e->backend, e->bx + start * wf, i - start,
                                     e->batch_codes + start, e->batch_cont + start,
                                     e->batch_scores + start, err)) {
         e->codes_valid = 0;
@@ -847,14 +854,21 @@ static int score_cached(ssae_engine *e, size_t n, ssae_err *err) {
   return 0;
 }
 
+/* Worker only (the one writer). */
+static void add_ns(_Atomic uint64_t *a, int64_t ns) {
+  atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + (uint64_t)ns,
+                        memory_order_relaxed);
+}
+
 static void run_batch(ssae_engine *e, size_t n) {
   if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
+  const int64_t t0 = now_ns();
   ssae_err err;
   err.msg[0] = 0;
   int rc = score_cached(e, n, &err);
   if (rc != 0) {
     e->codes_valid = 0;
-    rc = ssae_backend_run(e->backend, e->batch_x, n, e->batch_scores, NULL, &err);
+    rc = ssae_backend_run(e->backend, e->bx, n, e->batch_scores, NULL, &err);
   }
   if (rc != 0) {
     for (size_t i = 0; i < n; i++) e->batch_scores[i] = NAN;
@@ -864,6 +878,7 @@ static void run_batch(ssae_engine *e, size_t n) {
   }
   atomic_fetch_add(&e->batches, 1);
   int64_t t1 = now_ns();
+  add_ns(&e->t_score, t1 - t0);
   pthread_mutex_lock(&e->stats_mu);
   for (size_t i = 0; i < n; i++)
     lat_add(e, (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
@@ -872,6 +887,7 @@ static void run_batch(ssae_engine *e, size_t n) {
     detect(e, &e->batch_hdr[i], e->batch_scores[i],
            (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
   atomic_fetch_add(&e->scored_total, n);
+  add_ns(&e->t_publish, now_ns() - t1);
 
   uint64_t dropped = 0;
   for (int g = 0; g < e->G; g++)
@@ -902,22 +918,31 @@ static void *worker_main(void *arg) {
   size_t n = 0;
   int first = 0; /* the group whose ring is drained first, in turn */
   for (;;) {
-    take_swap(e);
+    if (n == 0) {
+      /* Between batches only: the pending windows may sit in the old
+       * backend's buffer. */
+      take_swap(e);
+      size_t cap = 0;
+      e->bx = ssae_backend_input_buffer(e->backend, &cap);
+      if (!e->bx || cap < e->max_batch) e->bx = e->batch_x;
+    }
     int stopping = atomic_load(&e->stop);
     size_t n0 = n;
+    const int64_t tt = now_ns();
     for (int k = 0; k < e->G && n < e->max_batch; k++) {
       ssae_ring *ring = e->g[(first + k) % e->G].ring;
       while (n < e->max_batch) {
         const unsigned char *slot = ssae_ring_read_slot(ring);
         if (!slot) break;
         memcpy(&e->batch_hdr[n], slot, sizeof(item_hdr));
-        memcpy(e->batch_x + n * (size_t)e->wf, slot + ITEM_HDR,
+        memcpy(e->bx + n * (size_t)e->wf, slot + ITEM_HDR,
                (size_t)e->wf * sizeof(float));
         ssae_ring_release(ring);
         n++;
       }
     }
     if (++first >= e->G) first = 0;
+    if (n > n0) add_ns(&e->t_take, now_ns() - tt);
     if (n > n0 && spin) last_item = now_ns();
     if (n == 0) {
       if (stopping) break;
@@ -1014,6 +1039,9 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   atomic_init(&e->pending_backend, NULL);
   atomic_init(&e->scored_total, 0);
   atomic_init(&e->batches, 0);
+  atomic_init(&e->t_take, 0);
+  atomic_init(&e->t_score, 0);
+  atomic_init(&e->t_publish, 0);
   atomic_init(&e->backend_name, "");
   atomic_init(&e->audio_s, 0.0);
   ssae_engine_set_params(e, &cfg->params);

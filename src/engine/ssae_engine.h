@@ -71,6 +71,10 @@ typedef struct ssae_engine_stats {
   double lat_p99_ms;
   double lat_max_ms;
   double audio_s;     /* seconds of audio processed (channel 0) */
+  /* The worker's time so far in its three stages: taking windows out of
+   * the rings, scoring them (the backend), judging and publishing them.
+   * Their sum against audio_s says how busy the worker is. */
+  double worker_take_s, worker_score_s, worker_publish_s;
   const char *backend; /* backend now in use: "cpu", "cuda" */
 } ssae_engine_stats;
 

@@ -11,13 +11,19 @@
 /* Indices count up forever (size_t wraps modulo a power of two, so
  * head - tail stays exact); slot = index & mask. The producer owns head, the
  * consumer owns tail; each side keeps its own index in a plain variable too,
- * so that an operation needs one acquire load of the other side's index and
- * one release store of its own. */
+ * and the last value it loaded of the other side's: it loads the other
+ * side's index again (one acquire load) only when that cached value says
+ * full (producer) or empty (consumer). While both sides are busy, a load per
+ * item would move the other side's cache line across cores for every item;
+ * with the cached value it moves once per run of items. Each operation
+ * still makes one release store of its own index. */
 struct ssae_ring {
   alignas(RING_LINE) _Atomic size_t head; /* written by the producer */
   size_t head_local;                      /* producer's own copy */
+  size_t tail_cache;                      /* producer's last load of tail */
   alignas(RING_LINE) _Atomic size_t tail; /* written by the consumer */
   size_t tail_local;                      /* consumer's own copy */
+  size_t head_cache;                      /* consumer's last load of head */
   alignas(RING_LINE) size_t mask;
   size_t item_size;   /* bytes the caller uses */
   size_t stride;      /* bytes per slot, multiple of RING_LINE */
@@ -77,8 +83,10 @@ size_t ssae_ring_item_size(const ssae_ring *r) { return r->item_size; }
 
 void *ssae_ring_write_slot(ssae_ring *r) {
   size_t head = r->head_local;
-  size_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-  if (head - tail > r->mask) return NULL;
+  if (head - r->tail_cache > r->mask) {
+    r->tail_cache = atomic_load_explicit(&r->tail, memory_order_acquire);
+    if (head - r->tail_cache > r->mask) return NULL;
+  }
   return r->buf + (head & r->mask) * r->stride;
 }
 
@@ -97,8 +105,10 @@ int ssae_ring_push(ssae_ring *r, const void *item) {
 
 const void *ssae_ring_read_slot(ssae_ring *r) {
   size_t tail = r->tail_local;
-  size_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-  if (head == tail) return NULL;
+  if (tail == r->head_cache) {
+    r->head_cache = atomic_load_explicit(&r->head, memory_order_acquire);
+    if (tail == r->head_cache) return NULL;
+  }
   return r->buf + (tail & r->mask) * r->stride;
 }
 

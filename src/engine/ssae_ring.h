@@ -4,8 +4,11 @@
  * live on separate cache lines; the capacity is a power of two; all memory
  * is allocated and touched at creation, so that neither side page-faults.
  *
- * Each side does one acquire load of the other side's index and one release
- * store of its own per operation (the zix ring discipline). */
+ * Each side makes one release store of its own index per operation and at
+ * most one acquire load of the other side's (the zix ring discipline), and
+ * only when the value it loaded last says full (producer) or empty
+ * (consumer): while both sides are busy the other side's cache line then
+ * crosses cores once per run of items, not once per item. */
 #ifndef SSAE_RING_H
 #define SSAE_RING_H
 

@@ -273,6 +273,12 @@ int ssae_backend_cpu_direct(const ssae_backend *b) {
   return (b->fell_back || b->ops == &ssae_backend_cpu) && !b->fail_next && !b->fail_at;
 }
 
+float *ssae_backend_input_buffer(ssae_backend *b, size_t *cap) {
+  if (cap) *cap = 0;
+  if (!b || b->fell_back || !b->ops->input_buffer) return NULL;
+  return b->ops->input_buffer(b->impl, cap);
+}
+
 size_t ssae_backend_codes_len(const ssae_backend *b) {
   if (!b || !ssae_backend_cpu_direct(b)) return 0;
   return ssae_cpu_codes_len(b->fell_back ? b->cpu : b->impl);

@@ -25,6 +25,10 @@ typedef struct ssae_backend_ops {
   int (*run)(void *impl, const float *x, size_t n, float *scores, float *recon,
              ssae_err *err);
   void (*destroy)(void *impl);
+  /* Optional (NULL: none): a host buffer of *cap windows that run() reads
+   * in place when x points to it (pinned memory for the GPU: the windows go
+   * to the device without a staging copy). Valid until destroy. */
+  float *(*input_buffer)(void *impl, size_t *cap);
 } ssae_backend_ops;
 
 /* NULL-terminated, CPU last. */
@@ -70,6 +74,12 @@ size_t ssae_backend_codes_len(const ssae_backend *b);
 int ssae_backend_score_cached(ssae_backend *b, const float *x, size_t n,
                               double *const *codes, const unsigned char *cont,
                               float *scores, ssae_err *err);
+
+/* The running backend's own input buffer (ssae_backend_ops.input_buffer)
+ * and its capacity in windows, or NULL (the CPU, or after a fall back).
+ * A caller that lays its windows out there saves a copy per batch. The
+ * buffer lives as long as b; ssae_backend_run may be given it as x. */
+float *ssae_backend_input_buffer(ssae_backend *b, size_t *cap);
 
 /* Name of the backend now in use ("cuda", "cpu"). */
 const char *ssae_backend_name(const ssae_backend *b);

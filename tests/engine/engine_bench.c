@@ -157,13 +157,15 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   ssae_engine_stats_get(e, &s);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("%6d %9llu %8llu %8llu %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.1f%% %7.1f %s\n", C,
+  /* The worker's stages, ms per frame period (hop 512 at 16 kHz). */
+  const double per = s.audio_s > 0 ? 1e3 * 0.032 / s.audio_s : 0;
+  printf("%6d %9llu %8llu %8llu %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.1f%% %7.1f %5.3f/%5.3f/%5.3f %s\n", C,
          (unsigned long long)s.windows, (unsigned long long)s.dropped,
          (unsigned long long)s.batches, s.lat_p50_ms, s.lat_p99_ms, s.lat_max_ms,
          busy / (double)blocks * 1e3, busy_max * 1e3,
          fblocks ? fbusy / (double)fblocks * 1e3 : 0.0,
          100.0 * busy / (double)blocks / period, (double)ru.ru_maxrss / 1024.0,
-         s.backend);
+         s.worker_take_s * per, s.worker_score_s * per, s.worker_publish_s * per, s.backend);
   fflush(stdout);
   ssae_engine_free(e);
   free(buf);
@@ -209,7 +211,7 @@ int main(int argc, char **argv) {
          o.cpu_threads, o.spin == 0 ? 0.5 : o.spin < 0 ? 0.0 : o.spin, o.groups > 1 ? o.groups : 1,
          rt ? "SCHED_FIFO" : "normal priority");
   printf("# chans   windows  dropped  batches  p50(ms)  p99(ms)  max(ms) "
-         "blk_mean  blk_max frameblk  audio%%  rss(MB) backend\n");
+         "blk_mean  blk_max frameblk  audio%%  rss(MB) take/score/publish backend\n");
   char *list = strdup(chans);
   for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
     int C = atoi(tok);

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ssae_backend.h"
 #include "ssae_engine.h"
 
 #define FAIL(...)                 \
@@ -106,14 +107,27 @@ static void sleep_ms(double ms) {
   nanosleep(&ts, NULL);
 }
 
-int main(void) {
+/* The backend under test: "cpu", or "cuda" (argv[1]; exits 77 when no
+ * device can run it), so that the GPU worker path (windows laid out in the
+ * backend's pinned buffer, fall back mid-stream) is tested on the GPU. */
+static const char *pick_backend(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "cpu")) return "cpu";
+  for (int i = 0; ssae_backends[i]; i++)
+    if (!strcmp(ssae_backends[i]->name, argv[1]) && ssae_backends[i]->available())
+      return argv[1];
+  printf("backend %s: not in this build or no device: skipped\n", argv[1]);
+  exit(77);
+}
+
+int main(int argc, char **argv) {
+  const char *backend = pick_backend(argc, argv);
   ssae_model *m = model();
   rec *r = calloc(1, sizeof *r);
   pthread_mutex_init(&r->mu, NULL);
   ssae_engine_cfg cfg;
   ssae_engine_cfg_default(&cfg);
   cfg.channels = C;
-  cfg.backend = "cpu";
+  cfg.backend = backend;
   cfg.cpu_threads = 1;
   cfg.emit_windows = 1;
   cfg.on_event = on_event;
