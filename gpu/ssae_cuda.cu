@@ -57,6 +57,7 @@ struct graph_slot {
   cudaGraphExec_t exec;
   size_t n;
   int recon;
+  int lane; /* which input/score buffers (0, or 1 for asynchronous slot 1) */
   unsigned long long used;
 };
 
@@ -76,6 +77,11 @@ struct cuda_impl {
   cudaStream_t stream;
   float *d_w, *d_x, *d_scores, *d_recon;
   float *h_x, *h_scores, *h_recon;
+  /* Slot 1 of the asynchronous runs (slot 0 uses the buffers above): its
+   * own pinned input and scores, made on first use; an event per slot. */
+  float *d_x1, *d_scores1, *h_x1, *h_scores1;
+  cudaEvent_t ev[2];
+  size_t pend_n[2];
   size_t cap;
   graph_slot graphs[kGraphSlots];
   unsigned long long tick;
@@ -313,6 +319,12 @@ void destroy_impl(cuda_impl *c) {
   for (int i = 0; i < kGraphSlots; i++)
     if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
   if (c->stream) cudaStreamDestroy(c->stream);
+  for (int i = 0; i < 2; i++)
+    if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+  cudaFree(c->d_x1);
+  cudaFree(c->d_scores1);
+  cudaFreeHost(c->h_x1);
+  cudaFreeHost(c->h_scores1);
   cudaFree(c->d_w);
   cudaFree(c->d_x);
   cudaFree(c->d_scores);
@@ -485,11 +497,20 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
   return c;
 }
 
-graph_slot *get_graph(cuda_impl *c, size_t n, int recon, ssae_err *err) {
+struct lane_bufs {
+  float *h_x, *d_x, *h_scores, *d_scores;
+};
+lane_bufs lane(const cuda_impl *c, int s) {
+  return s ? lane_bufs{c->h_x1, c->d_x1, c->h_scores1, c->d_scores1}
+           : lane_bufs{c->h_x, c->d_x, c->h_scores, c->d_scores};
+}
+
+graph_slot *get_graph(cuda_impl *c, size_t n, int recon, ssae_err *err, int s = 0) {
+  const lane_bufs L = lane(c, s);
   graph_slot *lru = &c->graphs[0];
   for (int i = 0; i < kGraphSlots; i++) {
     graph_slot *g = &c->graphs[i];
-    if (g->exec && g->n == n && g->recon == recon) {
+    if (g->exec && g->n == n && g->recon == recon && g->lane == s) {
       g->used = ++c->tick;
       return g;
     }
@@ -506,9 +527,9 @@ graph_slot *get_graph(cuda_impl *c, size_t n, int recon, ssae_err *err) {
     cuda_fail(c, err, "starting graph capture", e);
     return NULL;
   }
-  cudaMemcpyAsync(c->d_x, c->h_x, sizeof(float) * FM * n, cudaMemcpyHostToDevice, c->stream);
-  int lr = launch(c, c->d_x, n, c->d_scores, recon ? c->d_recon : NULL, 0, err);
-  cudaMemcpyAsync(c->h_scores, c->d_scores, sizeof(float) * n, cudaMemcpyDeviceToHost, c->stream);
+  cudaMemcpyAsync(L.d_x, L.h_x, sizeof(float) * FM * n, cudaMemcpyHostToDevice, c->stream);
+  int lr = launch(c, L.d_x, n, L.d_scores, recon ? c->d_recon : NULL, 0, err);
+  cudaMemcpyAsync(L.h_scores, L.d_scores, sizeof(float) * n, cudaMemcpyDeviceToHost, c->stream);
   if (recon)
     cudaMemcpyAsync(c->h_recon, c->d_recon, sizeof(float) * FM * n, cudaMemcpyDeviceToHost,
                     c->stream);
@@ -527,6 +548,7 @@ graph_slot *get_graph(cuda_impl *c, size_t n, int recon, ssae_err *err) {
   }
   lru->n = n;
   lru->recon = recon;
+  lru->lane = s;
   lru->used = ++c->tick;
   return lru;
 }
@@ -591,14 +613,78 @@ static int cuda_run(void *impl, const float *x, size_t n, float *scores, float *
 
 static void cuda_destroy(void *impl) { destroy_impl((cuda_impl *)impl); }
 
-static float *cuda_input_buffer(void *impl, size_t *cap) {
+/* Slot 1's buffers and both events are made here, on the first call for
+ * them (not on the run path). */
+static float *cuda_input_buffer(void *impl, int slot, size_t *cap) {
   cuda_impl *c = (cuda_impl *)impl;
+  if (cap) *cap = 0;
+  if (c->broken || slot < 0 || slot > 1) return NULL;
+  cudaSetDevice(c->dev);
+  const size_t FM = (size_t)c->FM;
+  for (int i = 0; i < 2; i++)
+    if (!c->ev[i] && cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming) != cudaSuccess) {
+      c->ev[i] = NULL;
+      cudaGetLastError();
+      return NULL;
+    }
+  if (slot == 1 && !c->h_x1) {
+    if (cudaMalloc(&c->d_x1, sizeof(float) * FM * c->cap) != cudaSuccess ||
+        cudaMalloc(&c->d_scores1, sizeof(float) * c->cap) != cudaSuccess ||
+        cudaMallocHost(&c->h_scores1, sizeof(float) * c->cap) != cudaSuccess ||
+        cudaMallocHost(&c->h_x1, sizeof(float) * FM * c->cap) != cudaSuccess) {
+      cudaGetLastError();
+      cudaFree(c->d_x1);
+      cudaFree(c->d_scores1);
+      cudaFreeHost(c->h_scores1);
+      c->d_x1 = c->d_scores1 = c->h_scores1 = c->h_x1 = NULL;
+      return NULL;
+    }
+  }
   if (cap) *cap = c->cap;
-  return c->h_x;
+  return slot ? c->h_x1 : c->h_x;
+}
+
+/* Copy in, kernel, copy out enqueued for slot s, then an event; no wait. */
+static int cuda_submit(void *impl, int s, const float *x, size_t n, ssae_err *err) {
+  cuda_impl *c = (cuda_impl *)impl;
+  if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);
+  const lane_bufs L = lane(c, s);
+  if (s < 0 || s > 1 || !L.h_x || !c->ev[s] || n > c->cap)
+    return ssae_err_set(err, "CUDA: slot %d not set up for %zu windows", s, n);
+  c->runs++;
+  const size_t FM = (size_t)c->FM;
+  if (x != L.h_x) memcpy(L.h_x, x, sizeof(float) * FM * n);
+  const int inject = c->fail_after >= 0 && c->runs > c->fail_after;
+  if (n <= kGraphMax && !inject) {
+    graph_slot *g = get_graph(c, n, 0, err, s);
+    if (!g) return -1;
+    CK(cudaGraphLaunch(g->exec, c->stream), "launching the graph");
+  } else {
+    CK(cudaMemcpyAsync(L.d_x, L.h_x, sizeof(float) * FM * n, cudaMemcpyHostToDevice,
+                       c->stream),
+       "copying windows to the device");
+    if (launch(c, L.d_x, n, L.d_scores, NULL, inject, err)) return -1;
+    CK(cudaMemcpyAsync(L.h_scores, L.d_scores, sizeof(float) * n, cudaMemcpyDeviceToHost,
+                       c->stream),
+       "copying scores from the device");
+  }
+  CK(cudaEventRecord(c->ev[s], c->stream), "recording an event");
+  c->pend_n[s] = n;
+  return 0;
+}
+
+static int cuda_collect(void *impl, int s, float *scores, ssae_err *err) {
+  cuda_impl *c = (cuda_impl *)impl;
+  if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);
+  if (s < 0 || s > 1 || !c->ev[s]) return ssae_err_set(err, "CUDA: slot %d not set up", s);
+  CK(cudaEventSynchronize(c->ev[s]), "running the batch");
+  memcpy(scores, lane(c, s).h_scores, sizeof(float) * c->pend_n[s]);
+  return 0;
 }
 
 extern "C" const ssae_backend_ops ssae_backend_cuda = {
-    "cuda", cuda_available, cuda_create, cuda_run, cuda_destroy, cuda_input_buffer,
+    "cuda", cuda_available, cuda_create, cuda_run, cuda_destroy,
+    cuda_input_buffer, cuda_submit, cuda_collect,
 };
 
 extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {

@@ -127,10 +127,12 @@ struct ssae_engine {
   ssae_backend *backend;
   double model_threshold;
   chan *ch;
-  /* bx: where the batch is laid out: the backend's own input buffer when it
-   * has one (the GPU's pinned memory: no staging copy), else batch_x. */
-  float *batch_x, *batch_scores, *bx;
-  item_hdr *batch_hdr;
+  /* Two batches, so that the GPU scores one while the worker takes the
+   * next out of the rings. bx[s]: where batch s is laid out: the backend's
+   * own input buffer of slot s when it has one (the GPU's pinned memory: no
+   * staging copy), else batch_x[s]. */
+  float *batch_x[2], *batch_scores[2], *bx[2];
+  item_hdr *batch_hdr[2];
   size_t max_batch;
   /* On the CPU a channel's window shares F-1 frames with its previous one:
    * the worker keeps each channel's slice codes (ssae_backend_score_cached)
@@ -802,7 +804,8 @@ static void take_swap(ssae_engine *e) {
 /* The cached CPU path (see codes above); nonzero when it did not apply
  * (another backend, no memory for the caches) or failed, and the caller
  * runs the batch through the backend. */
-static int score_cached(ssae_engine *e, size_t n, ssae_err *err) {
+static int score_cached(ssae_engine *e, int b, size_t n, ssae_err *err) {
+  const item_hdr *hdr = e->batch_hdr[b];
   if (!ssae_backend_cpu_direct(e->backend)) {
     e->codes_valid = 0;
     return 1;
@@ -833,11 +836,11 @@ static int score_cached(ssae_engine *e, size_t n, ssae_err *err) {
   e->gen++;
   for (size_t i = 0; i <= n; i++) {
     /* A call ends at the batch's end or before a channel's second window. */
-    uint32_t c = i < n ? e->batch_hdr[i].channel : 0;
+    uint32_t c = i < n ? hdr[i].channel : 0;
     if (i == n || e->codes_gen[c] == e->gen) {
-      if (ssae_backend_score_cached(e->backend, e->bx + start * wf, i - start,
+      if (ssae_backend_score_cached(e->backend, e->bx[b] + start * wf, i - start,
                                     e->batch_codes + start, e->batch_cont + start,
-                                    e->batch_scores + start, err)) {
+                                    e->batch_scores[b] + start, err)) {
         e->codes_valid = 0;
         return -1;
       }
@@ -845,7 +848,7 @@ static int score_cached(ssae_engine *e, size_t n, ssae_err *err) {
       e->gen++;
       if (i == n) break;
     }
-    const uint64_t end = e->batch_hdr[i].end_sample;
+    const uint64_t end = hdr[i].end_sample;
     e->codes_gen[c] = e->gen;
     e->batch_codes[i] = e->codes + (size_t)c * e->codes_len;
     e->batch_cont[i] = e->codes_end[c] && end == e->codes_end[c] + hop;
@@ -860,32 +863,24 @@ static void add_ns(_Atomic uint64_t *a, int64_t ns) {
                         memory_order_relaxed);
 }
 
-static void run_batch(ssae_engine *e, size_t n) {
-  if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
-  const int64_t t0 = now_ns();
-  ssae_err err;
-  err.msg[0] = 0;
-  int rc = score_cached(e, n, &err);
+/* Batch b's scores (rc: how scoring went) to the detector and the
+ * counters. */
+static void publish_batch(ssae_engine *e, int b, size_t n, int rc, const ssae_err *err) {
+  const item_hdr *hdr = e->batch_hdr[b];
+  float *scores = e->batch_scores[b];
   if (rc != 0) {
-    e->codes_valid = 0;
-    rc = ssae_backend_run(e->backend, e->bx, n, e->batch_scores, NULL, &err);
-  }
-  if (rc != 0) {
-    for (size_t i = 0; i < n; i++) e->batch_scores[i] = NAN;
+    for (size_t i = 0; i < n; i++) scores[i] = NAN;
     ssae_event ev = {SSAE_EVENT_BACKEND, -1, e->last_t, 0, NAN, NAN, NAN,
-                     NULL, err.msg};
+                     NULL, err->msg};
     emit(e, &ev);
   }
   atomic_fetch_add(&e->batches, 1);
   int64_t t1 = now_ns();
-  add_ns(&e->t_score, t1 - t0);
   pthread_mutex_lock(&e->stats_mu);
-  for (size_t i = 0; i < n; i++)
-    lat_add(e, (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
+  for (size_t i = 0; i < n; i++) lat_add(e, (double)(t1 - hdr[i].t_ns) / 1e6);
   pthread_mutex_unlock(&e->stats_mu);
   for (size_t i = 0; i < n; i++)
-    detect(e, &e->batch_hdr[i], e->batch_scores[i],
-           (double)(t1 - e->batch_hdr[i].t_ns) / 1e6);
+    detect(e, &hdr[i], scores[i], (double)(t1 - hdr[i].t_ns) / 1e6);
   atomic_fetch_add(&e->scored_total, n);
   add_ns(&e->t_publish, now_ns() - t1);
 
@@ -902,6 +897,46 @@ static void run_batch(ssae_engine *e, size_t n) {
   }
 }
 
+/* Batch b, scored now: the CPU (each channel's codes kept) or the backend. */
+static void run_batch(ssae_engine *e, int b, size_t n) {
+  if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
+  const int64_t t0 = now_ns();
+  ssae_err err;
+  err.msg[0] = 0;
+  int rc = score_cached(e, b, n, &err);
+  if (rc != 0) {
+    e->codes_valid = 0;
+    rc = ssae_backend_run(e->backend, e->bx[b], n, e->batch_scores[b], NULL, &err);
+  }
+  add_ns(&e->t_score, now_ns() - t0);
+  publish_batch(e, b, n, rc, &err);
+}
+
+/* Batch b started on the backend (the GPU), collected by finish_batch. */
+static void submit_batch(ssae_engine *e, int b, size_t n) {
+  if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
+  const int64_t t0 = now_ns();
+  ssae_err err;
+  err.msg[0] = 0;
+  e->codes_valid = 0;
+  /* Only bad arguments fail here; a backend failure comes out of collect. */
+  (void)ssae_backend_submit(e->backend, b, e->bx[b], n, &err);
+  add_ns(&e->t_score, now_ns() - t0);
+}
+
+static void finish_batch(ssae_engine *e, int b, size_t n) {
+  const int64_t t0 = now_ns();
+  ssae_err err;
+  err.msg[0] = 0;
+  int rc = ssae_backend_collect(e->backend, b, e->batch_scores[b], &err);
+  add_ns(&e->t_score, now_ns() - t0);
+  publish_batch(e, b, n, rc, &err);
+}
+
+/* While a batch is on the GPU, the next one is cut at this many windows,
+ * so that the one in flight is published soon after it is done. */
+#define FLIGHT_BATCH 512
+
 static void *worker_main(void *arg) {
   ssae_engine *e = arg;
   /* Scores are due within a millisecond or so: run above the ordinary
@@ -915,27 +950,35 @@ static void *worker_main(void *arg) {
   const int64_t deadline = (int64_t)(e->cfg.batch_deadline_ms * 1e6);
   const int64_t spin = e->cfg.spin_ms > 0 ? (int64_t)(e->cfg.spin_ms * 1e6) : 0;
   int64_t last_item = 0;
-  size_t n = 0;
+  size_t n = 0, fly_n = 0;
   int first = 0; /* the group whose ring is drained first, in turn */
+  int cur = 0;   /* the batch being filled */
+  int fly = -1;  /* the batch on the GPU, or -1 */
+  int async = 0; /* the backend scores batches while the worker goes on */
   for (;;) {
     if (n == 0) {
-      /* Between batches only: the pending windows may sit in the old
-       * backend's buffer. */
-      take_swap(e);
-      size_t cap = 0;
-      e->bx = ssae_backend_input_buffer(e->backend, &cap);
-      if (!e->bx || cap < e->max_batch) e->bx = e->batch_x;
+      /* Between batches only (the pending windows may sit in the old
+       * backend's buffers). */
+      if (fly < 0) take_swap(e);
+      size_t cap0 = 0, cap1 = 0;
+      float *b0 = ssae_backend_input_buffer(e->backend, 0, &cap0);
+      float *b1 = ssae_backend_input_buffer(e->backend, 1, &cap1);
+      const int can = b0 && b1 && cap0 >= e->max_batch && cap1 >= e->max_batch;
+      if (fly < 0) async = can;
+      e->bx[0] = can ? b0 : e->batch_x[0];
+      e->bx[1] = can ? b1 : e->batch_x[1];
     }
     int stopping = atomic_load(&e->stop);
     size_t n0 = n;
+    const size_t lim = fly >= 0 && e->max_batch > FLIGHT_BATCH ? FLIGHT_BATCH : e->max_batch;
     const int64_t tt = now_ns();
-    for (int k = 0; k < e->G && n < e->max_batch; k++) {
+    for (int k = 0; k < e->G && n < lim; k++) {
       ssae_ring *ring = e->g[(first + k) % e->G].ring;
-      while (n < e->max_batch) {
+      while (n < lim) {
         const unsigned char *slot = ssae_ring_read_slot(ring);
         if (!slot) break;
-        memcpy(&e->batch_hdr[n], slot, sizeof(item_hdr));
-        memcpy(e->bx + n * (size_t)e->wf, slot + ITEM_HDR,
+        memcpy(&e->batch_hdr[cur][n], slot, sizeof(item_hdr));
+        memcpy(e->bx[cur] + n * (size_t)e->wf, slot + ITEM_HDR,
                (size_t)e->wf * sizeof(float));
         ssae_ring_release(ring);
         n++;
@@ -944,6 +987,13 @@ static void *worker_main(void *arg) {
     if (++first >= e->G) first = 0;
     if (n > n0) add_ns(&e->t_take, now_ns() - tt);
     if (n > n0 && spin) last_item = now_ns();
+    if (fly >= 0 && (n == 0 || atomic_load(&e->pending_backend))) {
+      /* Nothing new (or a model swap waits for a moment with no batch in
+       * flight): the batch in flight is the next thing to publish. */
+      finish_batch(e, fly, fly_n);
+      fly = -1;
+      continue;
+    }
     if (n == 0) {
       if (stopping) break;
       if (!atomic_load_explicit(&e->p_enabled, memory_order_relaxed)) {
@@ -964,11 +1014,23 @@ static void *worker_main(void *arg) {
       continue;
     }
     if (n < e->max_batch && deadline > 0 && !stopping &&
-        now_ns() - e->batch_hdr[0].t_ns < deadline) {
+        now_ns() - e->batch_hdr[cur][0].t_ns < deadline) {
+      if (fly >= 0) {
+        finish_batch(e, fly, fly_n);
+        fly = -1;
+      }
       sleep_ns(poll < deadline ? poll : deadline);
       continue;
     }
-    run_batch(e, n);
+    if (!async) {
+      run_batch(e, cur, n);
+    } else {
+      submit_batch(e, cur, n);
+      if (fly >= 0) finish_batch(e, fly, fly_n);
+      fly = cur;
+      fly_n = n;
+      cur ^= 1;
+    }
     n = 0;
   }
   return NULL;
@@ -1103,10 +1165,12 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   }
   warm_fronts(e);
 
-  e->batch_x = calloc(e->max_batch * (size_t)e->wf, sizeof(float));
-  e->batch_scores = calloc(e->max_batch, sizeof(float));
-  e->batch_hdr = calloc(e->max_batch, sizeof(item_hdr));
-  if (!e->batch_x || !e->batch_scores || !e->batch_hdr) goto oom;
+  for (int b = 0; b < 2; b++) {
+    e->batch_x[b] = calloc(e->max_batch * (size_t)e->wf, sizeof(float));
+    e->batch_scores[b] = calloc(e->max_batch, sizeof(float));
+    e->batch_hdr[b] = calloc(e->max_batch, sizeof(item_hdr));
+    if (!e->batch_x[b] || !e->batch_scores[b] || !e->batch_hdr[b]) goto oom;
+  }
 
   e->backend = ssae_backend_new_threads(m, e->cfg.backend, e->max_batch,
                                        e->cfg.cpu_threads, err);
@@ -1170,9 +1234,11 @@ void ssae_engine_free(ssae_engine *e) {
       ssae_ring_free(gr->ring);
     }
   free(e->g);
-  free(e->batch_x);
-  free(e->batch_scores);
-  free(e->batch_hdr);
+  for (int b = 0; b < 2; b++) {
+    free(e->batch_x[b]);
+    free(e->batch_scores[b]);
+    free(e->batch_hdr[b]);
+  }
   free(e->codes);
   free(e->codes_end);
   free(e->codes_gen);

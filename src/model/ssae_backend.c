@@ -37,6 +37,15 @@ const ssae_backend_ops *const ssae_backends[] = {
 #define SELFTEST_RECON_TOL 1e-5
 #define SELFTEST_SCORE_TOL 1e-4
 
+/* An asynchronous slot: its windows, and whether the backend runs them
+ * (async) or collect computes them (else; msg: why, when it failed). */
+typedef struct backend_slot {
+  const float *x;
+  size_t n;
+  int async, failed;
+  char msg[SSAE_ERR_LEN];
+} backend_slot;
+
 struct ssae_backend {
   const ssae_model *m;
   const ssae_backend_ops *ops;
@@ -54,6 +63,7 @@ struct ssae_backend {
   /* Windows laid out for backends that take windows only. */
   float *win;
   size_t win_cap, max_batch;
+  backend_slot slot[SSAE_BACKEND_SLOTS];
 };
 
 /* Known input at log-mel scale (-100 ... +20 dB) with structure across mel
@@ -209,30 +219,89 @@ void ssae_backend_free(ssae_backend *b) {
   free(b);
 }
 
+/* After a failure of the backend (why): the CPU takes over, reported once. */
+static int fall_back(ssae_backend *b, const char *why, ssae_err *err) {
+  if (b->fell_back) return 0;
+  if (!(b->cpu = ssae_cpu_new(b->m, b->cpu_threads, err)))
+    return ssae_err_prefix(err, "backend %s failed (%s) and the CPU could not take over",
+                           b->ops->name, why);
+  b->fell_back = 1;
+  if (b->cb) {
+    char msg[SSAE_ERR_LEN + 64];
+    snprintf(msg, sizeof msg, "backend %s failed: %s; switched to the CPU", b->ops->name,
+             why);
+    b->cb(b->user, msg);
+  }
+  return 0;
+}
+
+/* The test hooks: 1 when this run is to fail. */
+static int hook_fails(ssae_backend *b, ssae_err *e) {
+  if (b->fail_next || (b->fail_at && b->runs == b->fail_at)) {
+    b->fail_next = 0;
+    ssae_err_set(e, "failure forced by the test hook");
+    return 1;
+  }
+  return 0;
+}
+
 int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores, float *recon,
                      ssae_err *err) {
   if (!b->fell_back) {
     b->runs++;
     ssae_err e = {{0}};
-    if (b->fail_next || (b->fail_at && b->runs == b->fail_at)) {
-      b->fail_next = 0;
-      ssae_err_set(&e, "failure forced by the test hook");
-    } else if (b->ops->run(b->impl, x, n, scores, recon, &e) == 0) {
-      return 0;
-    }
-    if (!(b->cpu = ssae_cpu_new(b->m, b->cpu_threads, err))) {
-      return ssae_err_prefix(err, "backend %s failed (%s) and the CPU could not take over",
-                             b->ops->name, e.msg);
-    }
-    b->fell_back = 1;
-    if (b->cb) {
-      char msg[SSAE_ERR_LEN + 64];
-      snprintf(msg, sizeof msg, "backend %s failed: %s; switched to the CPU", b->ops->name,
-               e.msg);
-      b->cb(b->user, msg);
-    }
+    if (!hook_fails(b, &e) && b->ops->run(b->impl, x, n, scores, recon, &e) == 0) return 0;
+    if (fall_back(b, e.msg, err)) return -1;
   }
   return ssae_backend_cpu.run(b->cpu, x, n, scores, recon, err);
+}
+
+float *ssae_backend_input_buffer(ssae_backend *b, int slot, size_t *cap) {
+  if (cap) *cap = 0;
+  if (!b || b->fell_back || !b->ops->input_buffer || slot < 0 || slot >= SSAE_BACKEND_SLOTS)
+    return NULL;
+  return b->ops->input_buffer(b->impl, slot, cap);
+}
+
+int ssae_backend_submit(ssae_backend *b, int slot, const float *x, size_t n, ssae_err *err) {
+  if (!b || slot < 0 || slot >= SSAE_BACKEND_SLOTS || (!x && n))
+    return ssae_err_set(err, "backend: bad arguments to submit");
+  backend_slot *s = &b->slot[slot];
+  s->x = x;
+  s->n = n;
+  s->async = s->failed = 0;
+  if (b->fell_back || !b->ops->submit || !n) return 0;
+  b->runs++;
+  ssae_err e = {{0}};
+  if (hook_fails(b, &e) || b->ops->submit(b->impl, slot, x, n, &e)) {
+    s->failed = 1;
+    snprintf(s->msg, sizeof s->msg, "%s", e.msg);
+  } else {
+    s->async = 1;
+  }
+  return 0;
+}
+
+int ssae_backend_collect(ssae_backend *b, int slot, float *scores, ssae_err *err) {
+  if (!b || slot < 0 || slot >= SSAE_BACKEND_SLOTS || (!scores && b->slot[slot].n))
+    return ssae_err_set(err, "backend: bad arguments to collect");
+  backend_slot *s = &b->slot[slot];
+  if (!s->n) return 0;
+  if (s->async) {
+    s->async = 0;
+    ssae_err e = {{0}};
+    if (b->ops->collect(b->impl, slot, scores, &e) == 0) return 0;
+    s->failed = 1;
+    snprintf(s->msg, sizeof s->msg, "%s", e.msg);
+  }
+  if (s->failed) {
+    s->failed = 0;
+    if (fall_back(b, s->msg, err)) return -1;
+  }
+  /* Not submitted to the backend (none asynchronous, or after a fall
+   * back): scored now. */
+  if (b->fell_back) return ssae_backend_cpu.run(b->cpu, s->x, s->n, scores, NULL, err);
+  return ssae_backend_run(b, s->x, s->n, scores, NULL, err);
 }
 
 /* Windows per call of a window-only backend in ssae_backend_run_frames. */
@@ -271,12 +340,6 @@ int ssae_backend_run_frames(ssae_backend *b, const float *frames, size_t n_frame
 
 int ssae_backend_cpu_direct(const ssae_backend *b) {
   return (b->fell_back || b->ops == &ssae_backend_cpu) && !b->fail_next && !b->fail_at;
-}
-
-float *ssae_backend_input_buffer(ssae_backend *b, size_t *cap) {
-  if (cap) *cap = 0;
-  if (!b || b->fell_back || !b->ops->input_buffer) return NULL;
-  return b->ops->input_buffer(b->impl, cap);
 }
 
 size_t ssae_backend_codes_len(const ssae_backend *b) {

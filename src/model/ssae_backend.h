@@ -25,10 +25,17 @@ typedef struct ssae_backend_ops {
   int (*run)(void *impl, const float *x, size_t n, float *scores, float *recon,
              ssae_err *err);
   void (*destroy)(void *impl);
-  /* Optional (NULL: none): a host buffer of *cap windows that run() reads
-   * in place when x points to it (pinned memory for the GPU: the windows go
-   * to the device without a staging copy). Valid until destroy. */
-  float *(*input_buffer)(void *impl, size_t *cap);
+  /* Optional (NULL: none). Asynchronous runs in two slots (0, 1): each
+   * has a host buffer of *cap windows (input_buffer; pinned memory for the
+   * GPU: the windows go to the device without a staging copy; made on the
+   * first call, valid until destroy; slot 0's is also what run() reads in
+   * place when x points to it). submit starts scoring n windows of slot s
+   * (x: anywhere, or the slot's buffer) and returns; collect waits for that
+   * slot's scores. One thread; a slot is collected before it is submitted
+   * again. */
+  float *(*input_buffer)(void *impl, int slot, size_t *cap);
+  int (*submit)(void *impl, int slot, const float *x, size_t n, ssae_err *err);
+  int (*collect)(void *impl, int slot, float *scores, ssae_err *err);
 } ssae_backend_ops;
 
 /* NULL-terminated, CPU last. */
@@ -75,11 +82,22 @@ int ssae_backend_score_cached(ssae_backend *b, const float *x, size_t n,
                               double *const *codes, const unsigned char *cont,
                               float *scores, ssae_err *err);
 
-/* The running backend's own input buffer (ssae_backend_ops.input_buffer)
- * and its capacity in windows, or NULL (the CPU, or after a fall back).
- * A caller that lays its windows out there saves a copy per batch. The
- * buffer lives as long as b; ssae_backend_run may be given it as x. */
-float *ssae_backend_input_buffer(ssae_backend *b, size_t *cap);
+/* Asynchronous runs (a GPU scores one batch while the caller prepares the
+ * next): input_buffer gives slot s's own buffer (pinned memory on the GPU)
+ * and its capacity in windows, or NULL when the running backend has none
+ * (the CPU, or after a fall back): the caller then uses its own memory,
+ * and submit/collect still work (collect computes). The buffer lives as
+ * long as b; slot 0's may also be given to ssae_backend_run as x.
+ * submit starts slot s on n windows at x (its buffer, or any memory that
+ * stays unchanged until collect); collect waits for them and writes the
+ * scores. A backend failure at either step falls back to the CPU like
+ * ssae_backend_run (reported once), which scores the slot's windows from
+ * x: no window lost. One thread; each submit is followed by one collect
+ * of that slot before the slot is submitted again. */
+#define SSAE_BACKEND_SLOTS 2
+float *ssae_backend_input_buffer(ssae_backend *b, int slot, size_t *cap);
+int ssae_backend_submit(ssae_backend *b, int slot, const float *x, size_t n, ssae_err *err);
+int ssae_backend_collect(ssae_backend *b, int slot, float *scores, ssae_err *err);
 
 /* Name of the backend now in use ("cuda", "cpu"). */
 const char *ssae_backend_name(const ssae_backend *b);

@@ -374,6 +374,83 @@ static void run_fallback(void) {
   ssae_model_free(m);
 }
 
+/* Asynchronous slots (the engine's worker): two batches in flight, laid out
+ * in the backend's pinned buffers or given from elsewhere, equal to the
+ * CPU; then a real CUDA failure at the launch of the third batch: collect
+ * falls back and scores it on the CPU from the slot's windows. */
+static void run_async(void) {
+  ssae_dims d;
+  ssae_dims_default(&d);
+  ssae_model *m = random_model(&d);
+  ssae_err err = {{0}};
+  /* Run 1 is the start-up self-test; submits 1 and 2 run, the third fails. */
+  setenv("SSAE_CUDA_FAIL_AFTER", "3", 1);
+  ssae_backend *b = ssae_backend_new(m, "cuda", 4096, &err);
+  unsetenv("SSAE_CUDA_FAIL_AFTER");
+  ssae_cpu *cpu = ssae_cpu_new(m, 0, &err);
+  if (!b || !cpu) {
+    CHECK(0, "backend: %s", err.msg);
+    ssae_backend_free(b);
+    ssae_cpu_free(cpu);
+    ssae_model_free(m);
+    return;
+  }
+  fallback_msgs = 0;
+  ssae_backend_set_fallback_cb(b, on_fallback, NULL);
+  const size_t FM = 320, n[3] = {4096, 37, 1000};
+  size_t cap0 = 0, cap1 = 0;
+  float *b0 = ssae_backend_input_buffer(b, 0, &cap0), *b1 = ssae_backend_input_buffer(b, 1, &cap1);
+  CHECK(b0 && b1 && b0 != b1 && cap0 == 4096 && cap1 == 4096, "slot buffers %p %p, %zu %zu",
+        (void *)b0, (void *)b1, cap0, cap1);
+  float *own = xmalloc(n[2] * FM * sizeof *own), *sc[3], *ref[3];
+  float *xs[3] = {b0, b1, own};
+  for (int i = 0; i < 3; i++) {
+    sc[i] = xmalloc(n[i] * sizeof *sc[i]);
+    ref[i] = xmalloc(n[i] * sizeof *ref[i]);
+    poison(sc[i], n[i]);
+    /* The CPU's scores now: a slot's buffer is the backend's again once
+     * collected (batch 2 is staged through slot 0's). */
+    if (xs[i]) {
+      random_windows(&d, xs[i], n[i]);
+      ssae_cpu_forward(cpu, xs[i], n[i], ref[i], NULL);
+    }
+  }
+  if (b0 && b1) {
+    size_t off = 0, lost = 0;
+    /* Batches 0 and 1 in flight together, collected in order; batch 2 goes
+     * into slot 0 again (from the caller's own memory) and fails. */
+    CHECK(!ssae_backend_submit(b, 0, b0, n[0], &err), "submit 0: %s", err.msg);
+    CHECK(!ssae_backend_submit(b, 1, b1, n[1], &err), "submit 1: %s", err.msg);
+    CHECK(!ssae_backend_collect(b, 0, sc[0], &err), "collect 0: %s", err.msg);
+    CHECK(!strcmp(ssae_backend_name(b), "cuda"), "slot 0 ran on %s", ssae_backend_name(b));
+    CHECK(!ssae_backend_submit(b, 0, own, n[2], &err), "submit 2: %s", err.msg);
+    CHECK(!ssae_backend_collect(b, 1, sc[1], &err), "collect 1: %s", err.msg);
+    CHECK(!ssae_backend_collect(b, 0, sc[2], &err), "collect 2: %s", err.msg);
+    for (int i = 0; i < 3; i++)
+      for (size_t k = 0; k < n[i]; k++) {
+        if (!isfinite(sc[i][k])) lost++;
+        else if (fabs(sc[i][k] - ref[i][k]) > 2e-5 * fabs(ref[i][k]) ||
+                 (i == 2 && sc[i][k] != ref[i][k]))
+          off++;
+      }
+    printf("async: batches of %zu and %zu in flight together, then %zu after a CUDA failure: "
+           "%zu lost, %zu off, backend now %s\n", n[0], n[1], n[2], lost, off,
+           ssae_backend_name(b));
+    CHECK(lost == 0 && off == 0, "async: %zu lost, %zu off", lost, off);
+    CHECK(fallback_msgs == 1, "async: fallback reported %d times", fallback_msgs);
+    CHECK(!strcmp(ssae_backend_name(b), "cpu"), "async: backend says %s", ssae_backend_name(b));
+    CHECK(!ssae_backend_input_buffer(b, 0, &cap0), "async: a GPU buffer after the fall back");
+  }
+  for (int i = 0; i < 3; i++) {
+    free(sc[i]);
+    free(ref[i]);
+  }
+  free(own);
+  ssae_cpu_free(cpu);
+  ssae_backend_free(b);
+  ssae_model_free(m);
+}
+
 static int read_file(const char *path, void *buf, size_t bytes) {
   FILE *f = fopen(path, "rb");
   if (!f) return -1;
@@ -431,7 +508,10 @@ int main(int argc, char **argv) {
   if (argc == 7 && !strcmp(argv[1], "--apply")) return run_apply(argv + 2);
   rng_state = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
   printf("seed %llu\n", (unsigned long long)rng_state);
-  if (argc > 1 && !strcmp(argv[1], "--fallback")) run_fallback();
+  if (argc > 1 && !strcmp(argv[1], "--fallback")) {
+    run_fallback();
+    run_async();
+  }
   else if (argc > 1 && !strcmp(argv[1], "--tiny")) run_cases(2);
   else run_cases(argc > 1 && !strcmp(argv[1], "--quick"));
   if (failures) printf("%d failures\n", failures);
