@@ -20,7 +20,12 @@ namespace {
 /* Batches up to this size replay a captured graph (copy in, kernel, copy
  * out): one launch instead of three API calls. */
 const size_t kGraphMax = 4096;
-const int kGraphSlots = 8;
+const int kGraphSlots = 40;
+/* Asynchronous batches (the engine's worker) come in every size from one
+ * period to the next; a graph per size would be captured and instantiated
+ * for nearly every batch. They replay graphs up to this size only, where
+ * the sizes are few and one launch instead of three matters most. */
+const size_t kAsyncGraphMax = 16;
 /* Up to this many windows a batch runs one window per cluster of 8
  * blocks (sm_90), then one window per block. */
 const size_t kClusterMax = 16;
@@ -655,7 +660,7 @@ static int cuda_submit(void *impl, int s, const float *x, size_t n, ssae_err *er
   const size_t FM = (size_t)c->FM;
   if (x != L.h_x) memcpy(L.h_x, x, sizeof(float) * FM * n);
   const int inject = c->fail_after >= 0 && c->runs > c->fail_after;
-  if (n <= kGraphMax && !inject) {
+  if (n <= kAsyncGraphMax && !inject) {
     graph_slot *g = get_graph(c, n, 0, err, s);
     if (!g) return -1;
     CK(cudaGraphLaunch(g->exec, c->stream), "launching the graph");

@@ -97,7 +97,7 @@ if has bench; then
 fi
 
 if has variants; then
-  for k in ${KERNELS:-generic small cluster cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16r warp16b}; do
+  for k in ${KERNELS:-generic small cluster cluster1 cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16r warp16b}; do
     log "kernel $k"
     case $k in generic|small|cluster*) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \
@@ -120,7 +120,7 @@ if has ncu; then
   # Kernel duration at batch 1 as the chip runs it (no clock locking, no
   # cache flush between kernels); NCU_CLOCKS="" gives ncu's default (base
   # clock, caches flushed) instead.
-  for k in ${NCU1_KERNELS-cluster small}; do
+  for k in ${NCU1_KERNELS-cluster cluster1 small}; do
     log "ncu: $k at 1 window (kernel duration)"
     for cc in "${NCU_CLOCKS---clock-control none --cache-control none}"; do
       SSAE_CUDA_KERNEL=$k timeout 60 ncu $cc --launch-skip 5 --launch-count 5 -k regex:"${k%%[0-9]*}" \
