@@ -9,10 +9,17 @@
  * lock-free ring. When the ring is full the newest window is dropped and
  * counted; the audio thread never waits.
  *
- * A worker thread (started by ssae_engine_new) drains the ring, batches
+ * With input groups (cfg.groups) each share of the channels has its own
+ * front end and ring and may be fed by its own audio thread
+ * (ssae_engine_process_group).
+ *
+ * A worker thread (started by ssae_engine_new) drains the rings, batches
  * windows across channels (up to max_batch windows or batch_deadline_ms after
  * the oldest one arrived), runs the backend (ssae_backend: CUDA or CPU, with
- * fallback to the CPU), and runs the detector per channel: exponential
+ * fallback to the CPU; on the CPU each channel's slice codes are kept so
+ * that a window's new frame is the only one encoded; on the GPU one batch is
+ * scored while the next is taken from the rings), and runs the detector per
+ * channel: exponential
  * smoothing with a time constant, a threshold (the model's or the user's) and
  * hysteresis (alarm on after on_count smoothed scores above the threshold,
  * off after off_count below). Windows that touch digital silence (a run of
