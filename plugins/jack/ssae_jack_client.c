@@ -10,6 +10,8 @@
 struct ssae_jack {
   jack_client_t *client;
   int n, passthrough;
+  int first; /* the engine channel of this client's first input */
+  int group; /* the engine's input group fed here, -1: all of it */
   jack_port_t **in, **out, **score, **alarm;
   const float **inbuf; /* per-callback input pointers, allocated once */
   ssae_engine *e;
@@ -27,15 +29,19 @@ static int on_process(jack_nframes_t nframes, void *arg) {
   for (int c = 0; c < j->n; c++)
     j->inbuf[c] = jack_port_get_buffer(j->in[c], nframes);
   if (atomic_load_explicit(&j->rate_now, memory_order_relaxed) ==
-      atomic_load_explicit(&j->rate_engine, memory_order_acquire))
-    ssae_engine_process(j->e, j->inbuf, nframes);
+      atomic_load_explicit(&j->rate_engine, memory_order_acquire)) {
+    if (j->group >= 0)
+      ssae_engine_process_group(j->e, j->group, j->inbuf, nframes);
+    else
+      ssae_engine_process(j->e, j->inbuf, nframes);
+  }
   for (int c = 0; c < j->n; c++) {
     if (j->passthrough) {
       float *o = jack_port_get_buffer(j->out[c], nframes);
       memcpy(o, j->inbuf[c], nframes * sizeof(float));
     }
     ssae_channel_state st;
-    ssae_engine_channel_get(j->e, c, &st);
+    ssae_engine_channel_get(j->e, j->first + c, &st);
     float *s = jack_port_get_buffer(j->score[c], nframes);
     float *a = jack_port_get_buffer(j->alarm[c], nframes);
     float sv = st.smoothed, av = st.alarm ? 1.0f : 0.0f;
@@ -70,10 +76,10 @@ static void on_shutdown(jack_status_t code, const char *reason, void *arg) {
 
 static void jack_quiet(const char *msg) { (void)msg; }
 
-ssae_jack *ssae_jack_open(const char *name, int inputs, int passthrough,
+ssae_jack *ssae_jack_open(const char *name, int first, int inputs, int passthrough,
                           ssae_err *err) {
-  if (inputs < 1 || inputs > 256) {
-    ssae_err_set(err, "--inputs must be 1..256 (got %d)", inputs);
+  if (inputs < 1 || inputs > 256 || first < 0) {
+    ssae_err_set(err, "a JACK client has 1..256 inputs (got %d)", inputs);
     return NULL;
   }
   ssae_jack *j = calloc(1, sizeof *j);
@@ -82,6 +88,8 @@ ssae_jack *ssae_jack_open(const char *name, int inputs, int passthrough,
     return NULL;
   }
   j->n = inputs;
+  j->first = first;
+  j->group = -1;
   j->passthrough = passthrough;
   j->in = calloc((size_t)inputs, sizeof *j->in);
   j->out = calloc((size_t)inputs, sizeof *j->out);
@@ -109,22 +117,24 @@ ssae_jack *ssae_jack_open(const char *name, int inputs, int passthrough,
   }
   char pn[64];
   for (int c = 0; c < inputs; c++) {
-    snprintf(pn, sizeof pn, "in_%d", c + 1);
+    const int num = first + c + 1;
+    snprintf(pn, sizeof pn, "in_%d", num);
     j->in[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
                                   JackPortIsInput, 0);
     if (passthrough) {
-      snprintf(pn, sizeof pn, "out_%d", c + 1);
+      snprintf(pn, sizeof pn, "out_%d", num);
       j->out[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
                                      JackPortIsOutput, 0);
     }
-    snprintf(pn, sizeof pn, "score_%d", c + 1);
+    snprintf(pn, sizeof pn, "score_%d", num);
     j->score[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
                                      JackPortIsOutput, 0);
-    snprintf(pn, sizeof pn, "alarm_%d", c + 1);
+    snprintf(pn, sizeof pn, "alarm_%d", num);
     j->alarm[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
                                      JackPortIsOutput, 0);
     if (!j->in[c] || !j->score[c] || !j->alarm[c] || (passthrough && !j->out[c])) {
-      ssae_err_set(err, "cannot register JACK ports for channel %d", c + 1);
+      ssae_err_set(err, "cannot register JACK ports for channel %d (the server's port "
+                        "limit? jackd -p)", num);
       ssae_jack_close(j);
       return NULL;
     }
@@ -148,7 +158,16 @@ unsigned ssae_jack_buffer_size(const ssae_jack *j) {
 }
 const char *ssae_jack_shutdown_reason(const ssae_jack *j) { return j->reason; }
 
-int ssae_jack_start(ssae_jack *j, ssae_engine *e, ssae_err *err) {
+int ssae_jack_start(ssae_jack *j, ssae_engine *e, int group, ssae_err *err) {
+  if (group >= 0) {
+    int first, count;
+    ssae_engine_group_channels(e, group, &first, &count);
+    if (first != j->first || count != j->n)
+      return ssae_err_set(err, "JACK client: input group %d is channels %d..%d, the client's "
+                               "ports %d..%d", group, first + 1, first + count, j->first + 1,
+                          j->first + j->n);
+  }
+  j->group = group;
   j->e = e;
   if (jack_set_process_callback(j->client, on_process, j) ||
       jack_set_sample_rate_callback(j->client, on_srate, j) ||

@@ -9,19 +9,24 @@
 
 typedef struct ssae_jack ssae_jack;
 
-/* Opens the client (not yet active) and registers its ports:
- * in_N, [out_N], score_N, alarm_N for N = 1..inputs. */
-ssae_jack *ssae_jack_open(const char *name, int inputs, int passthrough,
+/* Opens the client (not yet active) and registers its ports for engine
+ * channels first .. first + inputs - 1: in_N, [out_N], score_N, alarm_N for
+ * N = first + 1 .. first + inputs (first 0 for a client of its own; several
+ * clients can share one engine, one input group each). */
+ssae_jack *ssae_jack_open(const char *name, int first, int inputs, int passthrough,
                           ssae_err *err);
 /* The server's sample rate and the client's actual name. */
 double ssae_jack_rate(const ssae_jack *j);
 const char *ssae_jack_name(const ssae_jack *j);
 
 /* Installs the callbacks and activates the client; the process callback
- * feeds e (audio-thread path). */
-int ssae_jack_start(ssae_jack *j, ssae_engine *e, ssae_err *err);
+ * feeds e (audio-thread path): every channel (group -1), or input group
+ * `group` of e, whose channels must be this client's. JACK runs clients
+ * that do not depend on each other in parallel: one client per group spreads
+ * the feature work over cores. */
+int ssae_jack_start(ssae_jack *j, ssae_engine *e, int group, ssae_err *err);
 
-/* Connects a source port to input `index` (0-based). */
+/* Connects a source port to this client's input `index` (0-based). */
 int ssae_jack_connect(ssae_jack *j, const char *port, int index, ssae_err *err);
 
 /* Main-thread housekeeping, call every few tens of ms: applies sample-rate

@@ -29,6 +29,12 @@ static void usage(FILE *f) {
           "cleanly with the events flushed.\n\n"
           "  --model M        model file (default: the built-in model)\n"
           "  --inputs N       input channels (default 1)\n"
+          "  --clients K      split the inputs over K JACK clients NAME-1 ..\n"
+          "                   NAME-K (ports keep their numbers), one input\n"
+          "                   group of the engine each: the server runs them\n"
+          "                   in parallel, so the feature work of many\n"
+          "                   channels spreads over cores (default 1; at\n"
+          "                   most 256 inputs per client)\n"
           "  --passthrough    copy each input to an output port\n"
           "  --connect PORT   connect PORT to the next input (repeatable; also\n"
           "                   several PORTs after one --connect)\n"
@@ -53,7 +59,7 @@ static void on_sig(int sig) {
 
 int ssae_cmd_jack(int argc, char **argv) {
   const char *model = NULL, *events = NULL, *name = "ssae", *backend = "auto";
-  long inputs = 1, on = 3, off = 5;
+  long inputs = 1, clients = 1, on = 3, off = 5;
   int passthrough = 0;
   double duration = 0, threshold = NAN, smoothing = 0.1, status = 10;
   const char **connect = calloc((size_t)argc + 1, sizeof *connect);
@@ -80,7 +86,10 @@ int ssae_cmd_jack(int argc, char **argv) {
       model = v;
     } else if (!strcmp(a, "--inputs")) {
       NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 256, &inputs)) goto out;
+      if (ssae_cli_parse_int(CMD, a, v, 1, 4096, &inputs)) goto out;
+    } else if (!strcmp(a, "--clients")) {
+      NEEDV();
+      if (ssae_cli_parse_int(CMD, a, v, 1, 64, &clients)) goto out;
     } else if (!strcmp(a, "--passthrough")) {
       passthrough = 1;
     } else if (!strcmp(a, "--connect")) {
@@ -126,6 +135,16 @@ int ssae_cmd_jack(int argc, char **argv) {
     }
 #undef NEEDV
   }
+  if (clients > inputs) {
+    ssae_cli_error(CMD, "--clients %ld needs at least %ld inputs (--inputs %ld)", clients,
+                   clients, inputs);
+    goto out;
+  }
+  if ((inputs + clients - 1) / clients > 256) {
+    ssae_cli_error(CMD, "%ld inputs on %ld client(s): at most 256 per client (raise --clients)",
+                   inputs, clients);
+    goto out;
+  }
   if (n_connect > inputs) {
     ssae_cli_error(CMD, "%d port(s) to --connect but only %ld input(s) (--inputs)",
                    n_connect, inputs);
@@ -137,6 +156,7 @@ int ssae_cmd_jack(int argc, char **argv) {
   (void)name;
   (void)backend;
   (void)passthrough;
+  (void)clients;
   (void)duration;
   (void)threshold;
   (void)smoothing;
@@ -161,12 +181,30 @@ out:
     if (!isfinite(threshold) && !isfinite(m->threshold))
       fprintf(stderr, "ssae jack: the model has no threshold and none was "
                       "given (--threshold): no alarms, scores only\n");
-    ssae_jack *j = ssae_jack_open(name, (int)inputs, passthrough, &err);
-    if (!j) {
-      ssae_cli_error(CMD, "%s", err.msg);
+    /* Client k: the engine's input group k (the same split as the
+     * engine's, checked when the client starts). */
+    const int K = (int)clients;
+    ssae_jack **jc = calloc((size_t)K, sizeof *jc);
+    if (!jc) {
+      ssae_cli_error(CMD, "out of memory");
       ssae_model_free(m);
       goto out;
     }
+    for (int k = 0; k < K; k++) {
+      const int first = (int)((long long)k * inputs / K);
+      const int count = (int)((long long)(k + 1) * inputs / K) - first;
+      char cname[256];
+      if (K == 1) snprintf(cname, sizeof cname, "%s", name);
+      else snprintf(cname, sizeof cname, "%s-%d", name, k + 1);
+      if (!(jc[k] = ssae_jack_open(cname, first, count, passthrough, &err))) {
+        ssae_cli_error(CMD, "%s", err.msg);
+        for (int q = 0; q < k; q++) ssae_jack_close(jc[q]);
+        free(jc);
+        ssae_model_free(m);
+        goto out;
+      }
+    }
+    ssae_jack *j = jc[0];
     ssae_evsink_cfg scfg;
     memset(&scfg, 0, sizeof scfg);
     scfg.events_path = events;
@@ -175,13 +213,15 @@ out:
     ssae_evsink *sink = ssae_evsink_new(&scfg, &err);
     if (!sink) {
       ssae_cli_error(CMD, "%s", err.msg);
-      ssae_jack_close(j);
+      for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
+      free(jc);
       ssae_model_free(m);
       goto out;
     }
     ssae_engine_cfg ecfg;
     ssae_engine_cfg_default(&ecfg);
     ecfg.channels = (int)inputs;
+    ecfg.groups = K;
     ecfg.input_rate = ssae_jack_rate(j);
     ecfg.backend = backend;
     ecfg.status_every_s = status;
@@ -192,25 +232,38 @@ out:
     ecfg.on_event = ssae_evsink_on_event;
     ecfg.user = sink;
     ssae_engine *e = ssae_engine_new(m, &ecfg, &err);
-    if (!e || ssae_jack_start(j, e, &err)) {
+    int started = e != NULL;
+    for (int k = 0; started && k < K; k++)
+      started = !ssae_jack_start(jc[k], e, K == 1 ? -1 : k, &err);
+    if (!started) {
       ssae_cli_error(CMD, "%s", err.msg);
-      ssae_jack_close(j);
+      for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
+      free(jc);
       ssae_engine_free(e);
       ssae_evsink_free(sink);
       ssae_model_free(m);
       goto out;
     }
     rc = SSAE_EXIT_OK;
-    for (int k = 0; k < n_connect; k++)
-      if (ssae_jack_connect(j, connect[k], k, &err)) {
+    for (int i = 0; i < n_connect; i++) {
+      int k = K - 1;
+      while (k > 0 && i < (int)((long long)k * inputs / K)) k--;
+      if (ssae_jack_connect(jc[k], connect[i], i - (int)((long long)k * inputs / K), &err)) {
         ssae_cli_error(CMD, "%s", err.msg);
         rc = SSAE_EXIT_INPUT;
       }
-    fprintf(stderr,
-            "ssae jack: client '%s' running at %.0f Hz, buffer %u, %ld "
-            "input(s) (Ctrl-C stops)\n",
-            ssae_jack_name(j), ssae_jack_rate(j), ssae_jack_buffer_size(j),
-            inputs);
+    }
+    if (K == 1)
+      fprintf(stderr,
+              "ssae jack: client '%s' running at %.0f Hz, buffer %u, %ld "
+              "input(s) (Ctrl-C stops)\n",
+              ssae_jack_name(j), ssae_jack_rate(j), ssae_jack_buffer_size(j), inputs);
+    else
+      fprintf(stderr,
+              "ssae jack: clients '%s' .. '%s' running at %.0f Hz, buffer %u, %ld "
+              "input(s) (Ctrl-C stops)\n",
+              ssae_jack_name(jc[0]), ssae_jack_name(jc[K - 1]), ssae_jack_rate(j),
+              ssae_jack_buffer_size(j), inputs);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sig;
@@ -218,31 +271,32 @@ out:
     sigaction(SIGTERM, &sa, NULL);
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int gone = 0;
-    while (!interrupted) {
+    int gone = -1; /* the client that saw the server go */
+    while (!interrupted && gone < 0) {
       struct timespec d = {0, 20000000L};
       nanosleep(&d, NULL);
-      int p = ssae_jack_poll(j, &err);
-      if (p == 1) {
-        gone = 1;
-        break;
+      for (int k = 0; k < K && gone < 0; k++) {
+        int p = ssae_jack_poll(jc[k], &err);
+        if (p == 1) gone = k;
+        if (p < 0) ssae_cli_error(CMD, "%s", err.msg);
       }
-      if (p < 0) ssae_cli_error(CMD, "%s", err.msg);
+      if (gone >= 0) break;
       clock_gettime(CLOCK_MONOTONIC, &now);
       double el = (double)(now.tv_sec - t0.tv_sec) +
                   (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
       if (duration > 0 && el >= duration) break;
     }
-    if (gone) {
+    if (gone >= 0) {
       ssae_cli_error(CMD, "the JACK server went away (%s); stopping",
-                     ssae_jack_shutdown_reason(j));
+                     ssae_jack_shutdown_reason(jc[gone]));
       ssae_engine_stats s;
       ssae_engine_stats_get(e, &s);
       ssae_evsink_note(sink, s.audio_s, "server_shutdown",
-                       ssae_jack_shutdown_reason(j));
+                       ssae_jack_shutdown_reason(jc[gone]));
       rc = SSAE_EXIT_INPUT;
     }
-    ssae_jack_close(j);
+    for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
+    free(jc);
     ssae_engine_drain(e);
     ssae_engine_stats s;
     ssae_engine_stats_get(e, &s);

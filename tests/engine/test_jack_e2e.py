@@ -157,12 +157,12 @@ class Jack:
         self.log.close()
 
 
-def start_client(jack, tmp, model, thr, name, events):
+def start_client(jack, tmp, model, thr, name, events, extra=("--inputs", "1", "--passthrough")):
     p = subprocess.Popen(
         [SSAE, "jack", "--model", model, "--backend", "cpu", "--name", name,
-         "--inputs", "1", "--passthrough", "--threshold", repr(thr),
+         "--threshold", repr(thr),
          "--smoothing", "0.05", "--on", "3", "--off", "3", "--status", "0",
-         "--events", events],
+         "--events", events] + list(extra),
         env=jack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stderr.readline()  # "client ... running": the engine has started
     t_start = time.monotonic()
@@ -246,6 +246,39 @@ def main():
                 assert A1 - 0.1 <= offe <= A1 + 1.0, offe
                 assert alarms[0]["channel"] == 0 and alarms[0]["score"] > thr
                 assert abs(alarms[0]["threshold"] - thr) < 1e-6 * thr
+
+            # Two clients into one engine (--clients 2: an input group each, fed
+            # by each client's own process thread): the normal recording into
+            # channel 1, the anomaly into channel 2, at the same time.
+            events = os.path.join(tmp, "groups.jsonl")
+            p, t_start = start_client(jack, tmp, model, thr, "ssae_g", events,
+                                      ("--inputs", "2", "--clients", "2"))
+            ports = jack.ports()
+            for port in ("ssae_g-1:in_1", "ssae_g-1:score_1", "ssae_g-2:in_2", "ssae_g-2:alarm_2"):
+                assert port in ports, ports
+            t_play = time.monotonic()
+            players = [subprocess.Popen(["sndfile-jackplay", "--autoconnect=" + port, wav],
+                                        env=jack.env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+                       for port, wav in (("ssae_g-1:in_1", normal), ("ssae_g-2:in_2", anomal))]
+            for pl in players:
+                out, _ = pl.communicate(timeout=DUR + 20)
+                assert pl.returncode == 0, out
+            time.sleep(0.5)
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=20)
+            assert p.returncode == 0, err
+            evs = read_events(events)
+            status = evs[-1]
+            assert status["event"] == "status" and status["dropped"] == 0, status
+            assert status["windows"] >= 2 * (DUR - 0.5) * RATE / 512, status
+            alarms = [e for e in evs if e["event"] in ("alarm_on", "alarm_off")]
+            off = t_play - t_start
+            print(f"two clients: events {[(e['event'], e['channel'], round(e['t'] - off, 2)) for e in alarms]}")
+            assert [(e["event"], e["channel"]) for e in alarms] == \
+                [("alarm_on", 1), ("alarm_off", 1)], alarms
+            assert A0 - 0.1 <= alarms[0]["t"] - off <= A0 + 0.6, alarms
+            assert A1 - 0.1 <= alarms[1]["t"] - off <= A1 + 1.0, alarms
 
             # `ssae monitor` live through PortAudio, whose JACK host API sees
             # this server as a device ("system").
