@@ -624,8 +624,10 @@ static float *cuda_input_buffer(void *impl, int slot, size_t *cap) {
   cuda_impl *c = (cuda_impl *)impl;
   if (cap) *cap = 0;
   if (c->broken || slot < 0 || slot > 1) return NULL;
-  cudaSetDevice(c->dev);
   const size_t FM = (size_t)c->FM;
+  /* The engine's worker asks on every turn of its loop: only the first
+   * call of a thread makes anything (and selects the device for it). */
+  if (!c->ev[0] || !c->ev[1] || (slot == 1 && !c->h_x1)) cudaSetDevice(c->dev);
   for (int i = 0; i < 2; i++)
     if (!c->ev[i] && cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming) != cudaSuccess) {
       c->ev[i] = NULL;

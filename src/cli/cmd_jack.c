@@ -246,9 +246,13 @@ out:
     }
     rc = SSAE_EXIT_OK;
     for (int i = 0; i < n_connect; i++) {
-      int k = K - 1;
-      while (k > 0 && i < (int)((long long)k * inputs / K)) k--;
-      if (ssae_jack_connect(jc[k], connect[i], i - (int)((long long)k * inputs / K), &err)) {
+      /* The client whose group holds input i. */
+      int k = 0, first = 0, count = 0;
+      for (; k < K; k++) {
+        ssae_engine_group_channels(e, k, &first, &count);
+        if (i < first + count) break;
+      }
+      if (ssae_jack_connect(jc[k], connect[i], i - first, &err)) {
         ssae_cli_error(CMD, "%s", err.msg);
         rc = SSAE_EXIT_INPUT;
       }

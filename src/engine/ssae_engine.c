@@ -904,10 +904,8 @@ static void run_batch(ssae_engine *e, int b, size_t n) {
   ssae_err err;
   err.msg[0] = 0;
   int rc = score_cached(e, b, n, &err);
-  if (rc != 0) {
-    e->codes_valid = 0;
+  if (rc != 0)
     rc = ssae_backend_run(e->backend, e->bx[b], n, e->batch_scores[b], NULL, &err);
-  }
   add_ns(&e->t_score, now_ns() - t0);
   publish_batch(e, b, n, rc, &err);
 }

@@ -299,8 +299,7 @@ int ssae_backend_collect(ssae_backend *b, int slot, float *scores, ssae_err *err
     if (fall_back(b, s->msg, err)) return -1;
   }
   /* Not submitted to the backend (none asynchronous, or after a fall
-   * back): scored now. */
-  if (b->fell_back) return ssae_backend_cpu.run(b->cpu, s->x, s->n, scores, NULL, err);
+   * back: then the CPU): scored now. */
   return ssae_backend_run(b, s->x, s->n, scores, NULL, err);
 }
 

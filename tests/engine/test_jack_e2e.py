@@ -251,11 +251,24 @@ def main():
             # by each client's own process thread): the normal recording into
             # channel 1, the anomaly into channel 2, at the same time.
             events = os.path.join(tmp, "groups.jsonl")
+            # --connect numbers the inputs across the clients (the dummy
+            # driver's capture ports carry silence: they add nothing).
             p, t_start = start_client(jack, tmp, model, thr, "ssae_g", events,
-                                      ("--inputs", "2", "--clients", "2"))
+                                      ("--inputs", "2", "--clients", "2", "--connect",
+                                       "system:capture_1", "system:capture_2"))
             ports = jack.ports()
             for port in ("ssae_g-1:in_1", "ssae_g-1:score_1", "ssae_g-2:in_2", "ssae_g-2:alarm_2"):
                 assert port in ports, ports
+            lsp = subprocess.run(["jack_lsp", "-c"], env=jack.env, capture_output=True,
+                                 text=True).stdout.split("\n")
+            conn = {}
+            for line in lsp:
+                if line.strip() and not line.startswith(" "):
+                    cur = line.strip()
+                elif line.strip():
+                    conn.setdefault(cur, []).append(line.strip())
+            assert conn.get("ssae_g-1:in_1") == ["system:capture_1"], conn
+            assert conn.get("ssae_g-2:in_2") == ["system:capture_2"], conn
             t_play = time.monotonic()
             players = [subprocess.Popen(["sndfile-jackplay", "--autoconnect=" + port, wav],
                                         env=jack.env, stdout=subprocess.PIPE,
