@@ -651,13 +651,31 @@ static float *cuda_input_buffer(void *impl, int slot, size_t *cap) {
   return slot ? c->h_x1 : c->h_x;
 }
 
+/* The windows of slot s are on the device (or their copy enqueued):
+ * kernel, scores back, event; no wait. */
+static int enqueue_rest(cuda_impl *c, int s, size_t n, int inject, ssae_err *err) {
+  const lane_bufs L = lane(c, s);
+  if (launch(c, L.d_x, n, L.d_scores, NULL, inject, err)) return -1;
+  CK(cudaMemcpyAsync(L.h_scores, L.d_scores, sizeof(float) * n, cudaMemcpyDeviceToHost,
+                     c->stream),
+     "copying scores from the device");
+  CK(cudaEventRecord(c->ev[s], c->stream), "recording an event");
+  c->pend_n[s] = n;
+  return 0;
+}
+
+static int slot_ready(cuda_impl *c, int s, size_t n, ssae_err *err) {
+  if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);
+  if (s < 0 || s > 1 || !lane(c, s).h_x || !c->ev[s] || n > c->cap)
+    return ssae_err_set(err, "CUDA: slot %d not set up for %zu windows", s, n);
+  return 0;
+}
+
 /* Copy in, kernel, copy out enqueued for slot s, then an event; no wait. */
 static int cuda_submit(void *impl, int s, const float *x, size_t n, ssae_err *err) {
   cuda_impl *c = (cuda_impl *)impl;
-  if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);
+  if (slot_ready(c, s, n, err)) return -1;
   const lane_bufs L = lane(c, s);
-  if (s < 0 || s > 1 || !L.h_x || !c->ev[s] || n > c->cap)
-    return ssae_err_set(err, "CUDA: slot %d not set up for %zu windows", s, n);
   c->runs++;
   const size_t FM = (size_t)c->FM;
   if (x != L.h_x) memcpy(L.h_x, x, sizeof(float) * FM * n);
@@ -666,18 +684,47 @@ static int cuda_submit(void *impl, int s, const float *x, size_t n, ssae_err *er
     graph_slot *g = get_graph(c, n, 0, err, s);
     if (!g) return -1;
     CK(cudaGraphLaunch(g->exec, c->stream), "launching the graph");
-  } else {
-    CK(cudaMemcpyAsync(L.d_x, L.h_x, sizeof(float) * FM * n, cudaMemcpyHostToDevice,
-                       c->stream),
-       "copying windows to the device");
-    if (launch(c, L.d_x, n, L.d_scores, NULL, inject, err)) return -1;
-    CK(cudaMemcpyAsync(L.h_scores, L.d_scores, sizeof(float) * n, cudaMemcpyDeviceToHost,
-                       c->stream),
-       "copying scores from the device");
+    CK(cudaEventRecord(c->ev[s], c->stream), "recording an event");
+    c->pend_n[s] = n;
+    return 0;
   }
-  CK(cudaEventRecord(c->ev[s], c->stream), "recording an event");
-  c->pend_n[s] = n;
+  CK(cudaMemcpyAsync(L.d_x, L.h_x, sizeof(float) * FM * n, cudaMemcpyHostToDevice,
+                     c->stream),
+     "copying windows to the device");
+  return enqueue_rest(c, s, n, inject, err);
+}
+
+/* The copy engine gathers the spans into slot s's device buffer (one 2D
+ * copy per span: rows of F*M floats at the span's pitch), no host copy. */
+static int cuda_submit_spans(void *impl, int s, const ssae_span *sp, int nsp, size_t n,
+                             ssae_err *err) {
+  cuda_impl *c = (cuda_impl *)impl;
+  if (slot_ready(c, s, n, err)) return -1;
+  const lane_bufs L = lane(c, s);
+  c->runs++;
+  const size_t FM = (size_t)c->FM;
+  size_t off = 0;
+  for (int i = 0; i < nsp; i++) {
+    if (!sp[i].n) continue;
+    CK(cudaMemcpy2DAsync(L.d_x + off * FM, sizeof(float) * FM, sp[i].x,
+                         sizeof(float) * (sp[i].n > 1 ? sp[i].pitch : FM), sizeof(float) * FM,
+                         sp[i].n, cudaMemcpyHostToDevice, c->stream),
+       "copying windows to the device");
+    off += sp[i].n;
+  }
+  return enqueue_rest(c, s, n, c->fail_after >= 0 && c->runs > c->fail_after, err);
+}
+
+static int cuda_host_register(void *p, size_t bytes) {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
   return 0;
+}
+
+static void cuda_host_unregister(void *p) {
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
 static int cuda_collect(void *impl, int s, float *scores, ssae_err *err) {
@@ -691,7 +738,8 @@ static int cuda_collect(void *impl, int s, float *scores, ssae_err *err) {
 
 extern "C" const ssae_backend_ops ssae_backend_cuda = {
     "cuda", cuda_available, cuda_create, cuda_run, cuda_destroy,
-    cuda_input_buffer, cuda_submit, cuda_collect,
+    cuda_input_buffer, cuda_submit, cuda_collect, cuda_submit_spans, cuda_host_register,
+    cuda_host_unregister,
 };
 
 extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {

@@ -134,6 +134,18 @@ struct ssae_engine {
   float *batch_x[2], *batch_scores[2], *bx[2];
   item_hdr *batch_hdr[2];
   size_t max_batch;
+  /* In place (the GPU, rings page-locked): the worker copies only each
+   * window's header; the device's copy engine reads the windows out of the
+   * rings (ssae_backend_submit_spans), and their slots are released when
+   * the batch's scores are in. spans[s]/nsp[s]: batch s's runs of
+   * consecutive slots; taken[g]: group g's slots taken but not released;
+   * rel[s][g]: those of batch s. Copying 4096 windows per period out of
+   * the rings cost the worker ~1 ms (BENCHMARKS.md, engine round 6). */
+  int in_place;
+  ssae_span *spans[2];
+  int nsp[2];
+  size_t *taken, *rel[2];
+  const ssae_backend_ops **pin_ops; /* per group: who page-locked its ring */
   /* On the CPU a channel's window shares F-1 frames with its previous one:
    * the worker keeps each channel's slice codes (ssae_backend_score_cached)
    * and encodes only the new frame. codes_end[c]: end_sample of the window
@@ -910,15 +922,20 @@ static void run_batch(ssae_engine *e, int b, size_t n) {
   publish_batch(e, b, n, rc, &err);
 }
 
-/* Batch b started on the backend (the GPU), collected by finish_batch. */
-static void submit_batch(ssae_engine *e, int b, size_t n) {
+/* Batch b started on the backend (the GPU), collected by finish_batch:
+ * laid out in bx[b], or in place (the device reads the windows from the
+ * rings: spans[b]). */
+static void submit_batch(ssae_engine *e, int b, size_t n, int in_place) {
   if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
   const int64_t t0 = now_ns();
   ssae_err err;
   err.msg[0] = 0;
   e->codes_valid = 0;
   /* Only bad arguments fail here; a backend failure comes out of collect. */
-  (void)ssae_backend_submit(e->backend, b, e->bx[b], n, &err);
+  if (in_place)
+    (void)ssae_backend_submit_spans(e->backend, b, e->spans[b], e->nsp[b], n, &err);
+  else
+    (void)ssae_backend_submit(e->backend, b, e->bx[b], n, &err);
   add_ns(&e->t_score, now_ns() - t0);
 }
 
@@ -927,8 +944,42 @@ static void finish_batch(ssae_engine *e, int b, size_t n) {
   ssae_err err;
   err.msg[0] = 0;
   int rc = ssae_backend_collect(e->backend, b, e->batch_scores[b], &err);
+  /* Scored (or scored again on the CPU, in place): the slots may go. */
+  for (int g = 0; e->rel[b] && g < e->G; g++)
+    if (e->rel[b][g]) {
+      ssae_ring_release_n(e->g[g].ring, e->rel[b][g]);
+      e->taken[g] -= e->rel[b][g];
+      e->rel[b][g] = 0;
+    }
+  e->nsp[b] = 0;
   add_ns(&e->t_score, now_ns() - t0);
   publish_batch(e, b, n, rc, &err);
+}
+
+/* Batch cur grows by group g's windows, up to lim in all, in place (the
+ * headers copied, each window added to the current run of slots). */
+static size_t take_in_place(ssae_engine *e, int g, int cur, size_t n, size_t lim) {
+  ssae_ring *ring = e->g[g].ring;
+  size_t stride = 0;
+  ssae_ring_memory(ring, NULL, &stride);
+  const size_t pitch = stride / sizeof(float);
+  ssae_span *sp = e->spans[cur];
+  while (n < lim) {
+    const unsigned char *slot = ssae_ring_peek(ring, e->taken[g]);
+    if (!slot) break;
+    memcpy(&e->batch_hdr[cur][n], slot, sizeof(item_hdr));
+    const float *w = (const float *)(slot + ITEM_HDR);
+    ssae_span *last = e->nsp[cur] ? &sp[e->nsp[cur] - 1] : NULL;
+    if (last && last->x + last->n * pitch == w) {
+      last->n++;
+    } else {
+      sp[e->nsp[cur]++] = (ssae_span){w, 1, pitch};
+    }
+    e->taken[g]++;
+    e->rel[cur][g]++;
+    n++;
+  }
+  return n;
 }
 
 /* While a batch is on the GPU, the next one is cut at this many windows,
@@ -953,6 +1004,7 @@ static void *worker_main(void *arg) {
   int cur = 0;   /* the batch being filled */
   int fly = -1;  /* the batch on the GPU, or -1 */
   int async = 0; /* the backend scores batches while the worker goes on */
+  int in_place = 0; /* async, the device reading the windows in the rings */
   for (;;) {
     if (n == 0) {
       /* Between batches only (the pending windows may sit in the old
@@ -962,7 +1014,11 @@ static void *worker_main(void *arg) {
       float *b0 = ssae_backend_input_buffer(e->backend, 0, &cap0);
       float *b1 = ssae_backend_input_buffer(e->backend, 1, &cap1);
       const int can = b0 && b1 && cap0 >= e->max_batch && cap1 >= e->max_batch;
-      if (fly < 0) async = can;
+      if (fly < 0) {
+        async = can;
+        /* Every slot released (no batch in flight, none being filled). */
+        in_place = async && e->in_place && ssae_backend_spans_direct(e->backend);
+      }
       e->bx[0] = can ? b0 : e->batch_x[0];
       e->bx[1] = can ? b1 : e->batch_x[1];
     }
@@ -971,6 +1027,10 @@ static void *worker_main(void *arg) {
     const size_t lim = fly >= 0 && e->max_batch > FLIGHT_BATCH ? FLIGHT_BATCH : e->max_batch;
     const int64_t tt = now_ns();
     for (int k = 0; k < e->G && n < lim; k++) {
+      if (in_place) {
+        n = take_in_place(e, (first + k) % e->G, cur, n, lim);
+        continue;
+      }
       ssae_ring *ring = e->g[(first + k) % e->G].ring;
       while (n < lim) {
         const unsigned char *slot = ssae_ring_read_slot(ring);
@@ -1023,7 +1083,7 @@ static void *worker_main(void *arg) {
     if (!async) {
       run_batch(e, cur, n);
     } else {
-      submit_batch(e, cur, n);
+      submit_batch(e, cur, n, in_place);
       if (fly >= 0) finish_batch(e, fly, fly_n);
       fly = cur;
       fly_n = n;
@@ -1044,6 +1104,30 @@ static int same_features(const ssae_feat_cfg *a, const ssae_feat_cfg *b) {
          a->fmin == b->fmin && a->fmax == b->fmax &&
          a->mel_scale == b->mel_scale && a->mel_norm == b->mel_norm &&
          a->power == b->power && a->frames == b->frames;
+}
+
+/* The in-place path when the backend reads spans itself: every ring
+ * page-locked (else its copies would go through the driver's staging,
+ * on this thread, which is the copy this path avoids). Nonzero only when
+ * out of memory; without page-locking the worker copies as before. */
+static int setup_in_place(ssae_engine *e) {
+  e->in_place = 0;
+  if (!ssae_backend_spans_direct(e->backend) || e->cfg.no_in_place) return 0;
+  e->taken = calloc((size_t)e->G, sizeof *e->taken);
+  e->rel[0] = calloc((size_t)e->G, sizeof *e->rel[0]);
+  e->rel[1] = calloc((size_t)e->G, sizeof *e->rel[1]);
+  e->pin_ops = calloc((size_t)e->G, sizeof *e->pin_ops);
+  e->spans[0] = calloc(e->max_batch, sizeof *e->spans[0]);
+  e->spans[1] = calloc(e->max_batch, sizeof *e->spans[1]);
+  if (!e->taken || !e->rel[0] || !e->rel[1] || !e->pin_ops || !e->spans[0] || !e->spans[1])
+    return -1;
+  for (int g = 0; g < e->G; g++) {
+    size_t bytes = 0;
+    void *mem = ssae_ring_memory(e->g[g].ring, &bytes, NULL);
+    if (ssae_backend_host_register(e->backend, mem, bytes, &e->pin_ops[g])) return 0;
+  }
+  e->in_place = 1;
+  return 0;
 }
 
 ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
@@ -1176,6 +1260,7 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   ssae_backend_set_fallback_cb(e->backend, on_fallback, e);
   atomic_store_explicit(&e->backend_name, ssae_backend_name(e->backend),
                         memory_order_relaxed);
+  if (setup_in_place(e)) goto oom;
 
   if (pthread_create(&e->thread, NULL, worker_main, e) != 0) {
     ssae_err_set(err, "engine: cannot start the worker thread");
@@ -1229,9 +1314,17 @@ void ssae_engine_free(ssae_engine *e) {
       free(gr->scratch_win);
       free(gr->deint);
       free(gr->zeros);
+      if (e->pin_ops && e->pin_ops[g])
+        ssae_backend_host_unregister(e->pin_ops[g], ssae_ring_memory(gr->ring, NULL, NULL));
       ssae_ring_free(gr->ring);
     }
   free(e->g);
+  free(e->taken);
+  free(e->rel[0]);
+  free(e->rel[1]);
+  free(e->pin_ops);
+  free(e->spans[0]);
+  free(e->spans[1]);
   for (int b = 0; b < 2; b++) {
     free(e->batch_x[b]);
     free(e->batch_scores[b]);

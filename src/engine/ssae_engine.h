@@ -18,7 +18,9 @@
  * the oldest one arrived), runs the backend (ssae_backend: CUDA or CPU, with
  * fallback to the CPU; on the CPU each channel's slice codes are kept so
  * that a window's new frame is the only one encoded; on the GPU one batch is
- * scored while the next is taken from the rings), and runs the detector per
+ * scored while the next is taken from the rings, and the rings are
+ * page-locked so that the GPU's copy engine reads the windows where they
+ * lie: the worker copies only their headers), and runs the detector per
  * channel: exponential
  * smoothing with a time constant, a threshold (the model's or the user's) and
  * hysteresis (alarm on after on_count smoothed scores above the threshold,
@@ -141,6 +143,10 @@ typedef struct ssae_engine_cfg {
   /* Test hook: the worker sleeps this long before each backend call (an
    * overloaded backend). 0 in normal use. */
   unsigned slow_backend_us;
+  /* 1: on the GPU the worker copies each window out of the rings into the
+   * batch, instead of the copy engine reading them in place (page-locked
+   * rings, the default); for comparison and tests. */
+  int no_in_place;
 } ssae_engine_cfg;
 
 /* channels 1, input_rate 0, defaults above. */

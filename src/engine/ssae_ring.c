@@ -43,7 +43,7 @@ ssae_ring *ssae_ring_new(size_t capacity, size_t item_size, ssae_err *err) {
   size_t cap = 2;
   while (cap < capacity) cap <<= 1;
   size_t stride = (item_size + RING_LINE - 1) / RING_LINE * RING_LINE;
-  if (stride / RING_LINE > SIZE_MAX / RING_LINE / cap) {
+  if (item_size > SIZE_MAX / 2 || stride / RING_LINE > (SIZE_MAX / 2) / RING_LINE / cap) {
     ssae_err_set(err, "ring: %zu items of %zu bytes is too large", cap,
                  item_size);
     return NULL;
@@ -54,7 +54,10 @@ ssae_ring *ssae_ring_new(size_t capacity, size_t item_size, ssae_err *err) {
     return NULL;
   }
   memset(r, 0, sizeof *r);
-  r->buf = aligned_alloc(RING_LINE, cap * stride);
+  /* Whole pages of its own: a device may page-lock exactly this memory
+   * (ssae_ring_memory), which must share no page with other allocations. */
+  const size_t page = 4096, bytes = (cap * stride + page - 1) / page * page;
+  r->buf = aligned_alloc(page, bytes);
   if (!r->buf) {
     free(r);
     ssae_err_set(err, "ring: out of memory for %zu items of %zu bytes", cap,
@@ -115,6 +118,27 @@ const void *ssae_ring_read_slot(ssae_ring *r) {
 void ssae_ring_release(ssae_ring *r) {
   r->tail_local++;
   atomic_store_explicit(&r->tail, r->tail_local, memory_order_release);
+}
+
+const void *ssae_ring_peek(ssae_ring *r, size_t i) {
+  const size_t tail = r->tail_local;
+  if (i >= r->head_cache - tail) {
+    r->head_cache = atomic_load_explicit(&r->head, memory_order_acquire);
+    if (i >= r->head_cache - tail) return NULL;
+  }
+  return r->buf + ((tail + i) & r->mask) * r->stride;
+}
+
+void ssae_ring_release_n(ssae_ring *r, size_t n) {
+  if (!n) return;
+  r->tail_local += n;
+  atomic_store_explicit(&r->tail, r->tail_local, memory_order_release);
+}
+
+void *ssae_ring_memory(const ssae_ring *r, size_t *bytes, size_t *stride) {
+  if (bytes) *bytes = (r->mask + 1) * r->stride;
+  if (stride) *stride = r->stride;
+  return r->buf;
 }
 
 int ssae_ring_pop(ssae_ring *r, void *item) {

@@ -41,6 +41,8 @@ const ssae_backend_ops *const ssae_backends[] = {
  * (async) or collect computes them (else; msg: why, when it failed). */
 typedef struct backend_slot {
   const float *x;
+  const ssae_span *sp; /* submit_spans: the runs (x unused), nsp of them */
+  int nsp;
   size_t n;
   int async, failed;
   char msg[SSAE_ERR_LEN];
@@ -268,6 +270,8 @@ int ssae_backend_submit(ssae_backend *b, int slot, const float *x, size_t n, ssa
     return ssae_err_set(err, "backend: bad arguments to submit");
   backend_slot *s = &b->slot[slot];
   s->x = x;
+  s->sp = NULL;
+  s->nsp = 0;
   s->n = n;
   s->async = s->failed = 0;
   if (b->fell_back || !b->ops->submit || !n) return 0;
@@ -300,7 +304,73 @@ int ssae_backend_collect(ssae_backend *b, int slot, float *scores, ssae_err *err
   }
   /* Not submitted to the backend (none asynchronous, or after a fall
    * back: then the CPU): scored now. */
+  if (s->sp) {
+    /* The windows in place: each span laid out contiguously is one call;
+     * otherwise a window at a time. */
+    size_t off = 0;
+    const size_t wf = (size_t)b->m->d.frames * (size_t)b->m->d.n_mels;
+    for (int i = 0; i < s->nsp; i++) {
+      const ssae_span *p = &s->sp[i];
+      if (p->pitch == wf || p->n == 1) {
+        if (ssae_backend_run(b, p->x, p->n, scores + off, NULL, err)) return -1;
+      } else {
+        for (size_t j = 0; j < p->n; j++)
+          if (ssae_backend_run(b, p->x + j * p->pitch, 1, scores + off + j, NULL, err))
+            return -1;
+      }
+      off += p->n;
+    }
+    return 0;
+  }
   return ssae_backend_run(b, s->x, s->n, scores, NULL, err);
+}
+
+int ssae_backend_spans_direct(const ssae_backend *b) {
+  return b && !b->fell_back && b->ops->submit_spans != NULL;
+}
+
+int ssae_backend_submit_spans(ssae_backend *b, int slot, const ssae_span *sp, int nsp,
+                              size_t n, ssae_err *err) {
+  if (!b || slot < 0 || slot >= SSAE_BACKEND_SLOTS || nsp < 0 || (!sp && nsp))
+    return ssae_err_set(err, "backend: bad arguments to submit_spans");
+  const size_t wf = (size_t)b->m->d.frames * (size_t)b->m->d.n_mels;
+  size_t total = 0;
+  for (int i = 0; i < nsp; i++) {
+    if ((!sp[i].x && sp[i].n) || (sp[i].n > 1 && sp[i].pitch < wf))
+      return ssae_err_set(err, "backend: span %d overlaps itself (pitch %zu < %zu floats)", i,
+                          sp[i].pitch, wf);
+    total += sp[i].n;
+  }
+  if (total != n) return ssae_err_set(err, "backend: spans hold %zu windows, not %zu", total, n);
+  backend_slot *s = &b->slot[slot];
+  s->x = NULL;
+  s->sp = sp;
+  s->nsp = nsp;
+  s->n = n;
+  s->async = s->failed = 0;
+  if (!ssae_backend_spans_direct(b) || !n) return 0;
+  b->runs++;
+  ssae_err e = {{0}};
+  if (hook_fails(b, &e) || b->ops->submit_spans(b->impl, slot, sp, nsp, n, &e)) {
+    s->failed = 1;
+    snprintf(s->msg, sizeof s->msg, "%s", e.msg);
+  } else {
+    s->async = 1;
+  }
+  return 0;
+}
+
+int ssae_backend_host_register(ssae_backend *b, void *p, size_t bytes,
+                               const ssae_backend_ops **ops) {
+  if (ops) *ops = NULL;
+  if (!b || !p || !bytes || !b->ops->host_register || b->ops->host_register(p, bytes))
+    return -1;
+  if (ops) *ops = b->ops;
+  return 0;
+}
+
+void ssae_backend_host_unregister(const ssae_backend_ops *ops, void *p) {
+  if (ops && ops->host_unregister && p) ops->host_unregister(p);
 }
 
 /* Windows per call of a window-only backend in ssae_backend_run_frames. */

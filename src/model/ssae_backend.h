@@ -14,6 +14,8 @@
 extern "C" {
 #endif
 
+struct ssae_span;
+
 typedef struct ssae_backend_ops {
   const char *name;
   /* 1 when the backend can run here (device present, ...). */
@@ -36,7 +38,21 @@ typedef struct ssae_backend_ops {
   float *(*input_buffer)(void *impl, int slot, size_t *cap);
   int (*submit)(void *impl, int slot, const float *x, size_t n, ssae_err *err);
   int (*collect)(void *impl, int slot, float *scores, ssae_err *err);
+  /* Optional: submit of slot s from runs of windows where they lie
+   * (ssae_backend_submit_spans), the device's copy engine reading them
+   * from host memory; and page-locking such memory for the process
+   * (0 or -1), undone by host_unregister. */
+  int (*submit_spans)(void *impl, int slot, const struct ssae_span *sp, int nsp, size_t n,
+                      ssae_err *err);
+  int (*host_register)(void *p, size_t bytes);
+  void (*host_unregister)(void *p);
 } ssae_backend_ops;
+
+/* n windows from x on, window i at x + i * pitch (floats). */
+typedef struct ssae_span {
+  const float *x;
+  size_t n, pitch;
+} ssae_span;
 
 /* NULL-terminated, CPU last. */
 extern const ssae_backend_ops *const ssae_backends[];
@@ -98,6 +114,28 @@ int ssae_backend_score_cached(ssae_backend *b, const float *x, size_t n,
 float *ssae_backend_input_buffer(ssae_backend *b, int slot, size_t *cap);
 int ssae_backend_submit(ssae_backend *b, int slot, const float *x, size_t n, ssae_err *err);
 int ssae_backend_collect(ssae_backend *b, int slot, float *scores, ssae_err *err);
+
+/* Submit of slot s from nsp runs of windows (n in all) where they lie,
+ * e.g. in place in the rings they arrived through: the GPU copies them
+ * straight from there (from page-locked memory without any CPU copy; see
+ * ssae_backend_host_register), so the caller copies nothing. sp and the
+ * windows stay unchanged until the slot's collect, which falls back like
+ * ssae_backend_collect (the CPU then scores the windows in place). Works
+ * on every backend; ssae_backend_spans_direct says whether it saves the
+ * copy (1: the device reads the spans; 0: the CPU scores them at collect,
+ * one window per call, slower than a laid-out batch). */
+int ssae_backend_submit_spans(ssae_backend *b, int slot, const ssae_span *sp, int nsp,
+                              size_t n, ssae_err *err);
+int ssae_backend_spans_direct(const ssae_backend *b);
+/* Page-locks [p, p + bytes) for the device copies of b's kind, for the
+ * process (it outlives b; a later backend of the same kind benefits).
+ * Returns 0, or -1 when b's kind has no such thing or it failed: copies
+ * from there then still work, through the driver's own staging. Undo with
+ * ssae_backend_host_unregister(ops, p), ops: what this call returned
+ * through *ops (the kind that pinned it). */
+int ssae_backend_host_register(ssae_backend *b, void *p, size_t bytes,
+                               const ssae_backend_ops **ops);
+void ssae_backend_host_unregister(const ssae_backend_ops *ops, void *p);
 
 /* Name of the backend now in use ("cuda", "cpu"). */
 const char *ssae_backend_name(const ssae_backend *b);

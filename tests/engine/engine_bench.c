@@ -5,11 +5,20 @@
  *   engine_bench [--channels N[,N...]] [--seconds S] [--block B]
  *                [--backend cpu|cuda|auto] [--batch B] [--model M]
  *                [--deadline-ms D] [--cpu-threads T] [--spin-ms S]
- *                [--groups G]
+ *                [--groups G] [--pin] [--nice N] [--no-in-place]
  *
  * --groups G: the channels in G input groups, each fed by its own thread
  * (as G sound cards or JACK clients would); the audio-thread columns are
  * then those of the busiest thread.
+ * --pin: feeding thread g runs on CPU 1 + g only (CPU 0 and the rest left to
+ * the worker and the system). --nice N: the feeding threads at nice N.
+ * Both stand in for SCHED_FIFO where the system refuses it (containers
+ * without a real-time budget): at normal priority the scheduler may queue
+ * two feeding threads on one core while another idles, and the second waits
+ * a time slice (3-25 ms) in the middle of its block, which JACK's or
+ * PortAudio's real-time threads would not.
+ * --no-in-place: on the GPU the worker copies the windows out of the rings
+ * (ssae_engine_cfg.no_in_place), for comparison.
  *
  * One line per channel count: channels, windows, dropped, batches, p50, p99,
  * max latency (ms), audio-thread time per block (mean, max, ms), the mean
@@ -17,6 +26,7 @@
  * computes an FFT and emits a window then: the floor under the latency of
  * the last channel's window), the share of the period the audio thread
  * used, max RSS (MB). */
+#define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "ssae_engine.h"
@@ -36,7 +48,7 @@ static double now_s(void) {
 
 typedef struct bopts {
   double seconds, deadline, spin;
-  int block, cpu_threads, groups;
+  int block, cpu_threads, groups, pin, nice, no_in_place;
   long batch;
   const char *backend;
 } bopts;
@@ -70,6 +82,16 @@ static void *feed(void *arg) {
     sp.sched_priority = sched_get_priority_min(SCHED_FIFO) + 10;
     pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
   }
+  if (f->o->pin) {
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(ncpu > 1 ? 1 + f->g % (int)(ncpu - 1) : 0, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) perror("engine_bench: --pin");
+  }
+  if (f->o->nice &&
+      setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), f->o->nice) != 0)
+    perror("engine_bench: --nice");
   const int block = f->o->block;
   int c0, nc;
   ssae_engine_group_channels(f->e, f->g, &c0, &nc);
@@ -115,6 +137,7 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   cfg.cpu_threads = o->cpu_threads;
   cfg.spin_ms = o->spin;
   cfg.groups = G;
+  cfg.no_in_place = o->no_in_place;
   cfg.params.threshold = 1e30;
   ssae_err err;
   ssae_engine *e = ssae_engine_new(m, &cfg, &err);
@@ -174,9 +197,19 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
 
 int main(int argc, char **argv) {
   const char *chans = "1,16,64,128,256,384,512";
-  bopts o = {10, 0, 0, 256, 0, 1, 0, "cpu"};
+  bopts o = {.seconds = 10, .block = 256, .groups = 1, .backend = "cpu"};
   const char *model_path = NULL;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
+    if (!strcmp(argv[i], "--pin") || !strcmp(argv[i], "--no-in-place")) {
+      if (argv[i][2] == 'p') o.pin = 1;
+      else o.no_in_place = 1;
+      i--; /* no value */
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "engine_bench: %s needs a value\n", argv[i]);
+      return 2;
+    }
     if (!strcmp(argv[i], "--channels")) chans = argv[i + 1];
     else if (!strcmp(argv[i], "--seconds")) o.seconds = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--block")) o.block = atoi(argv[i + 1]);
@@ -186,6 +219,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--cpu-threads")) o.cpu_threads = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--spin-ms")) o.spin = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--groups")) o.groups = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--nice")) o.nice = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--model")) model_path = argv[i + 1];
     else {
       fprintf(stderr, "engine_bench: unknown option %s\n", argv[i]);
@@ -206,10 +240,11 @@ int main(int argc, char **argv) {
   }
   printf("# engine_bench: %g s per run at real-time pace, blocks of %d samples "
          "(16 kHz), backend %s, max batch %ld, deadline %g ms, CPU threads %d, "
-         "spin %g ms (0: none), %d feeding thread(s) %s\n",
+         "spin %g ms (0: none), %d feeding thread(s) %s%s, nice %d%s\n",
          o.seconds, o.block, o.backend, o.batch ? o.batch : 256, o.deadline,
          o.cpu_threads, o.spin == 0 ? 0.5 : o.spin < 0 ? 0.0 : o.spin, o.groups > 1 ? o.groups : 1,
-         rt ? "SCHED_FIFO" : "normal priority");
+         rt ? "SCHED_FIFO" : "normal priority", o.pin ? ", pinned" : "", o.nice,
+         o.no_in_place ? ", windows copied out of the rings" : "");
   printf("# chans   windows  dropped  batches  p50(ms)  p99(ms)  max(ms) "
          "blk_mean  blk_max frameblk  audio%%  rss(MB) take/score/publish backend\n");
   char *list = strdup(chans);

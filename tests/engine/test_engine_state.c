@@ -108,13 +108,21 @@ static void sleep_ms(double ms) {
 }
 
 /* The backend under test: "cpu", or "cuda" (argv[1]; exits 77 when no
- * device can run it), so that the GPU worker path (windows laid out in the
- * backend's pinned buffer, fall back mid-stream) is tested on the GPU. */
+ * device can run it), so that the GPU worker path (windows read in place
+ * from the page-locked rings by the copy engine, fall back mid-stream: the
+ * CPU scores them there) is tested on the GPU; "cuda-copy": the same with
+ * the windows copied into the backend's pinned buffers instead. */
+static int no_in_place; /* "cuda-copy": the worker copies windows out of the rings */
 static const char *pick_backend(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "cpu")) return "cpu";
+  const char *name = argv[1];
+  if (!strcmp(name, "cuda-copy")) {
+    no_in_place = 1;
+    name = "cuda";
+  }
   for (int i = 0; ssae_backends[i]; i++)
-    if (!strcmp(ssae_backends[i]->name, argv[1]) && ssae_backends[i]->available())
-      return argv[1];
+    if (!strcmp(ssae_backends[i]->name, name) && ssae_backends[i]->available())
+      return name;
   printf("backend %s: not in this build or no device: skipped\n", argv[1]);
   exit(77);
 }
@@ -128,6 +136,7 @@ int main(int argc, char **argv) {
   ssae_engine_cfg_default(&cfg);
   cfg.channels = C;
   cfg.backend = backend;
+  cfg.no_in_place = no_in_place;
   cfg.cpu_threads = 1;
   cfg.emit_windows = 1;
   cfg.on_event = on_event;

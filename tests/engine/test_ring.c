@@ -107,6 +107,29 @@ int main(int argc, char **argv) {
     CHECK(ssae_ring_push(r, &it) == 0);
     CHECK(ssae_ring_pop(r, &it) == 0 && valid(&it, 7));
   }
+  /* Items kept in place past later reads (peek), released together. */
+  for (uint64_t i = 0; i < 6; i++) {
+    fill(&it, 40 + i);
+    CHECK(ssae_ring_push(r, &it) == 0);
+  }
+  for (uint64_t i = 0; i < 6; i++) CHECK(valid(ssae_ring_peek(r, i), 40 + i));
+  CHECK(ssae_ring_peek(r, 6) == NULL);
+  CHECK(ssae_ring_peek(r, 0) == ssae_ring_read_slot(r));
+  ssae_ring_release_n(r, 0);
+  CHECK(ssae_ring_count(r) == 6);
+  ssae_ring_release_n(r, 4);
+  CHECK(ssae_ring_count(r) == 2 && valid(ssae_ring_peek(r, 0), 44));
+  for (uint64_t i = 0; i < 6; i++) { /* the freed slots are writable again */
+    fill(&it, 50 + i);
+    CHECK(ssae_ring_push(r, &it) == 0);
+  }
+  CHECK(ssae_ring_push(r, &it) == -1);
+  CHECK(valid(ssae_ring_peek(r, 7), 55) && ssae_ring_peek(r, 8) == NULL);
+  ssae_ring_release_n(r, 8);
+  CHECK(ssae_ring_count(r) == 0 && ssae_ring_peek(r, 0) == NULL);
+  size_t bytes = 0, stride = 0;
+  unsigned char *mem = ssae_ring_memory(r, &bytes, &stride);
+  CHECK(mem && stride >= sizeof(item) && stride % 64 == 0 && bytes == 8 * stride);
   ssae_ring_free(r);
   ssae_ring_free(NULL);
 
@@ -117,6 +140,26 @@ int main(int argc, char **argv) {
   CHECK(pthread_create(&th, NULL, producer, r) == 0);
   uint64_t expect = 0, empty = 0;
   while (expect < n_items) {
+    if ((expect & 12) == 12) {
+      /* In place, several at once (as the GPU worker takes windows). */
+      uint64_t k = 0;
+      const item *slot;
+      while (k < 5 && expect + k < n_items && (slot = ssae_ring_peek(r, k))) {
+        if (!valid(slot, expect + k)) {
+          fprintf(stderr, "item %llu corrupt or out of order (peeked seq %llu)\n",
+                  (unsigned long long)(expect + k), (unsigned long long)slot->seq);
+          return 1;
+        }
+        k++;
+      }
+      if (!k) {
+        if (++empty % 32 == 0) sched_yield();
+        continue;
+      }
+      ssae_ring_release_n(r, k);
+      expect += k;
+      continue;
+    }
     if (expect & 2) {
       const item *slot = ssae_ring_read_slot(r);
       if (!slot) {

@@ -374,29 +374,40 @@ static void run_fallback(void) {
   ssae_model_free(m);
 }
 
+/* A random default-size model, a CUDA backend on it whose fourth run (the
+ * start-up self-test is the first) fails for real, and the CPU; 0 when the
+ * test cannot go on (reported). */
+static int failing_setup(ssae_dims *d, ssae_model **m, ssae_backend **b, ssae_cpu **cpu) {
+  ssae_err err = {{0}};
+  ssae_dims_default(d);
+  *m = random_model(d);
+  setenv("SSAE_CUDA_FAIL_AFTER", "3", 1);
+  *b = ssae_backend_new(*m, "cuda", 4096, &err);
+  unsetenv("SSAE_CUDA_FAIL_AFTER");
+  *cpu = ssae_cpu_new(*m, 0, &err);
+  if (!*b || !*cpu) {
+    CHECK(0, "backend: %s", err.msg);
+    ssae_backend_free(*b);
+    ssae_cpu_free(*cpu);
+    ssae_model_free(*m);
+    return 0;
+  }
+  fallback_msgs = 0;
+  ssae_backend_set_fallback_cb(*b, on_fallback, NULL);
+  return 1;
+}
+
 /* Asynchronous slots (the engine's worker): two batches in flight, laid out
  * in the backend's pinned buffers or given from elsewhere, equal to the
  * CPU; then a real CUDA failure at the launch of the third batch: collect
  * falls back and scores it on the CPU from the slot's windows. */
 static void run_async(void) {
   ssae_dims d;
-  ssae_dims_default(&d);
-  ssae_model *m = random_model(&d);
+  ssae_model *m;
+  ssae_backend *b;
+  ssae_cpu *cpu;
   ssae_err err = {{0}};
-  /* Run 1 is the start-up self-test; submits 1 and 2 run, the third fails. */
-  setenv("SSAE_CUDA_FAIL_AFTER", "3", 1);
-  ssae_backend *b = ssae_backend_new(m, "cuda", 4096, &err);
-  unsetenv("SSAE_CUDA_FAIL_AFTER");
-  ssae_cpu *cpu = ssae_cpu_new(m, 0, &err);
-  if (!b || !cpu) {
-    CHECK(0, "backend: %s", err.msg);
-    ssae_backend_free(b);
-    ssae_cpu_free(cpu);
-    ssae_model_free(m);
-    return;
-  }
-  fallback_msgs = 0;
-  ssae_backend_set_fallback_cb(b, on_fallback, NULL);
+  if (!failing_setup(&d, &m, &b, &cpu)) return;
   const size_t FM = 320, n[3] = {4096, 37, 1000};
   size_t cap0 = 0, cap1 = 0;
   float *b0 = ssae_backend_input_buffer(b, 0, &cap0), *b1 = ssae_backend_input_buffer(b, 1, &cap1);
@@ -446,6 +457,81 @@ static void run_async(void) {
     free(ref[i]);
   }
   free(own);
+  ssae_cpu_free(cpu);
+  ssae_backend_free(b);
+  ssae_model_free(m);
+}
+
+/* Batches read in place (ssae_backend_submit_spans) from a page-locked
+ * array of slots at a pitch wider than a window (as the engine's rings):
+ * two batches in flight, then a third that fails and is scored on the CPU
+ * from the slots. */
+static void run_spans(void) {
+  ssae_dims d;
+  ssae_model *m;
+  ssae_backend *b;
+  ssae_cpu *cpu;
+  ssae_err err = {{0}};
+  if (!failing_setup(&d, &m, &b, &cpu)) return;
+  const size_t FM = 320, P = FM + 16, R = 3000;
+  float *ring = xmalloc(R * P * sizeof *ring), *win = xmalloc(R * FM * sizeof *win);
+  float *ref = xmalloc(R * sizeof *ref);
+  random_windows(&d, win, R);
+  ssae_cpu_forward(cpu, win, R, ref, NULL);
+  poison(ring, R * P);
+  for (size_t i = 0; i < R; i++) memcpy(ring + i * P + 8, win + i * FM, FM * sizeof *win);
+  const ssae_backend_ops *pin = NULL;
+  CHECK(!ssae_backend_host_register(b, ring, R * P * sizeof *ring, &pin) && pin,
+        "page-locking the slots");
+  CHECK(ssae_backend_spans_direct(b), "the CUDA backend does not read spans itself");
+  size_t cap = 0;
+  CHECK(ssae_backend_input_buffer(b, 0, &cap) && ssae_backend_input_buffer(b, 1, &cap),
+        "slot buffers");
+  /* Batch 0: slots 0-99, 150, 200-1199 (a span of one, then one that wraps
+   * nothing); batch 1: 1300-1336; batch 2 (fails): 2000-2499 and 2900. */
+  const ssae_span s0[3] = {{ring + 8, 100, P}, {ring + 150 * P + 8, 1, P},
+                           {ring + 200 * P + 8, 1000, P}};
+  const ssae_span s1[1] = {{ring + 1300 * P + 8, 37, P}};
+  const ssae_span s2[2] = {{ring + 2000 * P + 8, 500, P}, {ring + 2900 * P + 8, 1, P}};
+  const size_t first[3][3] = {{0, 150, 200}, {1300, 0, 0}, {2000, 2900, 0}};
+  const ssae_span *sp[3] = {s0, s1, s2};
+  const int nsp[3] = {3, 1, 2};
+  const size_t n[3] = {1101, 37, 501};
+  float *sc[3];
+  for (int i = 0; i < 3; i++) {
+    sc[i] = xmalloc(n[i] * sizeof *sc[i]);
+    poison(sc[i], n[i]);
+  }
+  const ssae_span bad = {ring + 8, 2, FM - 1};
+  CHECK(ssae_backend_submit_spans(b, 0, s0, 3, 1100, &err) == -1, "a wrong total accepted");
+  CHECK(ssae_backend_submit_spans(b, 0, &bad, 1, 2, &err) == -1, "overlapping rows accepted");
+  CHECK(!ssae_backend_submit_spans(b, 0, sp[0], nsp[0], n[0], &err), "spans 0: %s", err.msg);
+  CHECK(!ssae_backend_submit_spans(b, 1, sp[1], nsp[1], n[1], &err), "spans 1: %s", err.msg);
+  CHECK(!ssae_backend_collect(b, 0, sc[0], &err), "collect 0: %s", err.msg);
+  CHECK(!ssae_backend_submit_spans(b, 0, sp[2], nsp[2], n[2], &err), "spans 2: %s", err.msg);
+  CHECK(!ssae_backend_collect(b, 1, sc[1], &err), "collect 1: %s", err.msg);
+  CHECK(!ssae_backend_collect(b, 0, sc[2], &err), "collect 2: %s", err.msg);
+  size_t lost = 0, off = 0;
+  for (int i = 0; i < 3; i++) {
+    size_t k = 0;
+    for (int j = 0; j < nsp[i]; j++)
+      for (size_t w = 0; w < sp[i][j].n; w++, k++) {
+        const float r = ref[first[i][j] + w], v = sc[i][k];
+        if (!isfinite(v)) lost++;
+        else if (fabsf(v - r) > 2e-5f * fabsf(r) || (i == 2 && v != r)) off++;
+      }
+  }
+  printf("spans: batches of %zu (3 runs) and %zu in flight together from page-locked slots, "
+         "then %zu after a CUDA failure: %zu lost, %zu off, backend now %s\n",
+         n[0], n[1], n[2], lost, off, ssae_backend_name(b));
+  CHECK(lost == 0 && off == 0, "spans: %zu lost, %zu off", lost, off);
+  CHECK(fallback_msgs == 1, "spans: fallback reported %d times", fallback_msgs);
+  CHECK(!ssae_backend_spans_direct(b), "spans still direct after the fall back");
+  ssae_backend_host_unregister(pin, ring);
+  for (int i = 0; i < 3; i++) free(sc[i]);
+  free(ring);
+  free(win);
+  free(ref);
   ssae_cpu_free(cpu);
   ssae_backend_free(b);
   ssae_model_free(m);
@@ -511,9 +597,12 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--fallback")) {
     run_fallback();
     run_async();
+    run_spans();
+  } else if (argc > 1 && !strcmp(argv[1], "--tiny")) {
+    run_cases(2);
+  } else {
+    run_cases(argc > 1 && !strcmp(argv[1], "--quick"));
   }
-  else if (argc > 1 && !strcmp(argv[1], "--tiny")) run_cases(2);
-  else run_cases(argc > 1 && !strcmp(argv[1], "--quick"));
   if (failures) printf("%d failures\n", failures);
   else printf("all passed\n");
   return failures ? 1 : 0;

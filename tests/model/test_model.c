@@ -492,6 +492,39 @@ static void test_backend(void) {
   CHECK(!ssae_backend_run(b, x, n, s, NULL, &err) && cb_calls == 1, "reported twice");
   ssae_backend_free(b);
 
+  /* Windows where they lie (the engine's rings): runs at a pitch wider than
+   * a window, one of one window, one laid out contiguously; the CPU scores
+   * them at collect, the same as a laid-out batch. */
+  b = ssae_backend_new(m, "cpu", 0, &err);
+  CHECK(b, "cpu backend: %s", err.msg);
+  const size_t P = win + 16;
+  float *slots = malloc(20 * P * sizeof *slots);
+  for (size_t i = 0; i < 20 * P; i++) slots[i] = NAN;
+  for (size_t i = 0; i < 20; i++) memcpy(slots + i * P + 8, x + i * win, win * sizeof *x);
+  const ssae_span sp[3] = {{slots + 8, 19, P}, {slots + 19 * P + 8, 1, P}, {x + 20 * win, 30, win}};
+  const ssae_span overlap = {slots + 8, 2, win - 1};
+  const ssae_backend_ops *pin = NULL;
+  CHECK(!ssae_backend_spans_direct(b), "the CPU reads spans itself?");
+  CHECK(ssae_backend_host_register(b, slots, 20 * P * sizeof *slots, &pin) == -1 && !pin,
+        "the CPU page-locks memory?");
+  CHECK(ssae_backend_submit_spans(b, 0, sp, 3, 49, &err) == -1 && strstr(err.msg, "not 49"),
+        "a wrong total: %s", err.msg);
+  CHECK(ssae_backend_submit_spans(b, 0, &overlap, 1, 2, &err) == -1 &&
+            strstr(err.msg, "overlaps"),
+        "overlapping rows: %s", err.msg);
+  memset(s, 0, n * sizeof *s);
+  CHECK(!ssae_backend_submit_spans(b, 1, sp, 3, 50, &err), "submit_spans: %s", err.msg);
+  CHECK(!ssae_backend_collect(b, 1, s, &err), "collect: %s", err.msg);
+  CHECK(same_floats(s, s_ref, n), "scores of windows in place differ from the batch's");
+  /* A failure of the backend at that step: still scored, from the spans. */
+  ssae_backend_fail_next(b);
+  memset(s, 0, n * sizeof *s);
+  CHECK(!ssae_backend_submit_spans(b, 0, sp, 3, 50, &err) && !ssae_backend_collect(b, 0, s, &err),
+        "spans after a forced failure: %s", err.msg);
+  CHECK(same_floats(s, s_ref, n), "spans after a forced failure differ");
+  free(slots);
+  ssae_backend_free(b);
+
   /* The environment hook fails the 2nd run. */
   setenv("SSAE_BACKEND_FAIL_AT", "2", 1);
   cb_calls = 0;
