@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ssae_backend.h"
+#include "engine_test_model.h"
 #include "ssae_engine.h"
 #include "ssae_logmel.h"
 #include "ssae_resample.h"
@@ -261,19 +262,8 @@ static void run(const ssae_model *m, ssae_backend *be, int C, long rate, int int
 
 int main(void) {
   ssae_err err = {{0}};
-  ssae_dims d;
-  ssae_dims_default(&d);
-  ssae_model *m = ssae_model_new(&d, &err);
-  if (!m) {
-    fprintf(stderr, "%s\n", err.msg);
-    return 1;
-  }
-  ssae_model_init(m, 3);
-  if (ssae_model_update(m, &err)) {
-    fprintf(stderr, "%s\n", err.msg);
-    return 1;
-  }
-  m->threshold = 1e30;
+  ssae_model *m = engine_test_model(3, 1e30);
+  if (!m) return 1;
   ssae_backend *be = ssae_backend_new_threads(m, "cpu", 100, 1, &err);
   if (!be) {
     fprintf(stderr, "%s\n", err.msg);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine_test_model.h"
 #include "ssae_engine.h"
 
 static atomic_ullong drop_events, last_status_dropped, status_events;
@@ -37,12 +38,8 @@ static double now_ms(void) {
 
 int main(void) {
   ssae_err err;
-  ssae_dims d;
-  ssae_dims_default(&d);
-  ssae_model *m = ssae_model_new(&d, &err);
+  ssae_model *m = engine_test_model(3, NAN);
   if (!m) return 1;
-  ssae_model_init(m, 3);
-  if (ssae_model_update(m, &err)) return 1;
 
   const int C = 4;
   const unsigned slow_us = 50000; /* 50 ms per batch of 2 windows */

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine_test_model.h"
 #include "ssae_engine.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -242,20 +243,8 @@ static int one(const char *what, const ssae_model *m, int channels, double rate,
 }
 
 int main(void) {
-  ssae_err err;
-  ssae_dims d;
-  ssae_dims_default(&d);
-  ssae_model *m = ssae_model_new(&d, &err);
-  if (!m) {
-    fprintf(stderr, "%s\n", err.msg);
-    return 1;
-  }
-  ssae_model_init(m, 1);
-  if (ssae_model_update(m, &err)) {
-    fprintf(stderr, "%s\n", err.msg);
-    return 1;
-  }
-  m->threshold = 100.0;
+  ssae_model *m = engine_test_model(1, 100.0);
+  if (!m) return 1;
   int bad = 0;
   /* The audio threads run flat out, not at real-time pace: the cases that
    * expect no drop have rings that hold every window (up to 37 x 184), so

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "ssae_backend.h"
+#include "engine_test_model.h"
 #include "ssae_engine.h"
 
 #define FAIL(...)                 \
@@ -91,14 +92,8 @@ static void *reader_main(void *arg) {
 }
 
 static ssae_model *model(void) {
-  ssae_err err;
-  ssae_dims d;
-  ssae_dims_default(&d);
-  ssae_model *m = ssae_model_new(&d, &err);
-  if (!m) FAIL("%s", err.msg);
-  ssae_model_init(m, 11);
-  if (ssae_model_update(m, &err)) FAIL("%s", err.msg);
-  m->threshold = NAN;
+  ssae_model *m = engine_test_model(11, NAN);
+  if (!m) exit(1);
   return m;
 }
 
