@@ -147,6 +147,9 @@ typedef struct ssae_engine_cfg {
    * batch, instead of the copy engine reading them in place (page-locked
    * rings, the default); for comparison and tests. */
   int no_in_place;
+  /* 1: the worker starts cold (no warm-up batch at creation); for
+   * comparison only. */
+  int no_warm;
 } ssae_engine_cfg;
 
 /* channels 1, input_rate 0, defaults above. */

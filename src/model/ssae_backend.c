@@ -258,6 +258,15 @@ int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores, f
   return ssae_backend_cpu.run(b->cpu, x, n, scores, recon, err);
 }
 
+void ssae_backend_warm(ssae_backend *b, const float *x, size_t n, float *scores) {
+  if (!b || !x || !scores || !n) return;
+  ssae_err e = {{0}};
+  if (b->fell_back)
+    (void)ssae_backend_cpu.run(b->cpu, x, n, scores, NULL, &e);
+  else
+    (void)b->ops->run(b->impl, x, n, scores, NULL, &e);
+}
+
 float *ssae_backend_input_buffer(ssae_backend *b, int slot, size_t *cap) {
   if (cap) *cap = 0;
   if (!b || b->fell_back || !b->ops->input_buffer || slot < 0 || slot >= SSAE_BACKEND_SLOTS)

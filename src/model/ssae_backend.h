@@ -84,6 +84,13 @@ int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores,
 int ssae_backend_run_frames(ssae_backend *b, const float *frames, size_t n_frames,
                             float *scores, ssae_err *err);
 
+/* Runs n windows at x through b once, scores discarded (scores: n floats
+ * of scratch), so that first-use costs (page faults, cold code, lazy
+ * device set-up) are paid before real-time work starts. Not a run: no test
+ * hook fires and a failure does not fall back (a real fault shows again at
+ * the next run, which falls back and reports it). */
+void ssae_backend_warm(ssae_backend *b, const float *x, size_t n, float *scores);
+
 /* 1 when b runs on the CPU and no test hook is armed: a caller may then
  * score on ssae_cpu objects of its own (one per thread, ssae_cpu.h) with
  * the same results as through b. */

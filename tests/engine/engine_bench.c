@@ -5,7 +5,7 @@
  *   engine_bench [--channels N[,N...]] [--seconds S] [--block B]
  *                [--backend cpu|cuda|auto] [--batch B] [--model M]
  *                [--deadline-ms D] [--cpu-threads T] [--spin-ms S]
- *                [--groups G] [--pin] [--nice N] [--no-in-place]
+ *                [--groups G] [--pin] [--nice N] [--no-in-place] [--no-warm]
  *
  * --groups G: the channels in G input groups, each fed by its own thread
  * (as G sound cards or JACK clients would); the audio-thread columns are
@@ -19,6 +19,8 @@
  * PortAudio's real-time threads would not.
  * --no-in-place: on the GPU the worker copies the windows out of the rings
  * (ssae_engine_cfg.no_in_place), for comparison.
+ * --no-warm: the worker starts cold (ssae_engine_cfg.no_warm), for
+ * comparison: its first batch then takes the page faults.
  *
  * One line per channel count: channels, windows, dropped, batches, p50, p99,
  * max latency (ms), audio-thread time per block (mean, max, ms), the mean
@@ -48,7 +50,7 @@ static double now_s(void) {
 
 typedef struct bopts {
   double seconds, deadline, spin;
-  int block, cpu_threads, groups, pin, nice, no_in_place;
+  int block, cpu_threads, groups, pin, nice, no_in_place, no_warm;
   long batch;
   const char *backend;
 } bopts;
@@ -138,6 +140,7 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   cfg.spin_ms = o->spin;
   cfg.groups = G;
   cfg.no_in_place = o->no_in_place;
+  cfg.no_warm = o->no_warm;
   cfg.params.threshold = 1e30;
   ssae_err err;
   ssae_engine *e = ssae_engine_new(m, &cfg, &err);
@@ -200,8 +203,10 @@ int main(int argc, char **argv) {
   bopts o = {.seconds = 10, .block = 256, .groups = 1, .backend = "cpu"};
   const char *model_path = NULL;
   for (int i = 1; i < argc; i += 2) {
-    if (!strcmp(argv[i], "--pin") || !strcmp(argv[i], "--no-in-place")) {
+    if (!strcmp(argv[i], "--pin") || !strcmp(argv[i], "--no-in-place") ||
+        !strcmp(argv[i], "--no-warm")) {
       if (argv[i][2] == 'p') o.pin = 1;
+      else if (!strcmp(argv[i], "--no-warm")) o.no_warm = 1;
       else o.no_in_place = 1;
       i--; /* no value */
       continue;
@@ -240,11 +245,12 @@ int main(int argc, char **argv) {
   }
   printf("# engine_bench: %g s per run at real-time pace, blocks of %d samples "
          "(16 kHz), backend %s, max batch %ld, deadline %g ms, CPU threads %d, "
-         "spin %g ms (0: none), %d feeding thread(s) %s%s, nice %d%s\n",
+         "spin %g ms (0: none), %d feeding thread(s) %s%s, nice %d%s%s\n",
          o.seconds, o.block, o.backend, o.batch ? o.batch : 256, o.deadline,
          o.cpu_threads, o.spin == 0 ? 0.5 : o.spin < 0 ? 0.0 : o.spin, o.groups > 1 ? o.groups : 1,
          rt ? "SCHED_FIFO" : "normal priority", o.pin ? ", pinned" : "", o.nice,
-         o.no_in_place ? ", windows copied out of the rings" : "");
+         o.no_in_place ? ", windows copied out of the rings" : "",
+         o.no_warm ? ", worker not warmed" : "");
   printf("# chans   windows  dropped  batches  p50(ms)  p99(ms)  max(ms) "
          "blk_mean  blk_max frameblk  audio%%  rss(MB) take/score/publish backend\n");
   char *list = strdup(chans);

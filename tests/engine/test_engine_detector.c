@@ -67,10 +67,15 @@ static void on_event(void *user, const ssae_event *ev) {
   pthread_mutex_unlock(&r->mu);
 }
 
-static ssae_model *level_model(double c, double threshold) {
+/* The decoder's weights are zero whatever the latent sizes (S, L), so the
+ * score stays mean((x - c)^2): models of other sizes with the same
+ * features have the same expected scores. */
+static ssae_model *level_model_dims(double c, double threshold, int S, int L) {
   ssae_err err;
   ssae_dims d;
   ssae_dims_default(&d);
+  d.slice_latent = S;
+  d.latent = L;
   ssae_model *m = ssae_model_new(&d, &err);
   if (!m) FAIL("%s", err.msg);
   ssae_model_init(m, 7);
@@ -79,6 +84,12 @@ static ssae_model *level_model(double c, double threshold) {
   m->threshold = threshold;
   if (ssae_model_update(m, &err)) FAIL("%s", err.msg);
   return m;
+}
+
+static ssae_model *level_model(double c, double threshold) {
+  ssae_dims d;
+  ssae_dims_default(&d);
+  return level_model_dims(c, threshold, d.slice_latent, d.latent);
 }
 
 /* Offline expected window scores for model level c. */
@@ -300,6 +311,30 @@ int main(void) {
     if (fabs(r->score[0][idx] - e2[w]) > 1e-4 * e2[w])
       FAIL("after swap: window %zu score %g, expected %g", w, r->score[0][idx], e2[w]);
   }
+  /* A model of other latent sizes (twice the slice codes the worker
+   * keeps per channel, half the latent): its scores, on both channels. */
+  ssae_model *m3 = level_model_dims(c + 20, thr, 128, 16);
+  if (ssae_engine_swap_model(e, m3, &err)) FAIL("swap to S=128: %s", err.msg);
+  ssae_model_free(m2);
+  static double e3[MAXW], q3[MAXW];
+  expected(x, N, c + 20, e3);
+  expected(q, N, c + 20, q3);
+  memset(r->have, 0, sizeof r->have);
+  feed(e, x, q, N);
+  for (int ch = 0; ch < 2; ch++) {
+    ssae_engine_channel_get(e, ch, &cs);
+    first = cs.windows - nw;
+    for (size_t w = 0; w < nw; w++) {
+      const double want = ch ? q3[w] : e3[w];
+      uint64_t idx = first + w;
+      if (idx >= MAXW || !r->have[ch][idx])
+        FAIL("after swap to S=128: channel %d window %zu missing", ch, w);
+      if (fabs(r->score[ch][idx] - want) > 1e-4 * want)
+        FAIL("after swap to S=128: channel %d window %zu score %g, expected %g", ch, w,
+             r->score[ch][idx], want);
+    }
+  }
+
   ssae_dims d;
   ssae_dims_default(&d);
   d.n_mels = 32;
@@ -333,7 +368,7 @@ int main(void) {
          (unsigned long long)s.windows, (unsigned long long)s.scored,
          (unsigned long long)s.dropped, s.backend);
   ssae_engine_free(e);
-  ssae_model_free(m2);
+  ssae_model_free(m3);
   pthread_mutex_destroy(&r->mu);
   free(r);
   free(x);
