@@ -232,8 +232,9 @@ void ssae_engine_stats_get(ssae_engine *e, ssae_engine_stats *out);
 /* Replaces the model (e.g. from an LV2 worker): builds the new backend on
  * the calling thread, hands it to the worker, and returns once the worker
  * uses it and has released the old model, which the caller may then free.
- * The new model must have the same features and dimensions (the audio
- * thread's front end is unchanged); else -1 with a message. */
+ * The new model must have the same features, mel bands and frames (the
+ * audio thread's front end and windows are unchanged; else -1 with a
+ * message); its latent sizes may differ. */
 int ssae_engine_swap_model(ssae_engine *e, const ssae_model *m, ssae_err *err);
 
 /* Changes the input rate (JACK sample-rate callback): briefly pauses the
