@@ -30,12 +30,15 @@ const size_t kAsyncGraphMax = 16;
  * blocks (sm_90), then one window per block. */
 const size_t kClusterMax = 16;
 const size_t kSmallMax = 1024;
-/* The per-warp kernel that auto picks (a kernel_kind): K_WARP16R, the
- * 13-instruction GELU and rsqrtf in the LayerNorms (H100, 1048576 windows:
- * 390.1 M windows/s against 388.1 M for K_WARP16G in the same run, 382.7 M
- * for K_WARP16 earlier; starting the products from their bias, K_WARP16P
- * and K_WARP16B, measured slower: 352.9 M and 374.1 M). */
-const int kWarpAuto = 20;
+/* The per-warp kernel that auto picks (a kernel_kind): K_WARP16N, the
+ * 11-instruction GELU and rsqrtf in the LayerNorms (H100, 1048576 windows,
+ * graph replay: 391.9-392.3 M windows/s against 390.4-391.0 M for
+ * K_WARP16R, three rounds alternating in one call; K_WARP16R itself 390.1 M
+ * against 388.1 M for K_WARP16G, 382.7 M for K_WARP16 earlier; starting
+ * the products from their bias, K_WARP16P and K_WARP16B, measured slower:
+ * 352.9 M and 374.1 M; the k loops unrolled 16 instead of 8, 379-380 M and
+ * 385 M with the 11-instruction GELU: removed). */
+const int kWarpAuto = 21;
 /* Default buffer capacity in windows when the caller gives no bound. */
 const size_t kDefaultCap = 65536;
 
@@ -45,13 +48,14 @@ const size_t kDefaultCap = 65536;
 enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128,
                    K_TILED128W = 129, K_SMALL = 1, K_CLUSTER = 2, K_CLUSTER0 = 3,
                    K_CLUSTER1 = 4, K_WARP12 = 12, K_WARP16 = 16, K_WARP16B = 17,
-                   K_WARP16G = 18, K_WARP16P = 19, K_WARP16R = 20 };
+                   K_WARP16G = 18, K_WARP16P = 19, K_WARP16R = 20, K_WARP16N = 21 };
 /* ssae_fused_warp<16, 8, V>: K_WARP16B V = 3 (13-instruction GELU and
  * products that start from their bias), K_WARP16G V = 1 (the GELU only),
- * K_WARP16P V = 2 (the bias start only). */
+ * K_WARP16P V = 2 (the bias start only), K_WARP16R V = 5, K_WARP16N V = 13
+ * (K_WARP16R with the 11-instruction GELU). */
 int is_warp(int k) {
   return k == K_WARP12 || k == K_WARP16 || k == K_WARP16B || k == K_WARP16G ||
-         k == K_WARP16P || k == K_WARP16R;
+         k == K_WARP16P || k == K_WARP16R || k == K_WARP16N;
 }
 int is_cluster(int k) { return k == K_CLUSTER || k == K_CLUSTER0 || k == K_CLUSTER1; }
 int warp_index(int k) { return k == K_WARP12 ? 0 : k == K_WARP16 ? 1 : 2; }
@@ -284,6 +288,9 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
     else if (k == K_WARP16P)
       ssae_fused_warp<16, 8, 2><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
                                                                   dscores, drecon);
+    else if (k == K_WARP16N)
+      ssae_fused_warp<16, 8, 13><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                   dscores, drecon);
     else
       ssae_fused_warp<16><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores,
                                                            drecon);
@@ -395,6 +402,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     else if (!strcmp(fk, "warp16g")) c->force = K_WARP16G;
     else if (!strcmp(fk, "warp16p")) c->force = K_WARP16P;
     else if (!strcmp(fk, "warp16r")) c->force = K_WARP16R;
+    else if (!strcmp(fk, "warp16n")) c->force = K_WARP16N;
   }
 
 #define CKN(call, what)                                      \
@@ -447,6 +455,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
         if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 1>, b, err);
         if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 2>, b, err);
         if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 5>, b, err);
+        if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 13>, b, err);
       }
       if (r) {
         destroy_impl(c);
@@ -758,6 +767,7 @@ extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
     case K_WARP16G: return "warp16g";
     case K_WARP16P: return "warp16p";
     case K_WARP16R: return "warp16r";
+    case K_WARP16N: return "warp16n";
     default: return "generic";
   }
 }

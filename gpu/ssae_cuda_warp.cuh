@@ -80,10 +80,46 @@ __device__ __forceinline__ float ssae_gelu_fast13(float v) {
   return fmaf(-a, q * e, fmaxf(v, 0.0f));
 }
 
-/* V = 0 or 1: the GELU of the kernel variant. */
+/* k GELU(u / k), k = sqrt(log2(e) / 2), in 11 instructions
+ * (ssae_fused_warp<.., V & 8>): the products before it carry the factor k
+ * and those after it 1/k (ssae_warp_scale), so exp(-z^2) = 2^(-u^2) is one
+ * multiply; Q of degree 4 in t = 1/(1 + p|v|), p = 0.262, fitted like the
+ * 13-instruction version (Lawson, weighted minimax): 6.0e-8 for the fit,
+ * 1.65e-7 of max(|v|, 1) evaluated in float over [-12, 12] (the
+ * 13-instruction version: 1.19e-7 in the same numpy emulation, with
+ * correctly rounded rcp and ex2). */
+__device__ __forceinline__ float ssae_gelu_fast11(float u) {
+  const float a = fabsf(u);
+  float t, e;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(a, 0.30848142589905436f, 1.0f)));
+  float q = 0.5832255482673645f;
+  q = fmaf(q, t, -0.6764459013938904f);
+  q = fmaf(q, t, 0.6521080732345581f);
+  q = fmaf(q, t, -0.08494661003351212f);
+  q = fmaf(q, t, 0.026061654090881348f);
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(u * -u));
+  return fmaf(-a, q * e, fmaxf(u, 0.0f));
+}
+
+/* The GELU of the kernel variant: V & 8 the 11-instruction one (weights
+ * scaled), else V & 1 the 13-instruction one, else the 16-instruction one. */
 template <int V>
 __device__ __forceinline__ float ssae_gelu_v(float v) {
-  return V ? ssae_gelu_fast13(v) : ssae_gelu_fast(v);
+  if constexpr ((V & 8) != 0) return ssae_gelu_fast11(v);
+  else if constexpr ((V & 1) != 0) return ssae_gelu_fast13(v);
+  else return ssae_gelu_fast(v);
+}
+
+/* The factor on float4 i of the tiled weights for ssae_gelu_fast11: k on
+ * the encoder's and the bottleneck's weights and biases (their GELU sees
+ * k v), 1/k on the products that read a GELU's output (the basis
+ * projection, the folded decoder); the decoder's bias as it is. The
+ * layout's parts are in the order we, bt, wbt, dt, be, bb, bd, each padded
+ * to whole float4s. */
+__device__ __forceinline__ float ssae_warp_scale(const ssae_cuda_layout &lo, int i) {
+  const float k = 0.8493218002880191f, rk = 1.1774100225154747f;
+  const int f = 4 * i;
+  return f < lo.bt ? k : f < lo.wbt ? rk : f < lo.dt ? k : f < lo.be ? rk : f < lo.bd ? k : 1.0f;
 }
 
 __device__ __forceinline__ float4 ssae_ld4(const float *p) {
@@ -116,7 +152,8 @@ __device__ __forceinline__ void ssae_fma44_first(float (&acc)[4][4], float4 w, f
  * than 4, 2 slower: more shared loads in flight). */
 /* V: bit 0 the 13-instruction GELU, bit 1 products that start from their
  * bias (ssae_fma44_first), bit 2 the LayerNorms' 1/sqrt as rsqrtf (MUFU,
- * 2 ulp) instead of an IEEE square root and divide. */
+ * 2 ulp) instead of an IEEE square root and divide, bit 3 the
+ * 11-instruction GELU on weights scaled in shared memory. */
 template <int NW, int UE = 8, int V = 0>
 __global__ void __launch_bounds__(NW * 32, 1)
     ssae_fused_warp(const float *__restrict__ wts, ssae_cuda_layout lo,
@@ -137,7 +174,14 @@ __global__ void __launch_bounds__(NW * 32, 1)
         if (i + u * NW * 32 < n4) v[u] = __ldg(w4 + i + u * NW * 32);
 #pragma unroll
       for (int u = 0; u < 4; u++)
-        if (i + u * NW * 32 < n4) smem4[i + u * NW * 32] = v[u];
+        if (i + u * NW * 32 < n4) {
+          float4 w = v[u];
+          if constexpr ((V & 8) != 0) {
+            const float c = ssae_warp_scale(lo, i + u * NW * 32);
+            w = make_float4(w.x * c, w.y * c, w.z * c, w.w * c);
+          }
+          smem4[i + u * NW * 32] = w;
+        }
     }
   }
   __syncthreads();
@@ -254,11 +298,11 @@ __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
           *reinterpret_cast<float4 *>(buf + (4 * rg + i) * LDB + 4 * cg) =
-              make_float4(ssae_gelu_v<V & 1>(a0[i][0]), ssae_gelu_v<V & 1>(a0[i][1]),
-                          ssae_gelu_v<V & 1>(a0[i][2]), ssae_gelu_v<V & 1>(a0[i][3]));
+              make_float4(ssae_gelu_v<V & 9>(a0[i][0]), ssae_gelu_v<V & 9>(a0[i][1]),
+                          ssae_gelu_v<V & 9>(a0[i][2]), ssae_gelu_v<V & 9>(a0[i][3]));
           *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
-              make_float4(ssae_gelu_v<V & 1>(a1[i][0]), ssae_gelu_v<V & 1>(a1[i][1]),
-                          ssae_gelu_v<V & 1>(a1[i][2]), ssae_gelu_v<V & 1>(a1[i][3]));
+              make_float4(ssae_gelu_v<V & 9>(a1[i][0]), ssae_gelu_v<V & 9>(a1[i][1]),
+                          ssae_gelu_v<V & 9>(a1[i][2]), ssae_gelu_v<V & 9>(a1[i][3]));
         }
       }
       __syncwarp();
@@ -341,8 +385,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
       for (int i = 0; i < 4; i++)
         *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
-            make_float4(ssae_gelu_v<V & 1>(acc[i][0]), ssae_gelu_v<V & 1>(acc[i][1]),
-                        ssae_gelu_v<V & 1>(acc[i][2]), ssae_gelu_v<V & 1>(acc[i][3]));
+            make_float4(ssae_gelu_v<V & 9>(acc[i][0]), ssae_gelu_v<V & 9>(acc[i][1]),
+                        ssae_gelu_v<V & 9>(acc[i][2]), ssae_gelu_v<V & 9>(acc[i][3]));
     }
     __syncwarp();
     /* Reconstruction + decoder (folded): y_f = D_f z' + bd, and the squared
