@@ -30,15 +30,26 @@ const size_t kAsyncGraphMax = 16;
  * blocks (sm_90), then one window per block. */
 const size_t kClusterMax = 16;
 const size_t kSmallMax = 1024;
-/* The per-warp kernel that auto picks (a kernel_kind): K_WARP16N, the
- * 11-instruction GELU and rsqrtf in the LayerNorms (H100, 1048576 windows,
- * graph replay: 391.9-392.3 M windows/s against 390.4-391.0 M for
- * K_WARP16R, three rounds alternating in one call; K_WARP16R itself 390.1 M
- * against 388.1 M for K_WARP16G, 382.7 M for K_WARP16 earlier; starting
- * the products from their bias, K_WARP16P and K_WARP16B, measured slower:
- * 352.9 M and 374.1 M; the k loops unrolled 16 instead of 8, 379-380 M and
- * 385 M with the 11-instruction GELU: removed). */
-const int kWarpAuto = 21;
+/* The per-warp kernel that auto picks (a kernel_kind): K_WARP16J, the
+ * k loops on two pointers, the frame count fixed at compile time for the
+ * default 5 and the last round's tiles computed by several warps each
+ * (H100, 1048576 windows, graph replay, three rounds alternating in one
+ * call: 400.2-401.0 M windows/s against 395.7-400.2 M for K_WARP16I, the
+ * same without the last-round change, and 395.7-396.8 M for K_WARP16N with
+ * F fixed; 399.8-401.3 M against 394.2-395.8 M for K_WARP16N in the two
+ * calls after). Measured no faster and removed: the decoder's slice of x
+ * prefetched into L1 before its products (400.7-401.5 M, same call).
+ * Measured slower and removed: biases replicated in shared memory so one
+ * 16-byte load sets four accumulators (381-384 M), the slice encoder on
+ * window-major input with the LayerNorm's scale after the products
+ * (370-371 M), the decoder's products started from bd - x (384 M, and
+ * reconstructions off by ~1e-4 for models whose y is far smaller than x),
+ * each k loop's first operands loaded in the loop before (391-392 M).
+ * Earlier: K_WARP16N 391.9-392.3 M against 390.4-391.0 M for K_WARP16R;
+ * K_WARP16R 390.1 M against 388.1 M for K_WARP16G, 382.7 M for K_WARP16;
+ * starting the products from their bias, K_WARP16P and K_WARP16B, 352.9 M
+ * and 374.1 M; the k loops unrolled 16 instead of 8, 379-385 M. */
+const int kWarpAuto = 23;
 /* Default buffer capacity in windows when the caller gives no bound. */
 const size_t kDefaultCap = 65536;
 
@@ -48,14 +59,19 @@ const size_t kDefaultCap = 65536;
 enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 128,
                    K_TILED128W = 129, K_SMALL = 1, K_CLUSTER = 2, K_CLUSTER0 = 3,
                    K_CLUSTER1 = 4, K_WARP12 = 12, K_WARP16 = 16, K_WARP16B = 17,
-                   K_WARP16G = 18, K_WARP16P = 19, K_WARP16R = 20, K_WARP16N = 21 };
+                   K_WARP16G = 18, K_WARP16P = 19, K_WARP16R = 20, K_WARP16N = 21,
+                   K_WARP16I = 22, K_WARP16J = 23 };
 /* ssae_fused_warp<16, 8, V>: K_WARP16B V = 3 (13-instruction GELU and
  * products that start from their bias), K_WARP16G V = 1 (the GELU only),
  * K_WARP16P V = 2 (the bias start only), K_WARP16R V = 5, K_WARP16N V = 13
- * (K_WARP16R with the 11-instruction GELU). */
+ * (K_WARP16R with the 11-instruction GELU); on top of K_WARP16N:
+ * K_WARP16I V = 29 (k loops on two pointers), K_WARP16J V = 61 (and the
+ * last round's tiles by F warps together); these two with the frame count fixed at compile time
+ * when the model's is 5. */
 int is_warp(int k) {
   return k == K_WARP12 || k == K_WARP16 || k == K_WARP16B || k == K_WARP16G ||
-         k == K_WARP16P || k == K_WARP16R || k == K_WARP16N;
+         k == K_WARP16P || k == K_WARP16R || k == K_WARP16N || k == K_WARP16I ||
+         k == K_WARP16J;
 }
 int is_cluster(int k) { return k == K_CLUSTER || k == K_CLUSTER0 || k == K_CLUSTER1; }
 int warp_index(int k) { return k == K_WARP12 ? 0 : k == K_WARP16 ? 1 : 2; }
@@ -291,6 +307,18 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
     else if (k == K_WARP16N)
       ssae_fused_warp<16, 8, 13><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
                                                                    dscores, drecon);
+    else if (k == K_WARP16I && c->lo.F == 5)
+      ssae_fused_warp<16, 8, 29, 5><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                      dscores, drecon);
+    else if (k == K_WARP16I)
+      ssae_fused_warp<16, 8, 29><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                   dscores, drecon);
+    else if (k == K_WARP16J && c->lo.F == 5)
+      ssae_fused_warp<16, 8, 61, 5><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                      dscores, drecon);
+    else if (k == K_WARP16J)
+      ssae_fused_warp<16, 8, 61><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n,
+                                                                   dscores, drecon);
     else
       ssae_fused_warp<16><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, dx, n, dscores,
                                                            drecon);
@@ -403,6 +431,8 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     else if (!strcmp(fk, "warp16p")) c->force = K_WARP16P;
     else if (!strcmp(fk, "warp16r")) c->force = K_WARP16R;
     else if (!strcmp(fk, "warp16n")) c->force = K_WARP16N;
+    else if (!strcmp(fk, "warp16i")) c->force = K_WARP16I;
+    else if (!strcmp(fk, "warp16j")) c->force = K_WARP16J;
   }
 
 #define CKN(call, what)                                      \
@@ -456,6 +486,10 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
         if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 2>, b, err);
         if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 5>, b, err);
         if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 13>, b, err);
+        if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 29>, b, err);
+        if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 29, 5>, b, err);
+        if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 61>, b, err);
+        if (!r) r = set_smem_attr(c, ssae_fused_warp<16, 8, 61, 5>, b, err);
       }
       if (r) {
         destroy_impl(c);
@@ -768,8 +802,20 @@ extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
     case K_WARP16P: return "warp16p";
     case K_WARP16R: return "warp16r";
     case K_WARP16N: return "warp16n";
+    case K_WARP16I: return "warp16i";
+    case K_WARP16J: return "warp16j";
     default: return "generic";
   }
+}
+
+extern "C" size_t ssae_cuda_warp_round(void) {
+  int dev = 0, sms = 0;
+  if (!cuda_available() || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return (size_t)sms * 16 * SSAE_WARP_TW;
 }
 
 extern "C" const char *ssae_cuda_device_name(void) {

@@ -44,6 +44,12 @@ int ssae_cuda_time_empty(int reps, double *us_median, ssae_err *err);
 /* Which kernel a batch of n windows uses ("tiled128", "generic", ...). */
 const char *ssae_cuda_kernel_name(void *impl, size_t n);
 
+/* Windows in one full round of the per-warp kernel on device 0 (its SMs x
+ * 16 warps x 16 windows), 0 without a device: a batch of this plus a few
+ * tiles ends in a last round of fewer tiles than blocks, which the kernel
+ * computes with several warps per tile (the tests' case for that path). */
+size_t ssae_cuda_warp_round(void);
+
 /* Name of device 0 ("NVIDIA H100 80GB HBM3"), or "" when there is none. */
 const char *ssae_cuda_device_name(void);
 

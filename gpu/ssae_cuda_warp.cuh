@@ -148,13 +148,40 @@ __device__ __forceinline__ void ssae_fma44_first(float (&acc)[4][4], float4 w, f
     for (int e = 0; e < 4; e++) acc[i][e] = b ? fmaf(wv[i], av[e], bv[i]) : wv[i] * av[e];
 }
 
+/* acc0 (rows 4rg+i) and, NH = 2, acc1 (rows 32+4rg+i) += W A over K
+ * steps: weight rows at pw + k ws (+ 32 for acc1), activations at
+ * pa + k SSAE_WARP_LDB. Loops of U steps that advance two pointers and
+ * compare one: ptxas otherwise recomputes both addresses from the step
+ * counter in every iteration (7-13 integer instructions per 8 steps,
+ * ~2 % of the kernel's instructions); ws is a compile-time constant
+ * where the caller's is. */
+template <int K, int NH, int U>
+__device__ __forceinline__ void ssae_wgemm(float (&a0)[4][4], float (&a1)[4][4],
+                                           const float *pw, const int ws, const float *pa) {
+  static_assert(K % U == 0, "K must be a multiple of the unroll");
+  const float *const end = pa + K * SSAE_WARP_LDB;
+#pragma unroll 1
+  for (; pa != end; pa += U * SSAE_WARP_LDB, pw += U * ws) {
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+      const float4 a = ssae_ld4(pa + k * SSAE_WARP_LDB);
+      ssae_fma44(a0, ssae_ld4(pw + k * ws), a);
+      if constexpr (NH == 2) ssae_fma44(a1, ssae_ld4(pw + k * ws + 32), a);
+    }
+  }
+}
+
 /* UE: unroll of the encoder and decoder k loops (8 measured 1 % faster
  * than 4, 2 slower: more shared loads in flight). */
 /* V: bit 0 the 13-instruction GELU, bit 1 products that start from their
  * bias (ssae_fma44_first), bit 2 the LayerNorms' 1/sqrt as rsqrtf (MUFU,
  * 2 ulp) instead of an IEEE square root and divide, bit 3 the
- * 11-instruction GELU on weights scaled in shared memory. */
-template <int NW, int UE = 8, int V = 0>
+ * 11-instruction GELU on weights scaled in shared memory, bit 4 the k
+ * loops of ssae_wgemm, bit 5 the last round's tiles computed by F warps
+ * of their block together (ssae_warp_coop). FC: the frame count
+ * when fixed at compile time (0: the model's), which makes the decoder's
+ * weight stride a constant. */
+template <int NW, int UE = 8, int V = 0, int FC = 0>
 __global__ void __launch_bounds__(NW * 32, 1)
     ssae_fused_warp(const float *__restrict__ wts, ssae_cuda_layout lo,
                     const float *__restrict__ x, size_t n,
@@ -163,7 +190,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
   extern __shared__ float4 smem4[];
   float *sm = reinterpret_cast<float *>(smem4);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int F = lo.F, FM = 64 * F;
+  const int F = FC ? FC : lo.F, FM = 64 * F;
   {
     const float4 *w4 = reinterpret_cast<const float4 *>(wts);
     const int n4 = lo.tiled_total / 4;
@@ -246,96 +273,81 @@ __global__ void __launch_bounds__(NW * 32, 1)
       for (int e = 0; e < 4; e++) buf[(8 * j + 4 * lh + e) * LDB + lw] = d[4 * j + e] * rstd;
   };
 
-  /* Tiles go round the blocks first, so that when the tile count is not a
-   * multiple of the warps (1 M windows: 65 536 tiles on 2 112 warps) the
-   * last round's tiles sit one per block, each warp then alone on its SM,
-   * instead of filling the first few blocks. */
-  size_t t = (size_t)warp * gridDim.x + blockIdx.x;
-  if (t < ntiles) load_raw(t, 0);
-  for (; t < ntiles; t += stride) {
-    const size_t base = t * TW;
-    const int nv = tile_nv(t);
-    float zacc[4][4];
+  /* Slice encoder of slice f of the tile whose raw slice is in pre:
+   * LayerNorm into buf, h = GELU(We' n + be') back into buf (k-major). */
+  auto encode = [&]() {
+    ln_store();
+    __syncwarp();
+    float a0[4][4], a1[4][4];
+    int k0 = 0;
+    if (V & 2) {
+      const float4 b0 = ssae_ld4(be + 4 * rg), b1 = ssae_ld4(be + 32 + 4 * rg);
+      const float4 a = ssae_ld4(buf + 4 * cg);
+      ssae_fma44_first(a0, ssae_ld4(WeT + 4 * rg), a, &b0);
+      ssae_fma44_first(a1, ssae_ld4(WeT + 32 + 4 * rg), a, &b1);
+      k0 = 1;
+    } else {
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+      for (int i = 0; i < 4; i++) {
+        const float b0 = be[4 * rg + i], b1 = be[32 + 4 * rg + i];
 #pragma unroll
-      for (int e = 0; e < 4; e++) zacc[i][e] = 0.f;
-
-    for (int f = 0; f < F; f++) {
-      ln_store();
-      __syncwarp();
-      /* Slice encoder: h = GELU(We' n + be'), accumulators start at the
-       * bias. */
-      {
-        float a0[4][4], a1[4][4];
-        int k0 = 0;
-        if (V & 2) {
-          const float4 b0 = ssae_ld4(be + 4 * rg), b1 = ssae_ld4(be + 32 + 4 * rg);
-          const float4 a = ssae_ld4(buf + 4 * cg);
-          ssae_fma44_first(a0, ssae_ld4(WeT + 4 * rg), a, &b0);
-          ssae_fma44_first(a1, ssae_ld4(WeT + 32 + 4 * rg), a, &b1);
-          k0 = 1;
-        } else {
-#pragma unroll
-          for (int i = 0; i < 4; i++) {
-            const float b0 = be[4 * rg + i], b1 = be[32 + 4 * rg + i];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              a0[i][e] = b0;
-              a1[i][e] = b1;
-            }
-          }
-        }
-#pragma unroll UE
-        for (int k = k0; k < 64; k++) {
-          const float4 w0 = ssae_ld4(WeT + k * 64 + 4 * rg);
-          const float4 w1 = ssae_ld4(WeT + k * 64 + 32 + 4 * rg);
-          const float4 a = ssae_ld4(buf + k * LDB + 4 * cg);
-          ssae_fma44(a0, w0, a);
-          ssae_fma44(a1, w1, a);
-        }
-        __syncwarp();
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          *reinterpret_cast<float4 *>(buf + (4 * rg + i) * LDB + 4 * cg) =
-              make_float4(ssae_gelu_v<V & 9>(a0[i][0]), ssae_gelu_v<V & 9>(a0[i][1]),
-                          ssae_gelu_v<V & 9>(a0[i][2]), ssae_gelu_v<V & 9>(a0[i][3]));
-          *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
-              make_float4(ssae_gelu_v<V & 9>(a1[i][0]), ssae_gelu_v<V & 9>(a1[i][1]),
-                          ssae_gelu_v<V & 9>(a1[i][2]), ssae_gelu_v<V & 9>(a1[i][3]));
+        for (int e = 0; e < 4; e++) {
+          a0[i][e] = b0;
+          a1[i][e] = b1;
         }
       }
-      __syncwarp();
-      if (f + 1 < F) load_raw(t, f + 1);
-      /* Basis projection z += B_f h_f, each slice's 64 terms summed on their
-       * own first (smaller rounding error than one running sum of 320). */
-      {
-        float zp[4][4];
-        const float *B = BT + f * 64 * 32 + 4 * rg;
-        int k0 = 0;
-        if (V & 2) {
-          ssae_fma44_first(zp, ssae_ld4(B), ssae_ld4(buf + 4 * cg), nullptr);
-          k0 = 1;
-        } else {
-#pragma unroll
-          for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) zp[i][e] = 0.f;
-        }
-#pragma unroll 8
-        for (int k = k0; k < 64; k++)
-          ssae_fma44(zp, ssae_ld4(B + k * 32), ssae_ld4(buf + k * LDB + 4 * cg));
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) zacc[i][e] += zp[i][e];
-      }
-      __syncwarp();
     }
-
-    /* LayerNorm_L of each window's z (column e of the tile: rows 4rg+i on
-     * the eight lanes of one cg), in float: z carries its own rounding from
-     * the projection, which a wider mean would not remove. */
+    if constexpr ((V & 16) != 0) {
+      ssae_wgemm<64, 2, UE>(a0, a1, WeT + 4 * rg, 64, buf + 4 * cg);
+    } else {
+#pragma unroll UE
+      for (int k = k0; k < 64; k++) {
+        const float4 w0 = ssae_ld4(WeT + k * 64 + 4 * rg);
+        const float4 w1 = ssae_ld4(WeT + k * 64 + 32 + 4 * rg);
+        const float4 a = ssae_ld4(buf + k * LDB + 4 * cg);
+        ssae_fma44(a0, w0, a);
+        ssae_fma44(a1, w1, a);
+      }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      *reinterpret_cast<float4 *>(buf + (4 * rg + i) * LDB + 4 * cg) =
+          make_float4(ssae_gelu_v<V & 9>(a0[i][0]), ssae_gelu_v<V & 9>(a0[i][1]),
+                      ssae_gelu_v<V & 9>(a0[i][2]), ssae_gelu_v<V & 9>(a0[i][3]));
+      *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
+          make_float4(ssae_gelu_v<V & 9>(a1[i][0]), ssae_gelu_v<V & 9>(a1[i][1]),
+                      ssae_gelu_v<V & 9>(a1[i][2]), ssae_gelu_v<V & 9>(a1[i][3]));
+    }
+    __syncwarp();
+  };
+  /* Basis projection of slice f: zp = B_f h_f (the slice's 64 terms summed
+   * on their own: smaller rounding error than one running sum of 320). */
+  auto project = [&](int f, float (&zp)[4][4]) {
+    const float *B = BT + f * 64 * 32 + 4 * rg;
+    int k0 = 0;
+    if (V & 2) {
+      ssae_fma44_first(zp, ssae_ld4(B), ssae_ld4(buf + 4 * cg), nullptr);
+      k0 = 1;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) zp[i][e] = 0.f;
+    }
+    if constexpr ((V & 16) != 0) {
+      ssae_wgemm<64, 1, 8>(zp, zp, B, 32, buf + 4 * cg);
+    } else {
+#pragma unroll 8
+      for (int k = k0; k < 64; k++)
+        ssae_fma44(zp, ssae_ld4(B + k * 32), ssae_ld4(buf + k * LDB + 4 * cg));
+    }
+  };
+  /* LayerNorm_L of each window's z (column e of the tile: rows 4rg+i on
+   * the eight lanes of one cg), in float: z carries its own rounding from
+   * the projection, which a wider mean would not remove. Into buf rows
+   * 0..31. */
+  auto ln_latent = [&](float (&zacc)[4][4]) {
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       float s = (zacc[0][e] + zacc[1][e]) + (zacc[2][e] + zacc[3][e]);
@@ -362,92 +374,205 @@ __global__ void __launch_bounds__(NW * 32, 1)
       *reinterpret_cast<float4 *>(buf + (4 * rg + i) * LDB + 4 * cg) =
           make_float4(zacc[i][0], zacc[i][1], zacc[i][2], zacc[i][3]);
     __syncwarp();
-    if (t + stride < ntiles) load_raw(t + stride, 0);
-    /* Bottleneck: z' = GELU(Wb' zn + bb') into rows 32..63. */
-    {
-      float acc[4][4];
-      int k0 = 0;
-      if (V & 2) {
-        const float4 b = ssae_ld4(bb + 4 * rg);
-        ssae_fma44_first(acc, ssae_ld4(WbT + 4 * rg), ssae_ld4(buf + 4 * cg), &b);
-        k0 = 1;
-      } else {
+  };
+  /* Bottleneck: z' = GELU(Wb' zn + bb') from buf rows 0..31 into rows
+   * 32..63. */
+  auto bottleneck = [&]() {
+    float acc[4][4];
+    int k0 = 0;
+    if (V & 2) {
+      const float4 b = ssae_ld4(bb + 4 * rg);
+      ssae_fma44_first(acc, ssae_ld4(WbT + 4 * rg), ssae_ld4(buf + 4 * cg), &b);
+      k0 = 1;
+    } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const float b = bb[4 * rg + i];
+      for (int i = 0; i < 4; i++) {
+        const float b = bb[4 * rg + i];
 #pragma unroll
-          for (int e = 0; e < 4; e++) acc[i][e] = b;
-        }
+        for (int e = 0; e < 4; e++) acc[i][e] = b;
       }
+    }
+    if constexpr ((V & 16) != 0) {
+      ssae_wgemm<32, 1, 8>(acc, acc, WbT + 4 * rg, 32, buf + 4 * cg);
+    } else {
 #pragma unroll 8
       for (int k = k0; k < 32; k++)
         ssae_fma44(acc, ssae_ld4(WbT + k * 32 + 4 * rg), ssae_ld4(buf + k * LDB + 4 * cg));
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-        *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
-            make_float4(ssae_gelu_v<V & 9>(acc[i][0]), ssae_gelu_v<V & 9>(acc[i][1]),
-                        ssae_gelu_v<V & 9>(acc[i][2]), ssae_gelu_v<V & 9>(acc[i][3]));
     }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+      *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
+          make_float4(ssae_gelu_v<V & 9>(acc[i][0]), ssae_gelu_v<V & 9>(acc[i][1]),
+                      ssae_gelu_v<V & 9>(acc[i][2]), ssae_gelu_v<V & 9>(acc[i][3]));
     __syncwarp();
-    /* Reconstruction + decoder (folded): y_f = D_f z' + bd, and the squared
-     * error against x (re-read: from L2). */
-    float part[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int f = 0; f < F; f++) {
-      float a0[4][4], a1[4][4];
-      const float *D = DT + f * 64 + 4 * rg;
-      int k0 = 0;
-      if (V & 2) {
-        const float4 b0 = ssae_ld4(bd + 4 * rg), b1 = ssae_ld4(bd + 32 + 4 * rg);
-        const float4 a = ssae_ld4(buf + 32 * LDB + 4 * cg);
-        ssae_fma44_first(a0, ssae_ld4(D), a, &b0);
-        ssae_fma44_first(a1, ssae_ld4(D + 32), a, &b1);
-        k0 = 1;
-      } else {
+  };
+  /* Reconstruction + decoder (folded) of slice f from z' in zb (rows
+   * 32..63 of a warp's buffer): y_f = D_f z' + bd, and the squared error
+   * against x (re-read: from L2) added to part. */
+  auto decode = [&](int f, const float *zb, size_t base, int nv, float (&part)[4]) {
+    float a0[4][4], a1[4][4];
+    const float *D = DT + f * 64 + 4 * rg;
+    int k0 = 0;
+    if (V & 2) {
+      const float4 b0 = ssae_ld4(bd + 4 * rg), b1 = ssae_ld4(bd + 32 + 4 * rg);
+      const float4 a = ssae_ld4(zb + 32 * LDB + 4 * cg);
+      ssae_fma44_first(a0, ssae_ld4(D), a, &b0);
+      ssae_fma44_first(a1, ssae_ld4(D + 32), a, &b1);
+      k0 = 1;
+    } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const float b0 = bd[4 * rg + i], b1 = bd[32 + 4 * rg + i];
+      for (int i = 0; i < 4; i++) {
+        const float b0 = bd[4 * rg + i], b1 = bd[32 + 4 * rg + i];
 #pragma unroll
-          for (int e = 0; e < 4; e++) {
-            a0[i][e] = b0;
-            a1[i][e] = b1;
-          }
+        for (int e = 0; e < 4; e++) {
+          a0[i][e] = b0;
+          a1[i][e] = b1;
         }
       }
+    }
+    if constexpr ((V & 16) != 0) {
+      ssae_wgemm<32, 2, UE>(a0, a1, D, FM, zb + 32 * LDB + 4 * cg);
+    } else {
 #pragma unroll UE
       for (int k = k0; k < 32; k++) {
-        const float4 a = ssae_ld4(buf + (32 + k) * LDB + 4 * cg);
+        const float4 a = ssae_ld4(zb + (32 + k) * LDB + 4 * cg);
         ssae_fma44(a0, ssae_ld4(D + k * FM), a);
         ssae_fma44(a1, ssae_ld4(D + k * FM + 32), a);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int w = 4 * cg + e;
-        const size_t off = (base + (w < nv ? w : nv - 1)) * FM + f * 64 + 4 * rg;
-        const float4 x0 = __ldg(reinterpret_cast<const float4 *>(x + off));
-        const float4 x1 = __ldg(reinterpret_cast<const float4 *>(x + off + 32));
-        const float d0 = a0[0][e] - x0.x, d1 = a0[1][e] - x0.y;
-        const float d2 = a0[2][e] - x0.z, d3 = a0[3][e] - x0.w;
-        const float d4 = a1[0][e] - x1.x, d5 = a1[1][e] - x1.y;
-        const float d6 = a1[2][e] - x1.z, d7 = a1[3][e] - x1.w;
-        part[e] = fmaf(d0, d0, fmaf(d1, d1, fmaf(d2, d2, fmaf(d3, d3, part[e]))));
-        part[e] = fmaf(d4, d4, fmaf(d5, d5, fmaf(d6, d6, fmaf(d7, d7, part[e]))));
-        if (recon && w < nv) {
-          *reinterpret_cast<float4 *>(recon + off) =
-              make_float4(a0[0][e], a0[1][e], a0[2][e], a0[3][e]);
-          *reinterpret_cast<float4 *>(recon + off + 32) =
-              make_float4(a1[0][e], a1[1][e], a1[2][e], a1[3][e]);
-        }
       }
     }
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      float v = part[e];
-      v += __shfl_xor_sync(FULL, v, 1);
-      v += __shfl_xor_sync(FULL, v, 2);
-      v += __shfl_xor_sync(FULL, v, 4);
-      if (rg == 0 && 4 * cg + e < nv) scores[base + 4 * cg + e] = v / (float)FM;
+      const int w = 4 * cg + e;
+      const size_t off = (base + (w < nv ? w : nv - 1)) * FM + f * 64 + 4 * rg;
+      const float4 x0 = __ldg(reinterpret_cast<const float4 *>(x + off));
+      const float4 x1 = __ldg(reinterpret_cast<const float4 *>(x + off + 32));
+      const float d0 = a0[0][e] - x0.x, d1 = a0[1][e] - x0.y;
+      const float d2 = a0[2][e] - x0.z, d3 = a0[3][e] - x0.w;
+      const float d4 = a1[0][e] - x1.x, d5 = a1[1][e] - x1.y;
+      const float d6 = a1[2][e] - x1.z, d7 = a1[3][e] - x1.w;
+      part[e] = fmaf(d0, d0, fmaf(d1, d1, fmaf(d2, d2, fmaf(d3, d3, part[e]))));
+      part[e] = fmaf(d4, d4, fmaf(d5, d5, fmaf(d6, d6, fmaf(d7, d7, part[e]))));
+      if (recon && w < nv) {
+        *reinterpret_cast<float4 *>(recon + off) =
+            make_float4(a0[0][e], a0[1][e], a0[2][e], a0[3][e]);
+        *reinterpret_cast<float4 *>(recon + off + 32) =
+            make_float4(a1[0][e], a1[1][e], a1[2][e], a1[3][e]);
+      }
     }
+  };
+  /* The rows' partial sums of the squared error, reduced over the eight
+   * lanes of each column. */
+  auto reduce_part = [&](float (&part)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      part[e] += __shfl_xor_sync(FULL, part[e], 1);
+      part[e] += __shfl_xor_sync(FULL, part[e], 2);
+      part[e] += __shfl_xor_sync(FULL, part[e], 4);
+    }
+  };
+
+  /* Tiles go round the blocks first, so that when the tile count is not a
+   * multiple of the warps (1 M windows: 65 536 tiles on 2 112 warps) the
+   * last round's tiles sit one per block instead of filling the first few
+   * blocks. With V & 32 such a last round (at most one tile per block) is
+   * left to ssae_warp_coop below: a tile alone on its SM runs on one warp
+   * at a fraction of the SM's issue rate (1 M windows: ~18 us of ~2.65 ms
+   * for the last 1 024 windows). */
+  size_t tend = ntiles;
+  if constexpr ((V & 32) != 0) {
+    const size_t rem = ntiles % stride;
+    if (ntiles >= stride && rem <= gridDim.x && F <= NW) tend = ntiles - rem;
+  }
+  size_t t = (size_t)warp * gridDim.x + blockIdx.x;
+  if (t < tend) load_raw(t, 0);
+  for (; t < tend; t += stride) {
+    const size_t base = t * TW;
+    const int nv = tile_nv(t);
+    float zacc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) zacc[i][e] = 0.f;
+    for (int f = 0; f < F; f++) {
+      encode();
+      if (f + 1 < F) load_raw(t, f + 1);
+      float zp[4][4];
+      project(f, zp);
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) zacc[i][e] += zp[i][e];
+      __syncwarp();
+    }
+    ln_latent(zacc);
+    if (t + stride < tend) load_raw(t + stride, 0);
+    bottleneck();
+    float part[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int f = 0; f < F; f++) decode(f, buf, base, nv, part);
+    reduce_part(part);
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      if (rg == 0 && 4 * cg + e < nv) scores[base + 4 * cg + e] = part[e] / (float)FM;
     __syncwarp();
+  }
+
+  if constexpr ((V & 32) != 0) {
+    /* ssae_warp_coop: the last round's tile of this block, warp f taking
+     * slice f: encoder and projection, then warp 0 sums the F partial
+     * latents in slice order (the same additions as the loop above), runs
+     * the LayerNorm and the bottleneck, then warp f decodes slice f and
+     * warp 0 sums the F partial errors. Named barrier 1 over the F warps. */
+    if (tend < ntiles && blockIdx.x < ntiles - tend && warp < F) {
+      const size_t tc = tend + blockIdx.x;
+      const size_t base = tc * TW;
+      const int nv = tile_nv(tc);
+      const unsigned nthr = 32u * (unsigned)F;
+      float *const buf0 = sm + lo.tiled_total;
+      load_raw(tc, warp);
+      encode();
+      float zp[4][4];
+      project(warp, zp);
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        *reinterpret_cast<float4 *>(buf + (4 * rg + i) * LDB + 4 * cg) =
+            make_float4(zp[i][0], zp[i][1], zp[i][2], zp[i][3]);
+      asm volatile("bar.sync 1, %0;" ::"r"(nthr) : "memory");
+      if (warp == 0) {
+        float zacc[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) zacc[i][e] = 0.f;
+        for (int f = 0; f < F; f++) {
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const float4 v = ssae_ld4(buf0 + f * 64 * LDB + (4 * rg + i) * LDB + 4 * cg);
+            zacc[i][0] += v.x;
+            zacc[i][1] += v.y;
+            zacc[i][2] += v.z;
+            zacc[i][3] += v.w;
+          }
+        }
+        __syncwarp();
+        ln_latent(zacc);
+        bottleneck();
+      }
+      asm volatile("bar.sync 1, %0;" ::"r"(nthr) : "memory");
+      float part[4] = {0.f, 0.f, 0.f, 0.f};
+      decode(warp, buf0, base, nv, part);
+      reduce_part(part);
+      /* Rows 0..31 of this warp's buffer are free again (warp 0 read the
+       * partial latents before the barrier). */
+      if (rg == 0)
+        *reinterpret_cast<float4 *>(buf + 4 * cg) = make_float4(part[0], part[1], part[2], part[3]);
+      asm volatile("bar.sync 1, %0;" ::"r"(nthr) : "memory");
+      if (warp == 0 && lane < TW) {
+        float v = 0.f;
+        for (int f = 0; f < F; f++) v += buf0[f * 64 * LDB + lane];
+        if (lane < nv) scores[base + lane] = v / (float)FM;
+      }
+    }
   }
 }
 

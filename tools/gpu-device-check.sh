@@ -77,11 +77,15 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck; do
     log "compute-sanitizer $tool"
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$T" --tiny \
-      > "$OUT/sanitize_$tool.log" 2>&1
-    echo "rc=$?"
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|Hazard|all passed|failures" \
-      "$OUT/sanitize_$tool.log" | sort | uniq -c | head -10
+    # --tiny: every kernel's small batches; --last-round: one full round of
+    # the per-warp kernel plus a few tiles (the warps-per-tile last round).
+    for sz in --tiny --last-round; do
+      timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$T" $sz \
+        > "$OUT/sanitize_$tool$sz.log" 2>&1
+      echo "$sz rc=$?"
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|Hazard|all passed|failures" \
+        "$OUT/sanitize_$tool$sz.log" | sort | uniq -c | head -10
+    done
   done
 fi
 
@@ -97,7 +101,7 @@ if has bench; then
 fi
 
 if has variants; then
-  for k in ${KERNELS:-generic small cluster cluster1 cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16r warp16n warp16b}; do
+  for k in ${KERNELS:-generic small cluster cluster1 cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16r warp16n warp16i warp16j warp16b}; do
     log "kernel $k"
     case $k in generic|small|cluster*) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \

@@ -3,9 +3,13 @@
  * and inputs each run, outputs poisoned with NaN before each launch.
  * Exits 77 without a CUDA device.
  *
- *   test_cuda_forward [--quick|--tiny]   every dims / kernel / batch case
- *                                        (--quick: up to 4097 windows,
- *                                        --tiny: up to 33, for the sanitizers)
+ *   test_cuda_forward [--quick|--tiny|--last-round]
+ *                                        every dims / kernel / batch case
+ *                                        (--quick: up to 4097 windows and
+ *                                        the last-round batch, --tiny: up
+ *                                        to 33, --last-round: only that
+ *                                        batch; the last two for the
+ *                                        sanitizers)
  *   test_cuda_forward --fallback         the backend table's switch to the CPU
  *   test_cuda_forward --apply MODEL IN N SCORES RECON
  *                                        raw float32 files in and out (for
@@ -240,7 +244,10 @@ out:
   free(sc2);
 }
 
-/* quick: 0 every size, 1 up to 4097, 2 tiny batches only (sanitizers). */
+/* quick: 0 every size, 1 up to 4097, 2 tiny batches only (sanitizers),
+ * 3 only the last-round batch (one full round of the per-warp kernel plus
+ * five tiles and three windows: the tiles that warps of a block compute
+ * together), default dims. The last-round batch is also in 0 and 1. */
 static void run_cases(int quick) {
   static const ssae_dims dims[] = {
       {64, 5, 32, 64},  /* default: tiled kernels */
@@ -249,11 +256,12 @@ static void run_cases(int quick) {
       {33, 2, 5, 17},   /* generic, nothing a multiple of 4 */
       {128, 5, 48, 96}, /* generic, larger */
   };
-  static const size_t all_n[] = {1, 7, 33, 4097, 100000, 1048576};
+  const size_t round = ssae_cuda_warp_round();
+  const size_t all_n[] = {1, 7, 33, 4097, 100000, 1048576, round ? round + 83 : 0};
   const char *kernels[] = {"auto",     "generic",  "small",     "cluster", "tiled32",
                            "tiled64",  "tiled128", "tiled128w", "warp12",  "warp16",
                            "warp16b", "warp16g",  "warp16p",   "cluster0",
-                           "warp16r",  "cluster1", "warp16n"};
+                           "warp16r",  "cluster1", "warp16n",  "warp16i", "warp16j"};
   const int nkernels = (int)(sizeof kernels / sizeof kernels[0]);
   /* SSAE_TEST_KERNELS=a,b,...: only auto and these (device time is scarce). */
   char only_buf[256], *only = NULL;
@@ -286,9 +294,13 @@ static void run_cases(int quick) {
       }
       for (size_t ni = 0; ni < sizeof all_n / sizeof all_n[0]; ni++) {
         const size_t n = all_n[ni];
+        const int last = ni == sizeof all_n / sizeof all_n[0] - 1;
+        if (n == 0 || (quick == 3 && (!last || di != 0))) continue;
         /* The largest batches for the default dims on every kernel; the
          * other cases up to 100000 (or 4097 with --quick). */
-        if (n > (quick == 2 ? 33 : quick ? 4097 : 100000) && !(di == 0 && !quick)) continue;
+        if (!(last && di == 0 && quick != 2) && n > (quick == 2 ? 33 : quick ? 4097 : 100000) &&
+            !(di == 0 && !quick))
+          continue;
         char name[64];
         snprintf(name, sizeof name, "%s/%s", kernels[k], ssae_cuda_kernel_name(gpu, n));
         check_batch(m, cpu, gpu, name, n);
@@ -600,6 +612,8 @@ int main(int argc, char **argv) {
     run_spans();
   } else if (argc > 1 && !strcmp(argv[1], "--tiny")) {
     run_cases(2);
+  } else if (argc > 1 && !strcmp(argv[1], "--last-round")) {
+    run_cases(3);
   } else {
     run_cases(argc > 1 && !strcmp(argv[1], "--quick"));
   }
