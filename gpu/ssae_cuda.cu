@@ -13,6 +13,7 @@
 
 #include "ssae_cuda_cluster.cuh"
 #include "ssae_cuda_kernels.cuh"
+#include "ssae_cuda_tc.cuh"
 #include "ssae_cuda_warp.cuh"
 
 namespace {
@@ -50,6 +51,16 @@ const size_t kSmallMax = 1024;
  * starting the products from their bias, K_WARP16P and K_WARP16B, 352.9 M
  * and 374.1 M; the k loops unrolled 16 instead of 8, 379-385 M. */
 const int kWarpAuto = 23;
+/* The tensor-core kernel that SSAE_CUDA_MATH=3xtf32 picks above kSmallMax
+ * (opt-in: products in 3xTF32 on the tensor cores): K_TC2, both operands'
+ * small halves truncated by the MMA (H100, 1048576 windows, graph replay,
+ * three rounds alternating: 554.5-558.1 M windows/s; K_TC1, the
+ * activations' small halves rounded, 552.7-553.4 M; warp16j 397.5-403.8 M
+ * in the same call). Measured slower and removed: cvt.rna.tf32 for the
+ * rounding (four instructions on sm_90, 520-532 M), z' split once for the
+ * decoder's five slices (543-551 M), the k loops not unrolled (483-512 M,
+ * though without spills). */
+const int kTcAuto = 42;
 /* Default buffer capacity in windows when the caller gives no bound. */
 const size_t kDefaultCap = 65536;
 
@@ -60,7 +71,7 @@ enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 1
                    K_TILED128W = 129, K_SMALL = 1, K_CLUSTER = 2, K_CLUSTER0 = 3,
                    K_CLUSTER1 = 4, K_WARP12 = 12, K_WARP16 = 16, K_WARP16B = 17,
                    K_WARP16G = 18, K_WARP16P = 19, K_WARP16R = 20, K_WARP16N = 21,
-                   K_WARP16I = 22, K_WARP16J = 23 };
+                   K_WARP16I = 22, K_WARP16J = 23, K_TC1 = 41, K_TC2 = 42 };
 /* ssae_fused_warp<16, 8, V>: K_WARP16B V = 3 (13-instruction GELU and
  * products that start from their bias), K_WARP16G V = 1 (the GELU only),
  * K_WARP16P V = 2 (the bias start only), K_WARP16R V = 5, K_WARP16N V = 13
@@ -68,6 +79,9 @@ enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 1
  * K_WARP16I V = 29 (k loops on two pointers), K_WARP16J V = 61 (and the
  * last round's tiles by F warps together); these two with the frame count fixed at compile time
  * when the model's is 5. */
+/* K_TC1, K_TC2: ssae_fused_tc<16, FC, V>, the opt-in 3xTF32 tensor-core
+ * kernel, V = 1 (the weights' small halves truncated by the MMA) and V = 5
+ * (the activations' too); FC = 5 when the model's frame count is. */
 int is_warp(int k) {
   return k == K_WARP12 || k == K_WARP16 || k == K_WARP16B || k == K_WARP16G ||
          k == K_WARP16P || k == K_WARP16R || k == K_WARP16N || k == K_WARP16I ||
@@ -98,6 +112,9 @@ struct cuda_impl {
   int small_ok;    /* ssae_fused_small fits these dimensions */
   int cluster_ok;  /* ssae_fused_cluster: these dimensions on sm_90+ */
   int warp_ok[3];  /* ssae_fused_warp<12>, <16>, <16, 8, V> fit in shared memory */
+  int tc_ok;       /* ssae_fused_tc fits (sm_80+, M = S = 64, L = 32, F <= 5) */
+  int tc_auto;     /* SSAE_CUDA_MATH=3xtf32: auto takes ssae_fused_tc above kSmallMax */
+  ssae_tc_layout tl;
   size_t gen_gmax; /* windows per block the generic kernel can hold */
   cudaStream_t stream;
   float *d_w, *d_x, *d_scores, *d_recon;
@@ -209,9 +226,11 @@ kernel_kind choose_kernel(const cuda_impl *c, size_t n) {
     return c->cluster_ok ? (kernel_kind)c->force : K_GENERIC;
   if (is_warp(c->force))
     return c->warp_ok[warp_index(c->force)] ? (kernel_kind)c->force : K_GENERIC;
+  if (c->force == K_TC1 || c->force == K_TC2) return c->tc_ok ? (kernel_kind)c->force : K_GENERIC;
   if (c->force > 0) return c->tiled_ok[tw_index(c->force)] ? (kernel_kind)c->force : K_GENERIC;
   if (c->cluster_ok && n <= kClusterMax) return K_CLUSTER;
   if (c->small_ok && n <= kSmallMax) return K_SMALL;
+  if (c->tc_auto && c->tc_ok) return (kernel_kind)kTcAuto;
   /* Above that the per-warp kernel (H100: 130 M windows/s at 4096 against
    * 107 M for tiled32, 389 M against 252 M for tiled128 at 1048576). */
   if (c->warp_ok[warp_index(kWarpAuto)]) return (kernel_kind)kWarpAuto;
@@ -282,6 +301,22 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
       CK(cudaLaunchKernelEx(&cfg, ssae_fused_cluster<0>, (const float *)c->d_w, c->lo, dx, n,
                             dscores, drecon),
          "kernel launch");
+  } else if (k == K_TC1 || k == K_TC2) {
+    const size_t ntiles = (n + SSAE_WARP_TW - 1) / SSAE_WARP_TW;
+    const unsigned grid = (unsigned)std::min<size_t>(ntiles, (size_t)c->sms);
+    const size_t smem = ssae_tc_smem(&c->lo, 16);
+    if (!poison_config) block.x = 32 * 16;
+#define SSAE_TC_LAUNCH(FC, V)                                                              \
+  ssae_fused_tc<16, FC, V><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, c->tl, dx, n, \
+                                                             dscores, drecon)
+    if (k == K_TC1) {
+      if (c->lo.F == 5) SSAE_TC_LAUNCH(5, 1);
+      else SSAE_TC_LAUNCH(0, 1);
+    } else {
+      if (c->lo.F == 5) SSAE_TC_LAUNCH(5, 5);
+      else SSAE_TC_LAUNCH(0, 5);
+    }
+#undef SSAE_TC_LAUNCH
   } else if (is_warp(k)) {
     const size_t ntiles = (n + SSAE_WARP_TW - 1) / SSAE_WARP_TW;
     /* Every SM gets a block while there are tiles: the kernel deals tiles
@@ -433,6 +468,8 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     else if (!strcmp(fk, "warp16n")) c->force = K_WARP16N;
     else if (!strcmp(fk, "warp16i")) c->force = K_WARP16I;
     else if (!strcmp(fk, "warp16j")) c->force = K_WARP16J;
+    else if (!strcmp(fk, "tc1")) c->force = K_TC1;
+    else if (!strcmp(fk, "tc2") || !strcmp(fk, "tc")) c->force = K_TC2;
   }
 
 #define CKN(call, what)                                      \
@@ -470,6 +507,25 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     cudaFuncAttributes fa;
     CKN(cudaFuncGetAttributes(&fa, ssae_fused_cluster<5>), "reading kernel attributes");
     c->cluster_ok = fa.ptxVersion >= 90;
+  }
+  {
+    /* The tensor-core kernel (opt-in, SSAE_CUDA_MATH=3xtf32 or
+ * SSAE_CUDA_KERNEL=tc): mma.sync TF32 needs sm_80. */
+    c->tl = ssae_tc_layout_of(&c->lo);
+    const size_t b = ssae_tc_smem(&c->lo, 16);
+    c->tc_ok = spec && prop.major >= 8 && d->frames <= 5 && b <= c->smem_optin;
+    if (c->tc_ok) {
+      int r = set_smem_attr(c, ssae_fused_tc<16, 0, 1>, b, err);
+      if (!r) r = set_smem_attr(c, ssae_fused_tc<16, 5, 1>, b, err);
+      if (!r) r = set_smem_attr(c, ssae_fused_tc<16, 0, 5>, b, err);
+      if (!r) r = set_smem_attr(c, ssae_fused_tc<16, 5, 5>, b, err);
+      if (r) {
+        destroy_impl(c);
+        return NULL;
+      }
+    }
+    const char *math = getenv("SSAE_CUDA_MATH");
+    c->tc_auto = math && !strcmp(math, "3xtf32");
   }
   {
     const int nws[3] = {12, 16, 16};
@@ -804,6 +860,8 @@ extern "C" const char *ssae_cuda_kernel_name(void *impl, size_t n) {
     case K_WARP16N: return "warp16n";
     case K_WARP16I: return "warp16i";
     case K_WARP16J: return "warp16j";
+    case K_TC1: return "tc1";
+    case K_TC2: return "tc2";
     default: return "generic";
   }
 }

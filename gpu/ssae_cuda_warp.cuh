@@ -171,6 +171,67 @@ __device__ __forceinline__ void ssae_wgemm(float (&a0)[4][4], float (&a1)[4][4],
   }
 }
 
+/* Windows of tile t (SSAE_WARP_TW wide) inside a batch of n. */
+__device__ __forceinline__ int ssae_tile_nv(size_t n, size_t t) {
+  const size_t b = t * SSAE_WARP_TW;
+  return (int)((n - b) < (size_t)SSAE_WARP_TW ? (n - b) : (size_t)SSAE_WARP_TW);
+}
+
+/* Raw slice f of tile t into pre: lane (lw, lh) bands 8j + 4lh .. of
+ * window lw. Windows past the end of the batch re-read the last one
+ * (always a valid address); their results are never stored. */
+__device__ __forceinline__ void ssae_load_slice(float4 (&pre)[8], const float *__restrict__ x,
+                                                size_t n, int FM, size_t t, int f, int lw,
+                                                int lh) {
+  const int nv = ssae_tile_nv(n, t);
+  const size_t w = t * SSAE_WARP_TW + (lw < nv ? lw : nv - 1);
+  const float4 *src = reinterpret_cast<const float4 *>(x + w * FM + f * 64 + 4 * lh);
+#pragma unroll
+  for (int j = 0; j < 8; j++) pre[j] = __ldg(src + 2 * j);
+}
+
+/* LayerNorm_M of a prefetched slice (16 windows x 64 bands, pre[8] per
+ * lane) into buf, k-major with row stride ldb. Lane (lw, lh) holds bands
+ * 8j + 4lh + e of window lw. The statistics are taken in float after
+ * subtracting the window's first band: log-mel values sit far from zero
+ * (-100 dB) with a small spread, and x - x0 is exact or a single rounding
+ * of a difference of the spread's size, so the mean and variance lose
+ * nothing to cancellation (a plain float mean of -100 dB values would cost
+ * ~1e-6 of relative output error). RSQ: 1/sqrt as rsqrtf (2 ulp). */
+template <bool RSQ>
+__device__ __forceinline__ void ssae_ln64_store(const float4 (&pre)[8], float *buf, int ldb,
+                                                int lw, int lh) {
+  const unsigned FULL = 0xffffffffu;
+  const float p = __shfl_sync(FULL, pre[0].x, lw);
+  float d[32];
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    d[4 * j] = pre[j].x - p;
+    d[4 * j + 1] = pre[j].y - p;
+    d[4 * j + 2] = pre[j].z - p;
+    d[4 * j + 3] = pre[j].w - p;
+  }
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 32; i++) s[i & 3] += d[i];
+  float sum = (s[0] + s[1]) + (s[2] + s[3]);
+  sum += __shfl_xor_sync(FULL, sum, 16);
+  const float mean = sum * (1.0f / 64.0f);
+#pragma unroll
+  for (int i = 0; i < 32; i++) d[i] -= mean;
+  float q[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 32; i++) q[i & 3] = fmaf(d[i], d[i], q[i & 3]);
+  float qs = (q[0] + q[1]) + (q[2] + q[3]);
+  qs += __shfl_xor_sync(FULL, qs, 16);
+  const float rstd = RSQ ? rsqrtf(qs * (1.0f / 64.0f) + 1e-5f)
+                         : 1.0f / sqrtf(qs * (1.0f / 64.0f) + 1e-5f);
+#pragma unroll
+  for (int j = 0; j < 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) buf[(8 * j + 4 * lh + e) * ldb + lw] = d[4 * j + e] * rstd;
+}
+
 /* UE: unroll of the encoder and decoder k loops (8 measured 1 % faster
  * than 4, 2 slower: more shared loads in flight). */
 /* V: bit 0 the 13-instruction GELU, bit 1 products that start from their
@@ -221,57 +282,10 @@ __global__ void __launch_bounds__(NW * 32, 1)
   const size_t stride = (size_t)gridDim.x * NW;
   const unsigned FULL = 0xffffffffu;
 
-  auto tile_nv = [&](size_t t) {
-    const size_t b = t * TW;
-    return (int)((n - b) < (size_t)TW ? (n - b) : (size_t)TW);
-  };
-  /* Windows past the end of the batch re-read the last one (always a valid
-   * address); their results are never stored. */
+  auto tile_nv = [&](size_t t) { return ssae_tile_nv(n, t); };
   float4 pre[8];
-  auto load_raw = [&](size_t t, int f) {
-    const int nv = tile_nv(t);
-    const size_t w = t * TW + (lw < nv ? lw : nv - 1);
-    const float4 *src = reinterpret_cast<const float4 *>(x + w * FM + f * 64 + 4 * lh);
-#pragma unroll
-    for (int j = 0; j < 8; j++) pre[j] = __ldg(src + 2 * j);
-  };
-  /* LayerNorm_M of the prefetched slice into buf (k-major). Lane (lw, lh)
-   * holds bands 8j + 4lh + e of window lw. The statistics are taken in
-   * float after subtracting the window's first band: log-mel values sit far
-   * from zero (-100 dB) with a small spread, and x - x0 is exact or a
-   * single rounding of a difference of the spread's size, so the mean and
-   * variance lose nothing to cancellation (a plain float mean of -100 dB
-   * values would cost ~1e-6 of relative output error). */
-  auto ln_store = [&]() {
-    const float p = __shfl_sync(FULL, pre[0].x, lw);
-    float d[32];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-      d[4 * j] = pre[j].x - p;
-      d[4 * j + 1] = pre[j].y - p;
-      d[4 * j + 2] = pre[j].z - p;
-      d[4 * j + 3] = pre[j].w - p;
-    }
-    float s[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < 32; i++) s[i & 3] += d[i];
-    float sum = (s[0] + s[1]) + (s[2] + s[3]);
-    sum += __shfl_xor_sync(FULL, sum, 16);
-    const float mean = sum * (1.0f / 64.0f);
-#pragma unroll
-    for (int i = 0; i < 32; i++) d[i] -= mean;
-    float q[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < 32; i++) q[i & 3] = fmaf(d[i], d[i], q[i & 3]);
-    float qs = (q[0] + q[1]) + (q[2] + q[3]);
-    qs += __shfl_xor_sync(FULL, qs, 16);
-    const float rstd = (V & 4) ? rsqrtf(qs * (1.0f / 64.0f) + 1e-5f)
-                               : 1.0f / sqrtf(qs * (1.0f / 64.0f) + 1e-5f);
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) buf[(8 * j + 4 * lh + e) * LDB + lw] = d[4 * j + e] * rstd;
-  };
+  auto load_raw = [&](size_t t, int f) { ssae_load_slice(pre, x, n, FM, t, f, lw, lh); };
+  auto ln_store = [&]() { ssae_ln64_store<(V & 4) != 0>(pre, buf, LDB, lw, lh); };
 
   /* Slice encoder of slice f of the tile whose raw slice is in pre:
    * LayerNorm into buf, h = GELU(We' n + be') back into buf (k-major). */

@@ -101,7 +101,7 @@ if has bench; then
 fi
 
 if has variants; then
-  for k in ${KERNELS:-generic small cluster cluster1 cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16r warp16n warp16i warp16j warp16b}; do
+  for k in ${KERNELS:-generic small cluster cluster1 cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16r warp16n warp16i warp16j warp16b tc1 tc2}; do
     log "kernel $k"
     case $k in generic|small|cluster*) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \

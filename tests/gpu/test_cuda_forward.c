@@ -261,7 +261,8 @@ static void run_cases(int quick) {
   const char *kernels[] = {"auto",     "generic",  "small",     "cluster", "tiled32",
                            "tiled64",  "tiled128", "tiled128w", "warp12",  "warp16",
                            "warp16b", "warp16g",  "warp16p",   "cluster0",
-                           "warp16r",  "cluster1", "warp16n",  "warp16i", "warp16j"};
+                           "warp16r",  "cluster1", "warp16n",  "warp16i", "warp16j",
+                           "tc1",      "tc2"};
   const int nkernels = (int)(sizeof kernels / sizeof kernels[0]);
   /* SSAE_TEST_KERNELS=a,b,...: only auto and these (device time is scarce). */
   char only_buf[256], *only = NULL;
