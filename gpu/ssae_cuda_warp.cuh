@@ -232,6 +232,45 @@ __device__ __forceinline__ void ssae_ln64_store(const float4 (&pre)[8], float *b
     for (int e = 0; e < 4; e++) buf[(8 * j + 4 * lh + e) * ldb + lw] = d[4 * j + e] * rstd;
 }
 
+/* The 64-row products of ssae_fused_warp (encoder, decoder): acc0 and
+ * acc1 (rows 4rg+i and 32+4rg+i of four windows) = bias + W A over K
+ * steps; w and b at the lane's rows, weight rows ws apart, a at the
+ * lane's windows of a k-major buffer. V as the kernel's: bit 1 the first
+ * step started from the bias, bit 4 the loops of ssae_wgemm. */
+template <int K, int UE, int V>
+__device__ __forceinline__ void ssae_warp_prod64(float (&a0)[4][4], float (&a1)[4][4],
+                                                 const float *w, const int ws, const float *b,
+                                                 const float *a) {
+  int k0 = 0;
+  if (V & 2) {
+    const float4 b0 = ssae_ld4(b), b1 = ssae_ld4(b + 32);
+    const float4 av = ssae_ld4(a);
+    ssae_fma44_first(a0, ssae_ld4(w), av, &b0);
+    ssae_fma44_first(a1, ssae_ld4(w + 32), av, &b1);
+    k0 = 1;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const float b0 = b[i], b1 = b[32 + i];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        a0[i][e] = b0;
+        a1[i][e] = b1;
+      }
+    }
+  }
+  if constexpr ((V & 16) != 0) {
+    ssae_wgemm<K, 2, UE>(a0, a1, w, ws, a);
+  } else {
+#pragma unroll UE
+    for (int k = k0; k < K; k++) {
+      const float4 av = ssae_ld4(a + k * SSAE_WARP_LDB);
+      ssae_fma44(a0, ssae_ld4(w + k * ws), av);
+      ssae_fma44(a1, ssae_ld4(w + k * ws + 32), av);
+    }
+  }
+}
+
 /* UE: unroll of the encoder and decoder k loops (8 measured 1 % faster
  * than 4, 2 slower: more shared loads in flight). */
 /* V: bit 0 the 13-instruction GELU, bit 1 products that start from their
@@ -293,36 +332,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
     ln_store();
     __syncwarp();
     float a0[4][4], a1[4][4];
-    int k0 = 0;
-    if (V & 2) {
-      const float4 b0 = ssae_ld4(be + 4 * rg), b1 = ssae_ld4(be + 32 + 4 * rg);
-      const float4 a = ssae_ld4(buf + 4 * cg);
-      ssae_fma44_first(a0, ssae_ld4(WeT + 4 * rg), a, &b0);
-      ssae_fma44_first(a1, ssae_ld4(WeT + 32 + 4 * rg), a, &b1);
-      k0 = 1;
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const float b0 = be[4 * rg + i], b1 = be[32 + 4 * rg + i];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          a0[i][e] = b0;
-          a1[i][e] = b1;
-        }
-      }
-    }
-    if constexpr ((V & 16) != 0) {
-      ssae_wgemm<64, 2, UE>(a0, a1, WeT + 4 * rg, 64, buf + 4 * cg);
-    } else {
-#pragma unroll UE
-      for (int k = k0; k < 64; k++) {
-        const float4 w0 = ssae_ld4(WeT + k * 64 + 4 * rg);
-        const float4 w1 = ssae_ld4(WeT + k * 64 + 32 + 4 * rg);
-        const float4 a = ssae_ld4(buf + k * LDB + 4 * cg);
-        ssae_fma44(a0, w0, a);
-        ssae_fma44(a1, w1, a);
-      }
-    }
+    ssae_warp_prod64<64, UE, V>(a0, a1, WeT + 4 * rg, 64, be + 4 * rg, buf + 4 * cg);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -425,35 +435,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
    * against x (re-read: from L2) added to part. */
   auto decode = [&](int f, const float *zb, size_t base, int nv, float (&part)[4]) {
     float a0[4][4], a1[4][4];
-    const float *D = DT + f * 64 + 4 * rg;
-    int k0 = 0;
-    if (V & 2) {
-      const float4 b0 = ssae_ld4(bd + 4 * rg), b1 = ssae_ld4(bd + 32 + 4 * rg);
-      const float4 a = ssae_ld4(zb + 32 * LDB + 4 * cg);
-      ssae_fma44_first(a0, ssae_ld4(D), a, &b0);
-      ssae_fma44_first(a1, ssae_ld4(D + 32), a, &b1);
-      k0 = 1;
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const float b0 = bd[4 * rg + i], b1 = bd[32 + 4 * rg + i];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          a0[i][e] = b0;
-          a1[i][e] = b1;
-        }
-      }
-    }
-    if constexpr ((V & 16) != 0) {
-      ssae_wgemm<32, 2, UE>(a0, a1, D, FM, zb + 32 * LDB + 4 * cg);
-    } else {
-#pragma unroll UE
-      for (int k = k0; k < 32; k++) {
-        const float4 a = ssae_ld4(zb + (32 + k) * LDB + 4 * cg);
-        ssae_fma44(a0, ssae_ld4(D + k * FM), a);
-        ssae_fma44(a1, ssae_ld4(D + k * FM + 32), a);
-      }
-    }
+    ssae_warp_prod64<32, UE, V>(a0, a1, DT + f * 64 + 4 * rg, FM, bd + 4 * rg,
+                                zb + 32 * LDB + 4 * cg);
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int w = 4 * cg + e;
