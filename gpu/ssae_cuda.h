@@ -1,6 +1,7 @@
 /* The CUDA backend: the SSAE forward pass as one fused kernel launch per
- * batch (gpu/ssae_cuda_kernels.cuh), behind the backend table of
- * src/model/ssae_backend.h. Present when the build found nvcc
+ * batch, behind the backend table of src/model/ssae_backend.h; the kernels
+ * and when each runs are the table of gpu/ssae_cuda_kernel_table.cu
+ * (doc/gpu-kernels.md). Present when the build found nvcc
  * (SSAE_HAVE_CUDA); `available` says whether a device is there.
  *
  * create uploads the folded weights once, allocates device buffers, pinned
@@ -11,8 +12,10 @@
  * Test hook: with SSAE_CUDA_FAIL_AFTER=N in the environment at create time,
  * every run after the first N launches the kernel with an invalid
  * configuration, so that the real CUDA error path is taken (-1 with CUDA's
- * message). SSAE_CUDA_KERNEL=generic|small|cluster|warp12|warp16|tiled32|...
- * forces one kernel (tests, bench). */
+ * message). SSAE_CUDA_KERNEL=<name> (a name of the kernel table, or auto)
+ * forces one kernel (tests, bench): one that does not fit the model or the
+ * device runs as generic; a name not in the table makes create fail.
+ * SSAE_CUDA_MATH=3xtf32 lets auto take the opt-in 3xTF32 kernel. */
 #ifndef SSAE_CUDA_H
 #define SSAE_CUDA_H
 
@@ -41,10 +44,23 @@ int ssae_cuda_time_kernel(const ssae_model *m, size_t n, int recon, int graph,
  * graph holding one empty kernel, timed the same way (CUDA events). */
 int ssae_cuda_time_empty(int reps, double *us_median, ssae_err *err);
 
-/* Which kernel a batch of n windows uses ("tiled128", "generic", ...). */
+/* Which kernel a batch of n windows uses ("warp_fp32", "generic", ...). */
 const char *ssae_cuda_kernel_name(void *impl, size_t n);
 
-/* Windows in one full round of the per-warp kernel on device 0 (its SMs x
+/* One row of the kernel table, for tests and tools. */
+typedef struct {
+  const char *name;    /* what SSAE_CUDA_KERNEL takes, ssae_cuda_kernel_name says */
+  const char *purpose; /* one line: what it is for, where it fits */
+  size_t auto_max;     /* auto gives it batches up to this many windows (SIZE_MAX: any) */
+  int opt_in;          /* auto takes it only with SSAE_CUDA_MATH=3xtf32 */
+} ssae_cuda_kernel_desc;
+
+/* The number of kernels in the table, and row i (NULL outside 0..count-1).
+ * Need no device. */
+int ssae_cuda_kernel_count(void);
+const ssae_cuda_kernel_desc *ssae_cuda_kernel_info(int i);
+
+/* Windows in one full round of warp_fp32 on device 0 (its SMs x
  * 16 warps x 16 windows), 0 without a device: a batch of this plus a few
  * tiles ends in a last round of fewer tiles than blocks, which the kernel
  * computes with several warps per tile (the tests' case for that path). */

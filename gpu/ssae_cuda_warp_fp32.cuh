@@ -1,8 +1,9 @@
-/* The large-batch kernel for M = S = 64, L = 32: every warp runs the whole
- * forward pass of its own tile of 16 windows, start to end, with no
- * block-wide barrier after the weights are in shared memory.
+/* warp_fp32: the large-batch kernel for M = S = 64, L = 32 (what auto
+ * takes above 1024 windows): every warp runs the whole forward pass of its
+ * own tile of 16 windows, start to end, with no block-wide barrier after
+ * the weights are in shared memory.
  *
- * Why per warp: the block-wide tiled kernels (ssae_cuda_kernels.cuh) run
+ * Why per warp: the block-wide tiled kernels (ssae_cuda_tiled.cuh) run
  * every phase (LayerNorm, GEMM, GELU, reduction) in lock-step behind
  * __syncthreads, so the FMA pipes idle while the block does anything else.
  * Independent warps sit at different phases at any moment and the
@@ -21,74 +22,26 @@
  *
  * The raw input of the next slice is loaded into registers one phase
  * ahead; LayerNorm runs on those registers before they go to shared
- * memory. */
-#ifndef SSAE_CUDA_WARP_CUH
-#define SSAE_CUDA_WARP_CUH
+ * memory. GELU is the 11-instruction form on k-scaled weights
+ * (ssae_gelu_scaled), 1/sqrt in the LayerNorms rsqrtf (2 ulp). */
+#ifndef SSAE_CUDA_WARP_FP32_CUH
+#define SSAE_CUDA_WARP_FP32_CUH
 
-#include "ssae_cuda_kernels.cuh"
+#include "ssae_cuda_common.cuh"
 
-#define SSAE_WARP_TW 16
+#define SSAE_WARP_TW 16 /* windows per warp tile */
 #define SSAE_WARP_LDB 20
+#define SSAE_WARP_NW 16 /* warps per block (warp_fp32 and warp_3xtf32) */
 
-/* GELU(v) = v Phi(v), Phi(v) = erfc(-v/sqrt2)/2, with erfc from the
- * Chebyshev fit of Numerical Recipes (erfcc: erfc(z) = t exp(-z^2 + P(t)),
- * t = 1/(1 + z/2), fractional error < 1.2e-7 for all z >= 0). Evaluated in
- * float its error is at most 1.0e-7 * max(|v|, 1), the same bound as
- * 0.5 v (1 + erff(v/sqrt2)) (checked against erf in double over
- * [-12, 12]), in 16 instructions instead of about 28: P is pre-scaled by
- * log2(e) with the factor 1/2 folded into its constant, and
- * v Phi(v) = max(v, 0) - |v| erfc(|v|/sqrt2)/2 on both sides of zero. */
-__device__ __forceinline__ float ssae_gelu_fast(float v) {
-  const float a = fabsf(v);
-  float t, e;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(a, 0.35355339059327373f, 1.0f)));
-  float p = 2.465172979e-01f;
-  p = fmaf(p, t, -1.186114945e+00f);
-  p = fmaf(p, t, 2.147474464e+00f);
-  p = fmaf(p, t, -1.637753152e+00f);
-  p = fmaf(p, t, 4.023215817e-01f);
-  p = fmaf(p, t, -2.687568603e-01f);
-  p = fmaf(p, t, 1.396300565e-01f);
-  p = fmaf(p, t, 5.397006155e-01f);
-  p = fmaf(p, t, 1.442729204e+00f);
-  p = fmaf(p, t, -2.825748218e+00f);
-  const float arg = fmaf(v * -7.213475204e-01f, v, p);
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(arg));
-  return fmaf(-a, t * e, fmaxf(v, 0.0f));
-}
-
-/* The same GELU in 13 instructions (ssae_fused_warp<.., V odd>, the
- * cluster kernel): erfc(z)/2 = exp(-z^2) Q(t), t = 1/(1 + p z), Q of degree 5 with
- * its constant term, z = |v|/sqrt2, fitted (Lawson's weighted minimax) to
- * the error that matters for GELU, |v| exp(-z^2) dQ / max(|v|, 1): 4.7e-9
- * for the fit, 9.5e-8 evaluated in float over [-12, 12] with correctly
- * rounded rcp and ex2 (the 16-instruction version above: 1.09e-7, float
- * erff: 1.07e-7). The NR form needs P(t) of degree 9 because it keeps the
- * fractional error of erfc small out to z = 9, where GELU no longer sees
- * it; p and the exponent's scale carry 1/sqrt2 and log2(e). */
-__device__ __forceinline__ float ssae_gelu_fast13(float v) {
-  const float a = fabsf(v);
-  float t, e;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(a, 0.31819806f, 1.0f)));
-  float q = -0.13292107f;
-  q = fmaf(q, t, 0.5164008f);
-  q = fmaf(q, t, -0.2963553f);
-  q = fmaf(q, t, 0.33495167f);
-  q = fmaf(q, t, 0.07190568f);
-  q = fmaf(q, t, 0.0060180114f);
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v * -0.7213475f * v));
-  return fmaf(-a, q * e, fmaxf(v, 0.0f));
-}
-
-/* k GELU(u / k), k = sqrt(log2(e) / 2), in 11 instructions
- * (ssae_fused_warp<.., V & 8>): the products before it carry the factor k
- * and those after it 1/k (ssae_warp_scale), so exp(-z^2) = 2^(-u^2) is one
- * multiply; Q of degree 4 in t = 1/(1 + p|v|), p = 0.262, fitted like the
- * 13-instruction version (Lawson, weighted minimax): 6.0e-8 for the fit,
- * 1.65e-7 of max(|v|, 1) evaluated in float over [-12, 12] (the
- * 13-instruction version: 1.19e-7 in the same numpy emulation, with
- * correctly rounded rcp and ex2). */
-__device__ __forceinline__ float ssae_gelu_fast11(float u) {
+/* k GELU(u / k), k = sqrt(log2(e) / 2), in 11 instructions: the products
+ * before it carry the factor k and those after it 1/k (ssae_warp_scale), so
+ * exp(-z^2) = 2^(-u^2) is one multiply. GELU(v) = v Phi(v) =
+ * max(v, 0) - |v| erfc(|v|/sqrt2)/2, erfc(z)/2 = exp(-z^2) Q(t),
+ * t = 1/(1 + p|v|), p = 0.262, Q of degree 4 fitted (Lawson's weighted
+ * minimax) to the error that matters for GELU, |v| exp(-z^2) dQ /
+ * max(|v|, 1): 6.0e-8 for the fit, 1.65e-7 of max(|v|, 1) evaluated in
+ * float over [-12, 12] with correctly rounded rcp and ex2. */
+__device__ __forceinline__ float ssae_gelu_scaled(float u) {
   const float a = fabsf(u);
   float t, e;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(a, 0.30848142589905436f, 1.0f)));
@@ -101,16 +54,7 @@ __device__ __forceinline__ float ssae_gelu_fast11(float u) {
   return fmaf(-a, q * e, fmaxf(u, 0.0f));
 }
 
-/* The GELU of the kernel variant: V & 8 the 11-instruction one (weights
- * scaled), else V & 1 the 13-instruction one, else the 16-instruction one. */
-template <int V>
-__device__ __forceinline__ float ssae_gelu_v(float v) {
-  if constexpr ((V & 8) != 0) return ssae_gelu_fast11(v);
-  else if constexpr ((V & 1) != 0) return ssae_gelu_fast13(v);
-  else return ssae_gelu_fast(v);
-}
-
-/* The factor on float4 i of the tiled weights for ssae_gelu_fast11: k on
+/* The factor on float4 i of the tiled weights for ssae_gelu_scaled: k on
  * the encoder's and the bottleneck's weights and biases (their GELU sees
  * k v), 1/k on the products that read a GELU's output (the basis
  * projection, the folded decoder); the decoder's bias as it is. The
@@ -122,10 +66,6 @@ __device__ __forceinline__ float ssae_warp_scale(const ssae_cuda_layout &lo, int
   return f < lo.bt ? k : f < lo.wbt ? rk : f < lo.dt ? k : f < lo.be ? rk : f < lo.bd ? k : 1.0f;
 }
 
-__device__ __forceinline__ float4 ssae_ld4(const float *p) {
-  return *reinterpret_cast<const float4 *>(p);
-}
-
 /* acc[i][e] += w_i(k) a_e(k) for one k: w = 4 rows, a = 4 windows. */
 __device__ __forceinline__ void ssae_fma44(float (&acc)[4][4], float4 w, float4 a) {
   const float wv[4] = {w.x, w.y, w.z, w.w}, av[4] = {a.x, a.y, a.z, a.w};
@@ -133,19 +73,6 @@ __device__ __forceinline__ void ssae_fma44(float (&acc)[4][4], float4 w, float4 
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) acc[i][e] = fmaf(wv[i], av[e], acc[i][e]);
-}
-
-/* acc[i][e] = w_i a_e + b_i: the first k of a product starts from the bias
- * (or from zero, b = NULL) instead of accumulators first set to it, which
- * costs a move per accumulator. */
-__device__ __forceinline__ void ssae_fma44_first(float (&acc)[4][4], float4 w, float4 a,
-                                                 const float4 *b) {
-  const float wv[4] = {w.x, w.y, w.z, w.w}, av[4] = {a.x, a.y, a.z, a.w};
-  const float bv[4] = {b ? b->x : 0.f, b ? b->y : 0.f, b ? b->z : 0.f, b ? b->w : 0.f};
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) acc[i][e] = b ? fmaf(wv[i], av[e], bv[i]) : wv[i] * av[e];
 }
 
 /* acc0 (rows 4rg+i) and, NH = 2, acc1 (rows 32+4rg+i) += W A over K
@@ -197,8 +124,7 @@ __device__ __forceinline__ void ssae_load_slice(float4 (&pre)[8], const float *_
  * (-100 dB) with a small spread, and x - x0 is exact or a single rounding
  * of a difference of the spread's size, so the mean and variance lose
  * nothing to cancellation (a plain float mean of -100 dB values would cost
- * ~1e-6 of relative output error). RSQ: 1/sqrt as rsqrtf (2 ulp). */
-template <bool RSQ>
+ * ~1e-6 of relative output error). 1/sqrt as rsqrtf (2 ulp). */
 __device__ __forceinline__ void ssae_ln64_store(const float4 (&pre)[8], float *buf, int ldb,
                                                 int lw, int lh) {
   const unsigned FULL = 0xffffffffu;
@@ -224,69 +150,41 @@ __device__ __forceinline__ void ssae_ln64_store(const float4 (&pre)[8], float *b
   for (int i = 0; i < 32; i++) q[i & 3] = fmaf(d[i], d[i], q[i & 3]);
   float qs = (q[0] + q[1]) + (q[2] + q[3]);
   qs += __shfl_xor_sync(FULL, qs, 16);
-  const float rstd = RSQ ? rsqrtf(qs * (1.0f / 64.0f) + 1e-5f)
-                         : 1.0f / sqrtf(qs * (1.0f / 64.0f) + 1e-5f);
+  const float rstd = rsqrtf(qs * (1.0f / 64.0f) + 1e-5f);
 #pragma unroll
   for (int j = 0; j < 8; j++)
 #pragma unroll
     for (int e = 0; e < 4; e++) buf[(8 * j + 4 * lh + e) * ldb + lw] = d[4 * j + e] * rstd;
 }
 
-/* The 64-row products of ssae_fused_warp (encoder, decoder): acc0 and
- * acc1 (rows 4rg+i and 32+4rg+i of four windows) = bias + W A over K
- * steps; w and b at the lane's rows, weight rows ws apart, a at the
- * lane's windows of a k-major buffer. V as the kernel's: bit 1 the first
- * step started from the bias, bit 4 the loops of ssae_wgemm. */
-template <int K, int UE, int V>
+/* The 64-row products (encoder, decoder): acc0 and acc1 (rows 4rg+i and
+ * 32+4rg+i of four windows) = bias + W A over K steps; w and b at the
+ * lane's rows, weight rows ws apart, a at the lane's windows of a k-major
+ * buffer. */
+template <int K>
 __device__ __forceinline__ void ssae_warp_prod64(float (&a0)[4][4], float (&a1)[4][4],
                                                  const float *w, const int ws, const float *b,
                                                  const float *a) {
-  int k0 = 0;
-  if (V & 2) {
-    const float4 b0 = ssae_ld4(b), b1 = ssae_ld4(b + 32);
-    const float4 av = ssae_ld4(a);
-    ssae_fma44_first(a0, ssae_ld4(w), av, &b0);
-    ssae_fma44_first(a1, ssae_ld4(w + 32), av, &b1);
-    k0 = 1;
-  } else {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const float b0 = b[i], b1 = b[32 + i];
+  for (int i = 0; i < 4; i++) {
+    const float b0 = b[i], b1 = b[32 + i];
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        a0[i][e] = b0;
-        a1[i][e] = b1;
-      }
+    for (int e = 0; e < 4; e++) {
+      a0[i][e] = b0;
+      a1[i][e] = b1;
     }
   }
-  if constexpr ((V & 16) != 0) {
-    ssae_wgemm<K, 2, UE>(a0, a1, w, ws, a);
-  } else {
-#pragma unroll UE
-    for (int k = k0; k < K; k++) {
-      const float4 av = ssae_ld4(a + k * SSAE_WARP_LDB);
-      ssae_fma44(a0, ssae_ld4(w + k * ws), av);
-      ssae_fma44(a1, ssae_ld4(w + k * ws + 32), av);
-    }
-  }
+  ssae_wgemm<K, 2, 8>(a0, a1, w, ws, a);
 }
 
-/* UE: unroll of the encoder and decoder k loops (8 measured 1 % faster
- * than 4, 2 slower: more shared loads in flight). */
-/* V: bit 0 the 13-instruction GELU, bit 1 products that start from their
- * bias (ssae_fma44_first), bit 2 the LayerNorms' 1/sqrt as rsqrtf (MUFU,
- * 2 ulp) instead of an IEEE square root and divide, bit 3 the
- * 11-instruction GELU on weights scaled in shared memory, bit 4 the k
- * loops of ssae_wgemm, bit 5 the last round's tiles computed by F warps
- * of their block together (ssae_warp_coop). FC: the frame count
- * when fixed at compile time (0: the model's), which makes the decoder's
- * weight stride a constant. */
-template <int NW, int UE = 8, int V = 0, int FC = 0>
-__global__ void __launch_bounds__(NW * 32, 1)
-    ssae_fused_warp(const float *__restrict__ wts, ssae_cuda_layout lo,
-                    const float *__restrict__ x, size_t n,
-                    float *__restrict__ scores, float *__restrict__ recon) {
-  constexpr int TW = SSAE_WARP_TW, LDB = SSAE_WARP_LDB;
+/* FC: the frame count when fixed at compile time (0: the model's), which
+ * makes the decoder's weight stride a constant. */
+template <int FC>
+__global__ void __launch_bounds__(SSAE_WARP_NW * 32, 1)
+    ssae_warp_fp32_kernel(const float *__restrict__ wts, ssae_cuda_layout lo,
+                          const float *__restrict__ x, size_t n,
+                          float *__restrict__ scores, float *__restrict__ recon) {
+  constexpr int NW = SSAE_WARP_NW, TW = SSAE_WARP_TW, LDB = SSAE_WARP_LDB;
   extern __shared__ float4 smem4[];
   float *sm = reinterpret_cast<float *>(smem4);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -303,10 +201,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
       for (int u = 0; u < 4; u++)
         if (i + u * NW * 32 < n4) {
           float4 w = v[u];
-          if constexpr ((V & 8) != 0) {
-            const float c = ssae_warp_scale(lo, i + u * NW * 32);
-            w = make_float4(w.x * c, w.y * c, w.z * c, w.w * c);
-          }
+          const float c = ssae_warp_scale(lo, i + u * NW * 32);
+          w = make_float4(w.x * c, w.y * c, w.z * c, w.w * c);
           smem4[i + u * NW * 32] = w;
         }
     }
@@ -324,7 +220,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
   auto tile_nv = [&](size_t t) { return ssae_tile_nv(n, t); };
   float4 pre[8];
   auto load_raw = [&](size_t t, int f) { ssae_load_slice(pre, x, n, FM, t, f, lw, lh); };
-  auto ln_store = [&]() { ssae_ln64_store<(V & 4) != 0>(pre, buf, LDB, lw, lh); };
+  auto ln_store = [&]() { ssae_ln64_store(pre, buf, LDB, lw, lh); };
 
   /* Slice encoder of slice f of the tile whose raw slice is in pre:
    * LayerNorm into buf, h = GELU(We' n + be') back into buf (k-major). */
@@ -332,16 +228,16 @@ __global__ void __launch_bounds__(NW * 32, 1)
     ln_store();
     __syncwarp();
     float a0[4][4], a1[4][4];
-    ssae_warp_prod64<64, UE, V>(a0, a1, WeT + 4 * rg, 64, be + 4 * rg, buf + 4 * cg);
+    ssae_warp_prod64<64>(a0, a1, WeT + 4 * rg, 64, be + 4 * rg, buf + 4 * cg);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       *reinterpret_cast<float4 *>(buf + (4 * rg + i) * LDB + 4 * cg) =
-          make_float4(ssae_gelu_v<V & 9>(a0[i][0]), ssae_gelu_v<V & 9>(a0[i][1]),
-                      ssae_gelu_v<V & 9>(a0[i][2]), ssae_gelu_v<V & 9>(a0[i][3]));
+          make_float4(ssae_gelu_scaled(a0[i][0]), ssae_gelu_scaled(a0[i][1]),
+                      ssae_gelu_scaled(a0[i][2]), ssae_gelu_scaled(a0[i][3]));
       *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
-          make_float4(ssae_gelu_v<V & 9>(a1[i][0]), ssae_gelu_v<V & 9>(a1[i][1]),
-                      ssae_gelu_v<V & 9>(a1[i][2]), ssae_gelu_v<V & 9>(a1[i][3]));
+          make_float4(ssae_gelu_scaled(a1[i][0]), ssae_gelu_scaled(a1[i][1]),
+                      ssae_gelu_scaled(a1[i][2]), ssae_gelu_scaled(a1[i][3]));
     }
     __syncwarp();
   };
@@ -349,23 +245,11 @@ __global__ void __launch_bounds__(NW * 32, 1)
    * on their own: smaller rounding error than one running sum of 320). */
   auto project = [&](int f, float (&zp)[4][4]) {
     const float *B = BT + f * 64 * 32 + 4 * rg;
-    int k0 = 0;
-    if (V & 2) {
-      ssae_fma44_first(zp, ssae_ld4(B), ssae_ld4(buf + 4 * cg), nullptr);
-      k0 = 1;
-    } else {
 #pragma unroll
-      for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) zp[i][e] = 0.f;
-    }
-    if constexpr ((V & 16) != 0) {
-      ssae_wgemm<64, 1, 8>(zp, zp, B, 32, buf + 4 * cg);
-    } else {
-#pragma unroll 8
-      for (int k = k0; k < 64; k++)
-        ssae_fma44(zp, ssae_ld4(B + k * 32), ssae_ld4(buf + k * LDB + 4 * cg));
-    }
+      for (int e = 0; e < 4; e++) zp[i][e] = 0.f;
+    ssae_wgemm<64, 1, 8>(zp, zp, B, 32, buf + 4 * cg);
   };
   /* LayerNorm_L of each window's z (column e of the tile: rows 4rg+i on
    * the eight lanes of one cg), in float: z carries its own rounding from
@@ -388,8 +272,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
       q += __shfl_xor_sync(FULL, q, 1);
       q += __shfl_xor_sync(FULL, q, 2);
       q += __shfl_xor_sync(FULL, q, 4);
-      const float rstd = (V & 4) ? rsqrtf(q * (1.0f / 32.0f) + 1e-5f)
-                                 : 1.0f / sqrtf(q * (1.0f / 32.0f) + 1e-5f);
+      const float rstd = rsqrtf(q * (1.0f / 32.0f) + 1e-5f);
 #pragma unroll
       for (int i = 0; i < 4; i++) zacc[i][e] *= rstd;
     }
@@ -403,31 +286,18 @@ __global__ void __launch_bounds__(NW * 32, 1)
    * 32..63. */
   auto bottleneck = [&]() {
     float acc[4][4];
-    int k0 = 0;
-    if (V & 2) {
-      const float4 b = ssae_ld4(bb + 4 * rg);
-      ssae_fma44_first(acc, ssae_ld4(WbT + 4 * rg), ssae_ld4(buf + 4 * cg), &b);
-      k0 = 1;
-    } else {
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const float b = bb[4 * rg + i];
+    for (int i = 0; i < 4; i++) {
+      const float b = bb[4 * rg + i];
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[i][e] = b;
-      }
+      for (int e = 0; e < 4; e++) acc[i][e] = b;
     }
-    if constexpr ((V & 16) != 0) {
-      ssae_wgemm<32, 1, 8>(acc, acc, WbT + 4 * rg, 32, buf + 4 * cg);
-    } else {
-#pragma unroll 8
-      for (int k = k0; k < 32; k++)
-        ssae_fma44(acc, ssae_ld4(WbT + k * 32 + 4 * rg), ssae_ld4(buf + k * LDB + 4 * cg));
-    }
+    ssae_wgemm<32, 1, 8>(acc, acc, WbT + 4 * rg, 32, buf + 4 * cg);
 #pragma unroll
     for (int i = 0; i < 4; i++)
       *reinterpret_cast<float4 *>(buf + (32 + 4 * rg + i) * LDB + 4 * cg) =
-          make_float4(ssae_gelu_v<V & 9>(acc[i][0]), ssae_gelu_v<V & 9>(acc[i][1]),
-                      ssae_gelu_v<V & 9>(acc[i][2]), ssae_gelu_v<V & 9>(acc[i][3]));
+          make_float4(ssae_gelu_scaled(acc[i][0]), ssae_gelu_scaled(acc[i][1]),
+                      ssae_gelu_scaled(acc[i][2]), ssae_gelu_scaled(acc[i][3]));
     __syncwarp();
   };
   /* Reconstruction + decoder (folded) of slice f from z' in zb (rows
@@ -435,8 +305,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
    * against x (re-read: from L2) added to part. */
   auto decode = [&](int f, const float *zb, size_t base, int nv, float (&part)[4]) {
     float a0[4][4], a1[4][4];
-    ssae_warp_prod64<32, UE, V>(a0, a1, DT + f * 64 + 4 * rg, FM, bd + 4 * rg,
-                                zb + 32 * LDB + 4 * cg);
+    ssae_warp_prod64<32>(a0, a1, DT + f * 64 + 4 * rg, FM, bd + 4 * rg, zb + 32 * LDB + 4 * cg);
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int w = 4 * cg + e;
@@ -471,12 +340,12 @@ __global__ void __launch_bounds__(NW * 32, 1)
   /* Tiles go round the blocks first, so that when the tile count is not a
    * multiple of the warps (1 M windows: 65 536 tiles on 2 112 warps) the
    * last round's tiles sit one per block instead of filling the first few
-   * blocks. With V & 32 such a last round (at most one tile per block) is
-   * left to ssae_warp_coop below: a tile alone on its SM runs on one warp
+   * blocks. Such a last round (at most one tile per block) is left to the
+   * warps of each block together (below): a tile alone on its SM runs on one warp
    * at a fraction of the SM's issue rate (1 M windows: ~18 us of ~2.65 ms
    * for the last 1 024 windows). */
   size_t tend = ntiles;
-  if constexpr ((V & 32) != 0) {
+  {
     const size_t rem = ntiles % stride;
     if (ntiles >= stride && rem <= gridDim.x && F <= NW) tend = ntiles - rem;
   }
@@ -513,8 +382,8 @@ __global__ void __launch_bounds__(NW * 32, 1)
     __syncwarp();
   }
 
-  if constexpr ((V & 32) != 0) {
-    /* ssae_warp_coop: the last round's tile of this block, warp f taking
+  {
+    /* The last round's tile of this block, warp f taking
      * slice f: encoder and projection, then warp 0 sums the F partial
      * latents in slice order (the same additions as the loop above), runs
      * the LayerNorm and the bottleneck, then warp f decodes slice f and
@@ -573,9 +442,9 @@ __global__ void __launch_bounds__(NW * 32, 1)
   }
 }
 
-/* Shared memory of ssae_fused_warp<NW>, bytes. */
-static inline size_t ssae_warp_smem(const ssae_cuda_layout *lo, int nw) {
-  return ((size_t)lo->tiled_total + (size_t)nw * 64 * SSAE_WARP_LDB) * sizeof(float);
+/* Shared memory of ssae_warp_fp32_kernel, bytes. */
+static inline size_t ssae_warp_smem(const ssae_cuda_layout *lo) {
+  return ((size_t)lo->tiled_total + (size_t)SSAE_WARP_NW * 64 * SSAE_WARP_LDB) * sizeof(float);
 }
 
 #endif

@@ -1,5 +1,7 @@
-/* The opt-in tensor-core kernel (SSAE_CUDA_MATH=3xtf32): the per-warp
- * structure of ssae_fused_warp (every warp a 16-window tile start to end,
+/* warp_3xtf32: the opt-in tensor-core kernel (SSAE_CUDA_MATH=3xtf32 or
+ * SSAE_CUDA_KERNEL=warp_3xtf32), M = S = 64, L = 32, 5 frames, sm_80 or
+ * newer: the per-warp structure of warp_fp32 (every warp a 16-window tile
+ * start to end,
  * weights in shared memory, the next slice's input prefetched into
  * registers, the last round's tiles 5 warps per tile), with the four
  * matrix products on mma.sync m16n8k8 TF32 in the 3xTF32 form: each fp32
@@ -18,11 +20,15 @@
  *   B: b[r] = (k t + 4 r, column g)
  *   C: c[r] = (row g + 8 (r >> 1), column 2t + (r & 1))
  * LayerNorms, GELU (the 11-instruction form on k-scaled weights) and the
- * squared error stay in fp32 on the CUDA cores, as in ssae_fused_warp. */
-#ifndef SSAE_CUDA_TC_CUH
-#define SSAE_CUDA_TC_CUH
+ * squared error stay in fp32 on the CUDA cores, as in warp_fp32.
+ *
+ * The activations' and the weights' small halves (but the encoder's, split
+ * once at load) are left for the MMA to truncate (ssae_split_t): one
+ * instruction fewer per operand, an error of 2^-21 of the operand. */
+#ifndef SSAE_CUDA_WARP_3XTF32_CUH
+#define SSAE_CUDA_WARP_3XTF32_CUH
 
-#include "ssae_cuda_warp.cuh"
+#include "ssae_cuda_warp_fp32.cuh"
 
 #define SSAE_TC_LDB 24
 
@@ -63,34 +69,14 @@ __device__ __forceinline__ void ssae_mma3(float (&c)[4], const unsigned (&ab)[4]
   ssae_mma(c, ab, bb);
 }
 
-/* Float offsets of the fragment-ordered weights in shared memory (after
- * them the biases, then the warps' buffers). */
-struct ssae_tc_layout {
-  int web, wes, bf, wbf, df, be, bb, bd, total;
-};
-
-static inline ssae_tc_layout ssae_tc_layout_of(const ssae_cuda_layout *lo) {
-  ssae_tc_layout t;
-  t.web = 0;
-  t.wes = 4096;
-  t.bf = 8192;
-  t.wbf = t.bf + lo->F * 2048;
-  t.df = t.wbf + 1024;
-  t.be = t.df + lo->F * 2048;
-  t.bb = t.be + 64;
-  t.bd = t.bb + 32;
-  t.total = t.bd + 64;
-  return t;
-}
-
-/* Shared memory of ssae_fused_tc<NW>, bytes. */
-static inline size_t ssae_tc_smem(const ssae_cuda_layout *lo, int nw) {
-  return ((size_t)ssae_tc_layout_of(lo).total + (size_t)nw * 64 * SSAE_TC_LDB) * sizeof(float);
+/* Shared memory of ssae_warp_3xtf32_kernel, bytes. */
+static inline size_t ssae_tc_smem(const ssae_cuda_layout *lo) {
+  return ((size_t)ssae_tc_layout_of(lo).total + (size_t)SSAE_WARP_NW * 64 * SSAE_TC_LDB) *
+         sizeof(float);
 }
 
 /* B fragments of k step ks for the two 8-window column blocks, split:
  * rows ks*8 + t (+4) of a k-major buffer. */
-template <int V>
 __device__ __forceinline__ void ssae_tc_bfrag(const float *buf, int ks, int g, int t,
                                               unsigned (&bb)[2][2], unsigned (&bs)[2][2]) {
 #pragma unroll
@@ -98,37 +84,29 @@ __device__ __forceinline__ void ssae_tc_bfrag(const float *buf, int ks, int g, i
 #pragma unroll
     for (int r = 0; r < 2; r++) {
       const float v = buf[(ks * 8 + t + 4 * r) * SSAE_TC_LDB + nt * 8 + g];
-      if constexpr ((V & 4) != 0) ssae_split_t(v, bb[nt][r], bs[nt][r]);
-      else ssae_split(v, bb[nt][r], bs[nt][r]);
+      ssae_split_t(v, bb[nt][r], bs[nt][r]);
     }
 }
 
 /* acc[mt][nt] += A B over KS k steps: A fragment (mt, ks) of an fp32
  * fragment-ordered matrix at af (MT row blocks), split here; B from the
  * k-major buffer rows b0.. */
-template <int MT, int KS, int V>
+template <int MT, int KS>
 __device__ __forceinline__ void ssae_tc_gemm(float (&acc)[MT][2][4], const float *af,
                                              const float *b0, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll 2
   for (int ks = 0; ks < KS; ks++) {
     unsigned bb[2][2], bs[2][2];
-    ssae_tc_bfrag<V>(b0, ks, g, t, bb, bs);
+    ssae_tc_bfrag(b0, ks, g, t, bb, bs);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
       const float4 a = ssae_ld4(af + ((mt * KS + ks) * 32 + lane) * 4);
       unsigned ab[4], as[4];
-      if constexpr ((V & 1) != 0) {
-        ssae_split_t(a.x, ab[0], as[0]);
-        ssae_split_t(a.y, ab[1], as[1]);
-        ssae_split_t(a.z, ab[2], as[2]);
-        ssae_split_t(a.w, ab[3], as[3]);
-      } else {
-        ssae_split(a.x, ab[0], as[0]);
-        ssae_split(a.y, ab[1], as[1]);
-        ssae_split(a.z, ab[2], as[2]);
-        ssae_split(a.w, ab[3], as[3]);
-      }
+      ssae_split_t(a.x, ab[0], as[0]);
+      ssae_split_t(a.y, ab[1], as[1]);
+      ssae_split_t(a.z, ab[2], as[2]);
+      ssae_split_t(a.w, ab[3], as[3]);
 #pragma unroll
       for (int nt = 0; nt < 2; nt++) ssae_mma3(acc[mt][nt], ab, as, bb[nt], bs[nt]);
     }
@@ -171,30 +149,28 @@ __device__ __forceinline__ void ssae_tc_store(float *buf, int r0, const float (&
       for (int h = 0; h < 2; h++) {
         float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
         if (GELU) {
-          v0 = ssae_gelu_fast11(v0);
-          v1 = ssae_gelu_fast11(v1);
+          v0 = ssae_gelu_scaled(v0);
+          v1 = ssae_gelu_scaled(v1);
         }
         *reinterpret_cast<float2 *>(buf + (r0 + mt * 16 + g + 8 * h) * SSAE_TC_LDB + nt * 8 +
                                     2 * t) = make_float2(v0, v1);
       }
 }
 
-/* V: bit 0 the weights' small halves (but the encoder's, split once at
- * load) truncated by the MMA (ssae_split_t), bit 2 the activations' small
- * halves truncated too. */
-template <int NW, int FC = 0, int V = 0>
-__global__ void __launch_bounds__(NW * 32, 1)
-    ssae_fused_tc(const float *__restrict__ wts, ssae_cuda_layout lo, ssae_tc_layout tl,
-                  const float *__restrict__ x, size_t n, float *__restrict__ scores,
-                  float *__restrict__ recon) {
-  constexpr int TW = SSAE_WARP_TW, LDB = SSAE_TC_LDB;
+/* FC: the frame count fixed at compile time (0: the model's). */
+template <int FC>
+__global__ void __launch_bounds__(SSAE_WARP_NW * 32, 1)
+    ssae_warp_3xtf32_kernel(const float *__restrict__ wts, ssae_cuda_layout lo,
+                            ssae_tc_layout tl, const float *__restrict__ x, size_t n,
+                            float *__restrict__ scores, float *__restrict__ recon) {
+  constexpr int NW = SSAE_WARP_NW, TW = SSAE_WARP_TW, LDB = SSAE_TC_LDB;
   extern __shared__ float4 smem4[];
   float *sm = reinterpret_cast<float *>(smem4);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int F = FC ? FC : lo.F, FM = 64 * F;
   const unsigned FULL = 0xffffffffu;
   /* The weights into fragment order, k-scaled for the 11-instruction GELU
-   * like ssae_fused_warp<.., V & 8> (ssae_warp_scale). Element e of a
+   * as in warp_fp32 (ssae_warp_scale). Element e of a
    * fragment-ordered R x K matrix: word w = e / 4 = (mt * KS + ks) * 32 +
    * lane, r = e % 4: row mt*16 + lane/4 + 8 (r & 1), k ks*8 + lane%4 +
    * 4 (r >> 1). */
@@ -245,14 +221,14 @@ __global__ void __launch_bounds__(NW * 32, 1)
   auto load_raw = [&](size_t tt, int f) { ssae_load_slice(pre, x, n, FM, tt, f, lw, lh); };
   /* LayerNorm and slice encoder; h_f back into buf (rows 0..63). */
   auto encode = [&]() {
-    ssae_ln64_store<true>(pre, buf, LDB, lw, lh);
+    ssae_ln64_store(pre, buf, LDB, lw, lh);
     __syncwarp();
     float acc[4][2][4];
     ssae_tc_bias<4>(acc, be, g);
 #pragma unroll 2
     for (int ks = 0; ks < 8; ks++) {
       unsigned bbf[2][2], bsf[2][2];
-      ssae_tc_bfrag<V>(buf, ks, g, t, bbf, bsf);
+      ssae_tc_bfrag(buf, ks, g, t, bbf, bsf);
 #pragma unroll
       for (int mt = 0; mt < 4; mt++) {
         const int w = ((mt * 8 + ks) * 32 + lane) * 4;
@@ -271,7 +247,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
   };
   auto project = [&](int f, float (&zp)[2][2][4]) {
     ssae_tc_zero(zp);
-    ssae_tc_gemm<2, 8, V>(zp, BF + f * 2048, buf, lane);
+    ssae_tc_gemm<2, 8>(zp, BF + f * 2048, buf, lane);
   };
   /* LayerNorm_L per window (column 2t + (r & 1) of block nt: rows on the
    * eight lanes of one t), zn into buf rows 0..31, then the bottleneck's
@@ -307,7 +283,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
     __syncwarp();
     float acc[2][2][4];
     ssae_tc_bias<2>(acc, bb, g);
-    ssae_tc_gemm<2, 4, V>(acc, WbF, buf, lane);
+    ssae_tc_gemm<2, 4>(acc, WbF, buf, lane);
     ssae_tc_store<2, true>(buf, 32, acc, g, t);
     __syncwarp();
   };
@@ -317,7 +293,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
   auto decode = [&](int f, const float *zb, size_t base, int nv, float (&part)[2][2]) {
     float acc[4][2][4];
     ssae_tc_bias<4>(acc, bd, g);
-    ssae_tc_gemm<4, 4, V>(acc, DF + f * 2048, zb + 32 * LDB, lane);
+    ssae_tc_gemm<4, 4>(acc, DF + f * 2048, zb + 32 * LDB, lane);
 #pragma unroll
     for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -348,7 +324,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
   };
 
   /* Tiles round the blocks first; a last round of at most one tile per
-   * block is computed 5 warps per tile below (as ssae_fused_warp, V & 32). */
+   * block is computed 5 warps per tile below (as in warp_fp32). */
   size_t tend = ntiles;
   {
     const size_t rem = ntiles % stride;

@@ -1,7 +1,7 @@
-/* The batch-of-one kernel for M = S = 64, L = 32, F <= 16 on sm_90: a
- * thread-block cluster of 8 blocks shares one window. What a tiny batch
- * costs is the number of dependent round trips to L2 and the bytes one SM
- * pulls from it, so:
+/* batch1_cluster: the latency kernel for batches up to 16 windows, M = S =
+ * 64, L = 32, F <= 16, on sm_90: a thread-block cluster of 8 blocks shares
+ * one window. What a tiny batch costs is the number of dependent round
+ * trips to L2 and the bytes one SM pulls from it, so:
  *   - every block holds only its eighth of the weights (about 12 KB), and
  *     loads them into registers at kernel start, all at once: one L2 round
  *     trip for the whole kernel, spread over 8 SMs;
@@ -10,35 +10,56 @@
  *     vector, and decoder outputs 8F r .. 8F r + 8F - 1;
  *   - the partial latents go to every block's shared memory through
  *     distributed shared memory (one remote store per thread), the partial
- *     squared errors to block 0's: SIG = 0 waits for them at two cluster
- *     barriers per window, SIG = 1 at mbarriers (below).
- * The bottleneck (32 x 32) is computed by warp 0 of every block.
- *
- * Measured (H100, clock64 stamps in block 0, batch 1; run 6 of
- * gpu/NOTES.md): about 7 300 cycles from entry to exit, of which each
- * cluster barrier ~1 000, the window's load from L2 ~800 to 1 200, each
- * LayerNorm ~700 (two dependent shuffle reductions). A replay of a graph
- * holding one empty kernel measures 3.4-3.8 us with the same event timing.
- * SIG = 1 against SIG = 0 (run 9 of gpu/NOTES.md, same invocation): Nsight
- * kernel duration 5.2-5.3 against 6.05-6.1 us, graph replay 6.72 against
- * 7.68 us. */
-#ifndef SSAE_CUDA_CLUSTER_CUH
-#define SSAE_CUDA_CLUSTER_CUH
+ *     squared errors to block 0's, each as an st.async that counts its
+ *     bytes on an mbarrier of the receiving block (below), which waits only
+ *     for what it receives: a one-way trip instead of a cluster barrier's
+ *     round trip.
+ * The bottleneck (32 x 32) is computed by warp 0 of every block. The
+ * LayerNorms take mean and variance from one butterfly
+ * (ssae_warp_meanvar) and 1/sqrt as rsqrtf; GELU is the 16-instruction
+ * ssae_gelu_fast. */
+#ifndef SSAE_CUDA_BATCH1_CLUSTER_CUH
+#define SSAE_CUDA_BATCH1_CLUSTER_CUH
 
 #include <cooperative_groups.h>
 
-#include "ssae_cuda_kernels.cuh"
-#include "ssae_cuda_warp.cuh"
+#include "ssae_cuda_common.cuh"
 
 #define SSAE_CLUSTER_CTAS 8
 #define SSAE_CLUSTER_THREADS 256
 #define SSAE_CLUSTER_FMAX 16
 
-/* Signalling for SIG = 1 (sm_90 PTX): instead of the two cluster barriers,
- * every remote store is an st.async that counts its bytes on an mbarrier in
- * the receiving block, which waits only for the bytes it needs (a one-way
- * trip instead of a barrier's round trip), and a block that has nothing
- * left to receive runs on or exits. */
+/* GELU(v) = v Phi(v), Phi(v) = erfc(-v/sqrt2)/2, with erfc from the
+ * Chebyshev fit of Numerical Recipes (erfcc: erfc(z) = t exp(-z^2 + P(t)),
+ * t = 1/(1 + z/2), fractional error < 1.2e-7 for all z >= 0). Evaluated in
+ * float its error is at most 1.0e-7 * max(|v|, 1), the same bound as
+ * 0.5 v (1 + erff(v/sqrt2)) (checked against erf in double over
+ * [-12, 12]), in 16 instructions instead of about 28: P is pre-scaled by
+ * log2(e) with the factor 1/2 folded into its constant, and
+ * v Phi(v) = max(v, 0) - |v| erfc(|v|/sqrt2)/2 on both sides of zero. */
+__device__ __forceinline__ float ssae_gelu_fast(float v) {
+  const float a = fabsf(v);
+  float t, e;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(a, 0.35355339059327373f, 1.0f)));
+  float p = 2.465172979e-01f;
+  p = fmaf(p, t, -1.186114945e+00f);
+  p = fmaf(p, t, 2.147474464e+00f);
+  p = fmaf(p, t, -1.637753152e+00f);
+  p = fmaf(p, t, 4.023215817e-01f);
+  p = fmaf(p, t, -2.687568603e-01f);
+  p = fmaf(p, t, 1.396300565e-01f);
+  p = fmaf(p, t, 5.397006155e-01f);
+  p = fmaf(p, t, 1.442729204e+00f);
+  p = fmaf(p, t, -2.825748218e+00f);
+  const float arg = fmaf(v * -7.213475204e-01f, v, p);
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(arg));
+  return fmaf(-a, t * e, fmaxf(v, 0.0f));
+}
+
+/* Signalling (sm_90 PTX): every remote store is an st.async that counts
+ * its bytes on an mbarrier in the receiving block, which waits only for the
+ * bytes it needs, and a block that has nothing left to receive runs on or
+ * exits. */
 __device__ __forceinline__ unsigned ssae_smem_u32(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
@@ -64,10 +85,6 @@ __device__ __forceinline__ void ssae_mbar_wait(unsigned long long *bar, unsigned
   } while (!done);
 }
 
-/* FT: the frame count when it is known at compile time (the loops over
- * slices unroll without predicates: less code, and each instruction of a
- * batch-of-one launch runs once, straight from a cold instruction cache),
- * 0 for any F <= SSAE_CLUSTER_FMAX. */
 /* Mean and M2 (sum of squared deviations) over the warp of per-lane
  * statistics of c0 values each: Chan's pairwise combination, one butterfly
  * of 5 rounds with two independent shuffles each instead of two dependent
@@ -84,19 +101,22 @@ __device__ __forceinline__ void ssae_warp_meanvar(float &m, float &s, float c0) 
   }
 }
 
-/* SIG 2: as SIG 1, with the LayerNorm statistics from ssae_warp_meanvar. */
-template <int FT, int SIG = 2>
+/* FT: the frame count when it is known at compile time (the loops over
+ * slices unroll without predicates: less code, and each instruction of a
+ * batch-of-one launch runs once, straight from a cold instruction cache),
+ * 0 for any F <= SSAE_CLUSTER_FMAX. */
+template <int FT>
 __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
-    ssae_fused_cluster(const float *__restrict__ wts, ssae_cuda_layout lo,
-                       const float *__restrict__ x, size_t n, float *__restrict__ scores,
-                       float *__restrict__ recon) {
+    ssae_batch1_cluster_kernel(const float *__restrict__ wts, ssae_cuda_layout lo,
+                               const float *__restrict__ x, size_t n,
+                               float *__restrict__ scores, float *__restrict__ recon) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   constexpr int CS = SSAE_CLUSTER_CTAS, FMAX = FT ? FT : SSAE_CLUSTER_FMAX;
   __shared__ float xs[FMAX * 64], xn[FMAX * 64], hs[FMAX * 8];
-  __shared__ float zpart[SIG ? 2 : 1][CS][32], red[8], spart[CS];
-  __shared__ unsigned long long mbar[3]; /* SIG: zpart[0], zpart[1], spart */
-  if (SIG && threadIdx.x == 0) {
+  __shared__ float zpart[2][CS][32], red[8], spart[CS];
+  __shared__ unsigned long long mbar[3]; /* zpart[0], zpart[1], spart */
+  if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < 3; i++)
       asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ssae_smem_u32(&mbar[i])));
@@ -172,18 +192,12 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
       const float p = xs[f * 64];
       float d0 = xs[f * 64 + lane] - p, d1 = xs[f * 64 + 32 + lane] - p;
       float rstd;
-      if (SIG == 2) {
+      {
         float m = 0.5f * (d0 + d1), h = 0.5f * (d0 - d1), s = 2.0f * h * h;
         ssae_warp_meanvar(m, s, 2.0f);
         d0 -= m;
         d1 -= m;
         rstd = rsqrtf(s * (1.0f / 64.0f) + 1e-5f);
-      } else {
-        const float mean = ssae_warp_sum(d0 + d1) * (1.0f / 64.0f);
-        d0 -= mean;
-        d1 -= mean;
-        const float q = ssae_warp_sum(fmaf(d0, d0, d1 * d1));
-        rstd = SIG ? rsqrtf(q * (1.0f / 64.0f) + 1e-5f) : 1.0f / sqrtf(q * (1.0f / 64.0f) + 1e-5f);
       }
       xn[f * 64 + lane] = d0 * rstd;
       xn[f * 64 + 32 + lane] = d1 * rstd;
@@ -206,7 +220,7 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
 #pragma unroll
         for (int f = 1; f < FMAX; f++)
           if (lane == f) v = ps[f];
-        hs[lane * 8 + warp] = ssae_gelu_v<SIG>(v + bes);
+        hs[lane * 8 + warp] = ssae_gelu_fast(v + bes);
       }
     }
     __syncthreads();
@@ -223,35 +237,27 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
         cl.barrier_wait();
         started = 1;
       }
-      if (SIG) ssae_st_async(&zpart[wi & 1][r][zl], &mbar[wi & 1], (unsigned)zj, p);
-      else *cl.map_shared_rank(&zpart[0][r][zl], zj) = p;
+      ssae_st_async(&zpart[wi & 1][r][zl], &mbar[wi & 1], (unsigned)zj, p);
     }
-    if (!SIG) cl.sync();
     if (warp == 0) {
-      /* SIG: zpart[b] is written again two windows later, by blocks that
-       * have by then received this block's next partials, so after this
-       * warp has read it. */
-      if (SIG) {
-        if (lane == 0) ssae_mbar_expect(&mbar[wi & 1], CS * 32 * sizeof(float));
-        ssae_mbar_wait(&mbar[wi & 1], (wi >> 1) & 1);
-      }
-      const int b = SIG ? (int)(wi & 1) : 0;
+      /* zpart[b] is written again two windows later, by blocks that have by
+       * then received this block's next partials, so after this warp has
+       * read it. */
+      if (lane == 0) ssae_mbar_expect(&mbar[wi & 1], CS * 32 * sizeof(float));
+      ssae_mbar_wait(&mbar[wi & 1], (wi >> 1) & 1);
+      const int b = (int)(wi & 1);
       float z = 0.f;
 #pragma unroll
       for (int q = 0; q < CS; q++) z += zpart[b][q][lane];
       float mean, q;
-      if (SIG == 2) {
+      {
         float s = 0.f;
         mean = z;
         ssae_warp_meanvar(mean, s, 1.0f);
         q = s * (1.0f / 32.0f) + 1e-5f;
-      } else {
-        mean = ssae_warp_sum(z) * (1.0f / 32.0f);
-        const float d0 = z - mean;
-        q = ssae_warp_sum(d0 * d0) * (1.0f / 32.0f) + 1e-5f;
       }
       const float d = z - mean;
-      const float rstd = SIG ? rsqrtf(q) : 1.0f / sqrtf(q);
+      const float rstd = rsqrtf(q);
       zn[lane] = d * rstd;
       __syncwarp();
       float a0 = bbl, a1 = 0.f, a2 = 0.f, a3 = 0.f;
@@ -263,7 +269,7 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
         a2 = fmaf(wb[q].z, zq.z, a2);
         a3 = fmaf(wb[q].w, zq.w, a3);
       }
-      z2[lane] = ssae_gelu_v<SIG>((a0 + a1) + (a2 + a3));
+      z2[lane] = ssae_gelu_fast((a0 + a1) + (a2 + a3));
     }
     __syncthreads();
     /* Decoder outputs of this block and their squared errors. */
@@ -294,19 +300,13 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
     __syncthreads();
     if (warp == 0) {
       const float v = ssae_warp_sum(lane < 8 ? red[lane] : 0.f);
-      if (lane == 0) {
-        if (SIG) ssae_st_async(&spart[r], &mbar[2], 0, v);
-        else *cl.map_shared_rank(&spart[r], 0) = v;
-      }
+      if (lane == 0) ssae_st_async(&spart[r], &mbar[2], 0, v);
     }
-    if (!SIG) cl.sync();
     if (r == 0 && tid == 0) {
-      /* SIG: block r sends its next part only after block 0's next
-       * partial latents, which follow this read. */
-      if (SIG) {
-        ssae_mbar_expect(&mbar[2], CS * sizeof(float));
-        ssae_mbar_wait(&mbar[2], wi & 1);
-      }
+      /* Block r sends its next part only after block 0's next partial
+       * latents, which follow this read. */
+      ssae_mbar_expect(&mbar[2], CS * sizeof(float));
+      ssae_mbar_wait(&mbar[2], wi & 1);
       float v = 0.f;
 #pragma unroll
       for (int q = 0; q < CS; q++) v += spart[q];

@@ -1,0 +1,209 @@
+/* Creating and destroying a CUDA backend instance: the weights folded (in
+ * double) and uploaded once, device and pinned host buffers, one stream,
+ * the kernel table's checks for this model and device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "ssae_cuda_impl.cuh"
+
+namespace ssae_cuda {
+namespace {
+
+int pad4(int v) { return (v + 3) & ~3; }
+
+ssae_cuda_layout make_layout(const ssae_dims *d) {
+  ssae_cuda_layout lo;
+  lo.M = d->n_mels;
+  lo.F = d->frames;
+  lo.L = d->latent;
+  lo.S = d->slice_latent;
+  const int C = lo.F * lo.S, FM = lo.F * lo.M;
+  int o = 0;
+  lo.we = o; o += pad4(lo.M * lo.S);
+  lo.bt = o; o += pad4(C * lo.L);
+  lo.wbt = o; o += pad4(lo.L * lo.L);
+  lo.dt = o; o += pad4(lo.L * FM);
+  lo.be = o; o += pad4(lo.S);
+  lo.bb = o; o += pad4(lo.L);
+  lo.bd = o; o += pad4(lo.M);
+  /* The tiled kernel copies [0, tiled_total) into shared memory. */
+  lo.tiled_total = o;
+  lo.we_r = o; o += pad4(lo.M * lo.S);
+  lo.b_r = o; o += pad4(C * lo.L);
+  lo.wb_r = o; o += pad4(lo.L * lo.L);
+  lo.d_r = o; o += pad4(lo.L * FM);
+  lo.total = o;
+  return lo;
+}
+
+/* Folds the LayerNorm affine parameters into the next Linear and the
+ * decoder into the reconstruction (see ssae_cuda_kernels.cuh), in double. */
+void fold_weights(const ssae_model *m, const ssae_cuda_layout &lo, float *w) {
+  const int M = lo.M, F = lo.F, L = lo.L, S = lo.S, C = F * S, FM = F * M;
+  memset(w, 0, sizeof(float) * lo.total);
+  for (int s = 0; s < S; s++) {
+    double b = m->enc_b[s];
+    for (int k = 0; k < M; k++) {
+      w[lo.we + k * S + s] = (float)((double)m->enc_w[s * M + k] * m->ln_enc_w[k]);
+      b += (double)m->enc_w[s * M + k] * m->ln_enc_b[k];
+    }
+    w[lo.be + s] = (float)b;
+  }
+  for (int l = 0; l < L; l++)
+    for (int c = 0; c < C; c++) w[lo.bt + c * L + l] = m->basis_n[l * C + c];
+  for (int l = 0; l < L; l++) {
+    double b = m->bn_b[l];
+    for (int k = 0; k < L; k++) {
+      w[lo.wbt + k * L + l] = (float)((double)m->bn_w[l * L + k] * m->ln_bn_w[k]);
+      b += (double)m->bn_w[l * L + k] * m->ln_bn_b[k];
+    }
+    w[lo.bb + l] = (float)b;
+  }
+  for (int f = 0; f < F; f++)
+    for (int mm = 0; mm < M; mm++)
+      for (int l = 0; l < L; l++) {
+        double a = 0;
+        for (int s = 0; s < S; s++)
+          a += (double)m->dec_w[mm * S + s] * m->basis_n[l * C + f * S + s];
+        w[lo.dt + l * FM + f * M + mm] = (float)a;
+      }
+  for (int mm = 0; mm < M; mm++) w[lo.bd + mm] = m->dec_b[mm];
+  for (int s = 0; s < S; s++)
+    for (int k = 0; k < M; k++) w[lo.we_r + s * M + k] = w[lo.we + k * S + s];
+  for (int l = 0; l < L; l++)
+    for (int c = 0; c < C; c++) w[lo.b_r + l * C + c] = w[lo.bt + c * L + l];
+  for (int l = 0; l < L; l++)
+    for (int k = 0; k < L; k++) w[lo.wb_r + l * L + k] = w[lo.wbt + k * L + l];
+  for (int j = 0; j < FM; j++)
+    for (int l = 0; l < L; l++) w[lo.d_r + j * L + l] = w[lo.dt + l * FM + j];
+}
+
+}  // namespace
+
+int cuda_fail(cuda_impl *c, ssae_err *err, const char *what, cudaError_t e) {
+  if (c) {
+    c->broken = 1;
+    snprintf(c->broken_msg, sizeof c->broken_msg, "CUDA: %s: %s", what,
+             cudaGetErrorString(e));
+  }
+  return ssae_err_set(err, "CUDA: %s: %s", what, cudaGetErrorString(e));
+}
+
+int device_present(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n > 0;
+}
+
+void destroy_impl(cuda_impl *c) {
+  if (!c) return;
+  cudaSetDevice(c->dev);
+  for (int i = 0; i < kGraphSlots; i++)
+    if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
+  if (c->stream) cudaStreamDestroy(c->stream);
+  for (int i = 0; i < 2; i++)
+    if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+  cudaFree(c->d_x1);
+  cudaFree(c->d_scores1);
+  cudaFreeHost(c->h_x1);
+  cudaFreeHost(c->h_scores1);
+  cudaFree(c->d_w);
+  cudaFree(c->d_x);
+  cudaFree(c->d_scores);
+  cudaFree(c->d_recon);
+  cudaFreeHost(c->h_x);
+  cudaFreeHost(c->h_scores);
+  cudaFreeHost(c->h_recon);
+  free(c);
+}
+
+cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
+  const ssae_dims *d = &m->d;
+  if (d->n_mels < 1 || d->frames < 1 || d->latent < 1 || d->slice_latent < 1) {
+    ssae_err_set(err, "CUDA: invalid model dimensions");
+    return NULL;
+  }
+  cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
+  if (!c) {
+    ssae_err_set(err, "CUDA: out of memory");
+    return NULL;
+  }
+  {
+    /* Folding and uploading would take too long or overflow int offsets. */
+    const double M = d->n_mels, F = d->frames, L = d->latent, S = d->slice_latent;
+    const double floats = M * S + F * S * L + L * L + L * F * M + S + L + M;
+    if (floats > (double)(1 << 28) || F * M * L * S > 1e11) {
+      ssae_err_set(err, "CUDA: model dimensions too large for the CUDA backend");
+      free(c);
+      return NULL;
+    }
+  }
+  c->fail_after = -1;
+  c->lo = make_layout(d);
+  c->tl = ssae_tc_layout_of(&c->lo);
+  c->FM = d->frames * d->n_mels;
+  const char *fa = getenv("SSAE_CUDA_FAIL_AFTER");
+  if (fa && *fa) c->fail_after = strtol(fa, NULL, 10);
+  if (find_kernel(getenv("SSAE_CUDA_KERNEL"), &c->force, err)) {
+    free(c);
+    return NULL;
+  }
+  {
+    const char *math = getenv("SSAE_CUDA_MATH");
+    c->math_3xtf32 = math && !strcmp(math, "3xtf32");
+  }
+
+#define CKN(call, what)                                      \
+  do {                                                       \
+    cudaError_t e_ = (call);                                 \
+    if (e_ != cudaSuccess) {                                 \
+      cuda_fail(c, err, what, e_);                           \
+      destroy_impl(c);                                       \
+      return NULL;                                           \
+    }                                                        \
+  } while (0)
+
+  int ndev = 0;
+  CKN(cudaGetDeviceCount(&ndev), "looking for a device");
+  if (ndev < 1) {
+    ssae_err_set(err, "CUDA: no device");
+    free(c);
+    return NULL;
+  }
+  c->dev = 0;
+  CKN(cudaSetDevice(c->dev), "selecting device 0");
+  cudaDeviceProp prop;
+  CKN(cudaGetDeviceProperties(&prop, c->dev), "reading device properties");
+  c->sms = prop.multiProcessorCount;
+  c->smem_optin = prop.sharedMemPerBlockOptin;
+  c->cc_major = prop.major;
+  if (setup_kernels(c, err)) {
+    destroy_impl(c);
+    return NULL;
+  }
+
+  std::vector<float> w(c->lo.total);
+  fold_weights(m, c->lo, w.data());
+  c->cap = max_batch ? max_batch : kDefaultCap;
+  const size_t FM = (size_t)c->FM;
+  CKN(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating a stream");
+  CKN(cudaMalloc(&c->d_w, sizeof(float) * c->lo.total), "allocating weights");
+  CKN(cudaMalloc(&c->d_x, sizeof(float) * FM * c->cap), "allocating the input buffer");
+  CKN(cudaMalloc(&c->d_scores, sizeof(float) * c->cap), "allocating the score buffer");
+  CKN(cudaMalloc(&c->d_recon, sizeof(float) * FM * c->cap), "allocating the output buffer");
+  CKN(cudaMallocHost(&c->h_x, sizeof(float) * FM * c->cap), "allocating pinned memory");
+  CKN(cudaMallocHost(&c->h_scores, sizeof(float) * c->cap), "allocating pinned memory");
+  CKN(cudaMallocHost(&c->h_recon, sizeof(float) * FM * c->cap), "allocating pinned memory");
+  CKN(cudaMemcpy(c->d_w, w.data(), sizeof(float) * c->lo.total, cudaMemcpyHostToDevice),
+      "uploading the weights");
+#undef CKN
+  return c;
+}
+
+}  // namespace ssae_cuda

@@ -1,0 +1,54 @@
+/* The folded weights of the forward kernels and where each part sits.
+ *
+ * The weights arrive pre-folded (ssae_cuda_instance.cu, in double
+ * precision, once per model):
+ *   - LayerNorm weight/bias fold into the following Linear:
+ *     W'(g*n + b) + c = (W diag g) n + (W b + c);
+ *   - reconstruction and decoder fold into one matrix per slice,
+ *     D_f = W_d B_f^T (M x L), since y_f = W_d (B_f^T z') + b_d.
+ * Both are exact re-associations of the same function; the second removes
+ * 20480 of the 62464 multiply-adds per window (default dims).
+ *
+ * Folded weight layout (floats, every segment padded to 4 floats), each
+ * matrix stored transposed ([k][row]) so that a thread's output rows are
+ * contiguous:
+ *   WeT [M][S]  BT [C][L]  WbT [L][L]  DT [L][F*M]  be [S]  bb [L]  bd [M]
+ * followed by the row-major copies the generic kernel reads:
+ *   We [S][M]  B [L][C]  Wb [L][L]  D [F*M][L]
+ */
+#ifndef SSAE_CUDA_LAYOUT_CUH
+#define SSAE_CUDA_LAYOUT_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+struct ssae_cuda_layout {
+  int M, F, L, S;
+  int we, bt, wbt, dt, be, bb, bd; /* float offsets into the folded weights */
+  int we_r, b_r, wb_r, d_r;        /* the same matrices row-major (generic) */
+  int tiled_total;                 /* floats of the part the shared-memory kernels copy */
+  int total;                       /* floats, multiple of 4 */
+};
+
+/* Float offsets of warp_3xtf32's fragment-ordered weights in its shared
+ * memory (ssae_cuda_warp_3xtf32.cuh; after them the biases, then the warps'
+ * buffers). */
+struct ssae_tc_layout {
+  int web, wes, bf, wbf, df, be, bb, bd, total;
+};
+
+static inline ssae_tc_layout ssae_tc_layout_of(const ssae_cuda_layout *lo) {
+  ssae_tc_layout t;
+  t.web = 0;
+  t.wes = 4096;
+  t.bf = 8192;
+  t.wbf = t.bf + lo->F * 2048;
+  t.df = t.wbf + 1024;
+  t.be = t.df + lo->F * 2048;
+  t.bb = t.be + 64;
+  t.bd = t.bb + 32;
+  t.total = t.bd + 64;
+  return t;
+}
+
+#endif
