@@ -1,4 +1,4 @@
-/* Training on the GPU (issue 5): the SSAE's forward pass with its saved
+/* Training on the GPU: the SSAE's forward pass with its saved
  * activations and the whole backward pass in one fused kernel that writes
  * one partial gradient per block, then one kernel that sums the partials in
  * a fixed order (double), takes the gradient through the basis

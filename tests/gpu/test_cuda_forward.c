@@ -1,15 +1,22 @@
 /* The CUDA backend against a float64 forward pass (written here, straight
  * from SPEC section 2) and against the CPU backend, on fresh random models
  * and inputs each run, outputs poisoned with NaN before each launch.
- * Exits 77 without a CUDA device.
+ * Exits 77 without a CUDA device (but --list).
  *
  *   test_cuda_forward [--quick|--tiny|--last-round]
- *                                        every dims / kernel / batch case
- *                                        (--quick: up to 4097 windows and
- *                                        the last-round batch, --tiny: up
- *                                        to 33, --last-round: only that
- *                                        batch; the last two for the
- *                                        sanitizers)
+ *                                        every dims / kernel / batch case,
+ *                                        auto and every kernel of the table
+ *                                        forced (--quick: up to 4097
+ *                                        windows and the last-round batch,
+ *                                        --tiny: up to 33, --last-round:
+ *                                        only that batch; the last two for
+ *                                        the sanitizers). SSAE_TEST_KERNELS=
+ *                                        a,b: auto and only these forced
+ *   test_cuda_forward --list             the kernel table, one kernel a line
+ *                                        (name, auto's largest batch or
+ *                                        "any", opt-in or auto, purpose;
+ *                                        tab-separated), checked: names
+ *                                        unique, [a-z0-9_], generic last
  *   test_cuda_forward --fallback         the backend table's switch to the CPU
  *   test_cuda_forward --apply MODEL IN N SCORES RECON
  *                                        raw float32 files in and out (for
@@ -222,7 +229,7 @@ static void check_batch(const ssae_model *m, ssae_cpu *cpu, void *gpu, const cha
     if (!(ce <= worst_cs)) worst_cs = ce;
   }
   const double rel = sqrt(num / den), crel = sqrt(cnum / den);
-  printf("%-9s M=%-3d F=%-2d L=%-3d S=%-3d n=%-8zu relL2(f64)=%.2e worst-window=%.2e "
+  printf("%-16s M=%-3d F=%-2d L=%-3d S=%-3d n=%-8zu relL2(f64)=%.2e worst-window=%.2e "
          "score-rel(f64)=%.2e relL2(cpu)=%.2e score-rel(cpu)=%.2e\n",
          kname, m->d.n_mels, m->d.frames, m->d.latent, m->d.slice_latent, n, rel, worst_w,
          worst_s, crel, worst_cs);
@@ -258,12 +265,7 @@ static void run_cases(int quick) {
   };
   const size_t round = ssae_cuda_warp_round();
   const size_t all_n[] = {1, 7, 33, 4097, 100000, 1048576, round ? round + 83 : 0};
-  const char *kernels[] = {"auto",     "generic",  "small",     "cluster", "tiled32",
-                           "tiled64",  "tiled128", "tiled128w", "warp12",  "warp16",
-                           "warp16b", "warp16g",  "warp16p",   "cluster0",
-                           "warp16r",  "cluster1", "warp16n",  "warp16i", "warp16j",
-                           "tc1",      "tc2"};
-  const int nkernels = (int)(sizeof kernels / sizeof kernels[0]);
+  const int nkernels = ssae_cuda_kernel_count();
   /* SSAE_TEST_KERNELS=a,b,...: only auto and these (device time is scarce). */
   char only_buf[256], *only = NULL;
   const char *ok = getenv("SSAE_TEST_KERNELS");
@@ -280,17 +282,22 @@ static void run_cases(int quick) {
       fprintf(stderr, "cpu: %s\n", err.msg);
       exit(1);
     }
-    const int tiled = d->n_mels == 64 && d->slice_latent == 64 && d->latent == 32;
-    for (int k = 0; k < (tiled ? nkernels : 2); k++) {
-      if (only && k > 0) {
-        char key[32];
-        snprintf(key, sizeof key, ",%s,", kernels[k]);
+    /* Other dimensions run only on generic: the specialised kernels
+     * forced there would be generic again. */
+    const int spec = d->n_mels == 64 && d->slice_latent == 64 && d->latent == 32;
+    /* k = -1: auto; else row k of the kernel table forced. */
+    for (int k = -1; k < nkernels; k++) {
+      const char *kname = k < 0 ? "auto" : ssae_cuda_kernel_info(k)->name;
+      if (k >= 0 && !spec && strcmp(kname, "generic")) continue;
+      if (only && k >= 0) {
+        char key[64];
+        snprintf(key, sizeof key, ",%s,", kname);
         if (!strstr(only, key)) continue;
       }
-      setenv("SSAE_CUDA_KERNEL", k == 0 ? "" : kernels[k], 1);
+      setenv("SSAE_CUDA_KERNEL", k < 0 ? "" : kname, 1);
       void *gpu = ssae_backend_cuda.create(m, 0, &err);
       if (!gpu) {
-        CHECK(0, "create (%s): %s", kernels[k], err.msg);
+        CHECK(0, "create (%s): %s", kname, err.msg);
         continue;
       }
       for (size_t ni = 0; ni < sizeof all_n / sizeof all_n[0]; ni++) {
@@ -302,8 +309,8 @@ static void run_cases(int quick) {
         if (!(last && di == 0 && quick != 2) && n > (quick == 2 ? 33 : quick ? 4097 : 100000) &&
             !(di == 0 && !quick))
           continue;
-        char name[64];
-        snprintf(name, sizeof name, "%s/%s", kernels[k], ssae_cuda_kernel_name(gpu, n));
+        char name[96];
+        snprintf(name, sizeof name, "%s/%s", kname, ssae_cuda_kernel_name(gpu, n));
         check_batch(m, cpu, gpu, name, n);
       }
       ssae_backend_cuda.destroy(gpu);
@@ -550,6 +557,48 @@ static void run_spans(void) {
   ssae_model_free(m);
 }
 
+/* The kernel table as the tools read it (tools/gpu-device-check.sh), and
+ * what they rely on: unique names that SSAE_CUDA_KERNEL and a shell word
+ * can carry, a purpose each, generic (the fallback) last. An unknown name
+ * must make create fail rather than run auto silently. */
+static int run_list(void) {
+  const int n = ssae_cuda_kernel_count();
+  CHECK(n >= 1 && !ssae_cuda_kernel_info(n) && !ssae_cuda_kernel_info(-1), "table bounds");
+  for (int i = 0; i < n; i++) {
+    const ssae_cuda_kernel_desc *k = ssae_cuda_kernel_info(i);
+    if (!k) {
+      CHECK(0, "row %d missing", i);
+      continue;
+    }
+    CHECK(k->name && *k->name && strspn(k->name, "abcdefghijklmnopqrstuvwxyz0123456789_") ==
+                                     strlen(k->name),
+          "row %d: name '%s'", i, k->name ? k->name : "(null)");
+    CHECK(k->purpose && *k->purpose, "row %d: no purpose", i);
+    for (int j = 0; j < i; j++)
+      CHECK(strcmp(k->name, ssae_cuda_kernel_info(j)->name), "name %s twice", k->name);
+    char amax[32];
+    if (k->auto_max == SIZE_MAX) snprintf(amax, sizeof amax, "any");
+    else snprintf(amax, sizeof amax, "%zu", k->auto_max);
+    printf("%s\t%s\t%s\t%s\n", k->name, amax, k->opt_in ? "opt-in" : "auto", k->purpose);
+  }
+  CHECK(n >= 1 && !strcmp(ssae_cuda_kernel_info(n - 1)->name, "generic"),
+        "generic is not the last row");
+  {
+    /* The name is checked before the device is looked for. */
+    ssae_dims d;
+    ssae_dims_default(&d);
+    ssae_model *m = random_model(&d);
+    ssae_err err = {{0}};
+    setenv("SSAE_CUDA_KERNEL", "no_such_kernel", 1);
+    void *g = ssae_backend_cuda.create(m, 0, &err);
+    unsetenv("SSAE_CUDA_KERNEL");
+    CHECK(!g && strstr(err.msg, "no_such_kernel"), "an unknown SSAE_CUDA_KERNEL accepted");
+    if (g) ssae_backend_cuda.destroy(g);
+    ssae_model_free(m);
+  }
+  return failures ? 1 : 0;
+}
+
 static int read_file(const char *path, void *buf, size_t bytes) {
   FILE *f = fopen(path, "rb");
   if (!f) return -1;
@@ -599,6 +648,7 @@ static int run_apply(char **argv) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 2 && !strcmp(argv[1], "--list")) return run_list();
   if (!ssae_backend_cuda.available()) {
     printf("no CUDA device: skipped\n");
     return 77;
