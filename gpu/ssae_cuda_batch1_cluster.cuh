@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
     if (w + ncl < n) load_x(w + ncl);
     __syncthreads();
     /* LayerNorm_M, a warp per slice; float statistics after subtracting the
-     * slice's first band (see ssae_cuda_warp.cuh). */
+     * slice's first band (see ssae_cuda_warp_fp32.cuh). */
     for (int f = warp; f < F; f += 8) {
       const float p = xs[f * 64];
       float d0 = xs[f * 64 + lane] - p, d1 = xs[f * 64 + 32 + lane] - p;

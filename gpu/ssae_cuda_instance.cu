@@ -40,7 +40,7 @@ ssae_cuda_layout make_layout(const ssae_dims *d) {
 }
 
 /* Folds the LayerNorm affine parameters into the next Linear and the
- * decoder into the reconstruction (see ssae_cuda_kernels.cuh), in double. */
+ * decoder into the reconstruction (see ssae_cuda_layout.cuh), in double. */
 void fold_weights(const ssae_model *m, const ssae_cuda_layout &lo, float *w) {
   const int M = lo.M, F = lo.F, L = lo.L, S = lo.S, C = F * S, FM = F * M;
   memset(w, 0, sizeof(float) * lo.total);

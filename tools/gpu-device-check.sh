@@ -5,10 +5,13 @@
 #   tools/gpu-device-check.sh [STEP...]    steps: build quick test variants ncu
 #                                          bench torch sanitize (default: all but
 #                                          quick)
-# Environment: KERNELS (variants), BATCHES (variants), NCU_KERNELS (ncu at
-# 65536 windows), NCU1_KERNELS (ncu kernel duration at 1 window),
-# SSAE_TEST_KERNELS (kernels the tests force), TORCH_TIMEOUT (seconds for
-# the PyTorch float64 test).
+# The kernels are the table in the binary (test_cuda_forward --list):
+# `variants` benchmarks each of them forced (latency kernels at small
+# batches, the others at 4096, 65536 and 1048576 windows).
+# Environment: KERNELS (variants; default: every kernel of the table),
+# BATCHES (variants), NCU_KERNELS (ncu at 65536 windows), NCU1_KERNELS (ncu
+# kernel duration at 1 window), SSAE_TEST_KERNELS (kernels the tests force),
+# TORCH_TIMEOUT (seconds for the PyTorch float64 test).
 #
 # Needs the dependency .debs in .deps/debs (tools/gpu-host-deps.sh fetch, on
 # a networked machine). Logs go to $OUT (default /tmp/ssae-gpu-out); the
@@ -49,22 +52,24 @@ if has build; then
 fi
 T=$BUILD/tests/gpu/test_cuda_forward
 export SSAE_BUILD_ROOT=$BUILD
+# name, auto's largest batch ("any"), opt-in|auto, purpose; tab-separated
+table=$("$T" --list 2>/dev/null)
 
 if has quick; then
   log "test --quick: every kernel up to 4097 windows"
   timeout 200 "$T" --quick > "$OUT/test_quick.log" 2>&1; echo "rc=$?"
   grep -E "FAIL|failures|all passed" "$OUT/test_quick.log" | head -20
-  grep -E "^(auto|cluster|warp)" "$OUT/test_quick.log" | grep -E "F=(5|7) .*n=(1|33|4097) " |
-    cut -c1-150 | head -30
+  grep -E "^(auto|batch1_cluster|warp_fp32|warp_3xtf32)/" "$OUT/test_quick.log" |
+    grep -E "F=(5|7) .*n=(1|33|4097) " | cut -c1-160 | head -30
 fi
 
 if has test; then
   log "test: kernels vs float64 and the CPU"
-  timeout 300 "$T" 2>&1 | tee "$OUT/test_forward.log" | grep -vE "^[a-z0-9]+/[a-z0-9]+ +M=" ; echo "rc=${PIPESTATUS[0]}"
+  timeout 300 "$T" 2>&1 | tee "$OUT/test_forward.log" | grep -vE "^[a-z0-9_]+/[a-z0-9_]+ +M=" ; echo "rc=${PIPESTATUS[0]}"
   echo "worst per forced kernel over all dims and sizes: relL2 worst-window score-rel (f64), relL2 score-rel (cpu)"
-  awk '/^[a-z0-9]+\/[a-z0-9]+ +M=/ { split($1, k, "/"); for (i = 7; i <= 11; i++) { split($i, v, "=");
+  awk '/^[a-z0-9_]+\/[a-z0-9_]+ +M=/ { split($1, k, "/"); for (i = 7; i <= 11; i++) { split($i, v, "=");
        if (v[2] + 0 > w[k[1], i]) w[k[1], i] = v[2] + 0 }; seen[k[1]] = 1; rows[k[1]]++ }
-       END { for (n in seen) { printf "%-10s %4d rows", n, rows[n];
+       END { for (n in seen) { printf "%-16s %4d rows", n, rows[n];
              for (i = 7; i <= 11; i++) printf " %.2e", w[n, i]; printf "\n" } }' \
     "$OUT/test_forward.log" | sort
   grep -E "n=1048576" "$OUT/test_forward.log" | cut -c1-110 | head -12
@@ -101,18 +106,25 @@ if has bench; then
 fi
 
 if has variants; then
-  for k in ${KERNELS:-generic small cluster cluster1 cluster0 tiled32 tiled64 tiled128 tiled128w warp12 warp16 warp16g warp16r warp16n warp16i warp16j warp16b tc1 tc2}; do
+  [ -n "${KERNELS:-}$table" ] || { echo "no kernel table: $T --list failed"; exit 1; }
+  for k in ${KERNELS:-$(echo "$table" | cut -f1)}; do
     log "kernel $k"
-    case $k in generic|small|cluster*) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
+    # latency kernels (auto gives them small batches only) and generic at
+    # small batches, the others at large ones
+    amax=$(echo "$table" | awk -F'\t' -v k="$k" '$1 == k { print $2 }')
+    case $k:$amax in generic:*|*:[0-9]*) b=1,8,32,256,4096 ;; *) b=4096,65536,1048576 ;; esac
     SSAE_CUDA_KERNEL=$k timeout 120 "$BUILD/ssae" bench --model "$model" --backend cuda \
       --seconds 0.05 --batches "${BATCHES:-$b}" 2>&1 | sed -n '/kernel alone/,$p' | grep -v '^#'
   done
 fi
 
 if has ncu; then
-  for k in ${NCU_KERNELS-warp16 tiled128}; do
+  # The CUDA function of kernel NAME is ssae_NAME_kernel (the tiled
+  # widths share ssae_tiled_kernel): the regex is ssae_ and the name up to
+  # its first digit (a forced kernel is the only forward kernel launched).
+  for k in ${NCU_KERNELS-warp_fp32 tiled128}; do
     log "ncu: $k at 65536 windows"
-    SSAE_CUDA_KERNEL=$k timeout 120 ncu --launch-skip 2 --launch-count 1 -k regex:"tiled|warp" \
+    SSAE_CUDA_KERNEL=$k timeout 120 ncu --launch-skip 2 --launch-count 1 -k regex:"ssae_${k%%[0-9]*}" \
       --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats \
       --section SchedulerStats --metrics smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,smsp__pcsamp_warps_issue_stalled_no_instructions,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall \
@@ -124,10 +136,10 @@ if has ncu; then
   # Kernel duration at batch 1 as the chip runs it (no clock locking, no
   # cache flush between kernels); NCU_CLOCKS="" gives ncu's default (base
   # clock, caches flushed) instead.
-  for k in ${NCU1_KERNELS-cluster cluster1 small}; do
+  for k in ${NCU1_KERNELS-batch1_cluster small_batch}; do
     log "ncu: $k at 1 window (kernel duration)"
     for cc in "${NCU_CLOCKS---clock-control none --cache-control none}"; do
-      SSAE_CUDA_KERNEL=$k timeout 60 ncu $cc --launch-skip 5 --launch-count 5 -k regex:"${k%%[0-9]*}" \
+      SSAE_CUDA_KERNEL=$k timeout 60 ncu $cc --launch-skip 5 --launch-count 5 -k regex:"ssae_${k%%[0-9]*}" \
         --metrics gpu__time_duration.sum,smsp__cycles_elapsed.avg.per_second \
         "$BUILD/ssae" bench --model "$model" --backend cuda --batches 1 --seconds 0.01 \
         > "$OUT/ncu_${k}1.txt" 2>&1

@@ -1,5 +1,5 @@
 #!/bin/bash
-# CUDA training (issue 5) on an air-gapped GPU host, in one call of a rented
+# CUDA training on an air-gapped GPU host, in one call of a rented
 # machine: build, the CUDA training tests, compute-sanitizer on small runs,
 # the training benchmark against PyTorch on the same GPU.
 #
