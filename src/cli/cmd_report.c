@@ -8,9 +8,11 @@
 #include "ssae_audio.h"
 #include "ssae_backend.h"
 #include "ssae_config.h"
+#include "ssae_detector.h"
 #include "ssae_filescore.h"
 #include "ssae_model.h"
 #include "ssae_plot.h"
+#include "ssae_silence.h"
 
 static const char *const CMD = "report";
 
@@ -29,9 +31,12 @@ static void usage(FILE *f) {
           "  --channel N|mix    channel of a multi-channel file (default 0)\n"
           "  --backend auto|cpu|cuda  (default auto)\n"
           "  --threshold X      use X instead of the model's threshold\n"
-          "  --smoothing S      smoothing time constant in seconds (default 0.1)\n"
+          "  --smoothing S      smoothing time constant in seconds (default "
+          SSAE_DETECTOR_TEXT(SSAE_DETECTOR_SMOOTHING_S) ")\n"
           "  --on N, --off N    alarm on after N smoothed scores above the threshold,\n"
-          "                     off after N below (defaults 3 and 5)\n"
+          "                     off after N below (defaults "
+          SSAE_DETECTOR_TEXT(SSAE_DETECTOR_ON_COUNT) " and "
+          SSAE_DETECTOR_TEXT(SSAE_DETECTOR_OFF_COUNT) ")\n"
           "  --size WxH         picture size in pixels (default 1200x800)\n"
           "  -h, --help         this text\n\n"
           "Exit status: 0 written, 1 the file or model could not be read or the picture\n"
@@ -48,8 +53,8 @@ static const char *base_name(const char *p) {
 int ssae_cmd_report(int argc, char **argv) {
   const char *in = NULL, *out = NULL, *model_path = NULL, *backend_name = "auto";
   int channel = 0, width = 1200, height = 800;
-  long on = 3, off = 5;
-  double threshold = NAN, smoothing = 0.1;
+  long on = SSAE_DETECTOR_ON_COUNT, off = SSAE_DETECTOR_OFF_COUNT;
+  double threshold = NAN, smoothing = SSAE_DETECTOR_SMOOTHING_S;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -140,8 +145,8 @@ int ssae_cmd_report(int argc, char **argv) {
     rc = SSAE_EXIT_INPUT;
   } else {
     double hop_s = (double)m->feat.hop_length / m->feat.sample_rate;
-    ssae_detect(fs.scores, fs.n_windows, hop_s, smoothing, threshold, (int)on, (int)off,
-                smoothed, alarm);
+    ssae_detector_params dp = {threshold, smoothing, (int)on, (int)off};
+    ssae_detector_run(&dp, hop_s, fs.scores, fs.silent, fs.n_windows, smoothed, alarm);
     char sub[512], ch[32];
     if (channel == SSAE_CHANNEL_MIX) snprintf(ch, sizeof ch, "mix of %d", fs.file_channels);
     else snprintf(ch, sizeof ch, "%d of %d", channel, fs.file_channels);
@@ -166,6 +171,7 @@ int ssae_cmd_report(int argc, char **argv) {
     d.alarm = alarm;
     d.n_windows = fs.n_windows;
     d.frames_per_window = m->d.frames;
+    d.window_t0 = ssae_window_time(&m->feat, 0);
     d.threshold = threshold;
     d.file_score = fs.file_score;
     d.subtitle = sub;
@@ -173,13 +179,13 @@ int ssae_cmd_report(int argc, char **argv) {
       ssae_cli_error(CMD, "%s", err.msg);
       rc = SSAE_EXIT_INPUT;
     } else {
-      /* The summary: verdict and the alarm spans in seconds (a window's
-       * span runs from its first frame's centre to its last one's). */
+      /* The summary: verdict and the alarm spans in seconds, as the
+       * monitor's events time them (doc/SPEC.md, section 4): from the
+       * window that turned the alarm on to the one that turned it off. */
       int anomalous = isfinite(threshold) && fs.file_score > threshold;
       printf("%s: %s (file score %.6g, threshold %.6g)\n", in,
              isfinite(threshold) ? (anomalous ? "anomaly" : "normal") : "no threshold",
              fs.file_score, threshold);
-      double centre = 0.5 * (m->d.frames - 1) * hop_s;
       size_t spans = 0;
       for (size_t i = 0; i < fs.n_windows;) {
         if (!alarm[i]) {
@@ -188,7 +194,12 @@ int ssae_cmd_report(int argc, char **argv) {
         }
         size_t j = i;
         while (j < fs.n_windows && alarm[j]) j++;
-        printf("  alarm %.2f s .. %.2f s\n", i * hop_s + centre, (j - 1) * hop_s + centre);
+        if (j < fs.n_windows)
+          printf("  alarm %.6f s .. %.6f s (windows %zu .. %zu)\n",
+                 ssae_window_time(&m->feat, i), ssae_window_time(&m->feat, j), i, j);
+        else
+          printf("  alarm %.6f s .. end of file (windows %zu ..)\n",
+                 ssae_window_time(&m->feat, i), i);
         spans++;
         i = j;
       }

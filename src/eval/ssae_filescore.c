@@ -6,11 +6,13 @@
 
 #include "ssae_audio.h"
 #include "ssae_logmel.h"
+#include "ssae_silence.h"
 
 void ssae_file_scores_release(ssae_file_scores *s) {
   if (!s) return;
   free(s->frames);
   free(s->scores);
+  free(s->silent);
   memset(s, 0, sizeof *s);
 }
 
@@ -25,10 +27,13 @@ int ssae_file_frames(const ssae_model *m, const char *path, int channel,
   out->file_channels = a.file_channels;
   out->seconds = (double)a.frames / a.rate;
   int rc = ssae_logmel_compute(&m->feat, a.data, a.frames, &out->frames, &out->n_frames, err);
-  ssae_audio_release(&a);
-  if (rc) return ssae_err_prefix(err, "%s", path);
+  if (rc) {
+    ssae_audio_release(&a);
+    return ssae_err_prefix(err, "%s", path);
+  }
   if (out->n_frames < (size_t)m->d.frames) {
     size_t nf = out->n_frames;
+    ssae_audio_release(&a);
     ssae_file_scores_release(out);
     return ssae_err_set(err, "%s: too short: %zu frames, a window needs %d (%.3f s)", path, nf,
                         m->d.frames,
@@ -36,6 +41,14 @@ int ssae_file_frames(const ssae_model *m, const char *path, int channel,
   }
   out->n_mels = m->d.n_mels;
   out->n_windows = out->n_frames - (size_t)m->d.frames + 1;
+  out->silent = malloc(out->n_windows);
+  if (!out->silent) {
+    ssae_audio_release(&a);
+    ssae_file_scores_release(out);
+    return ssae_err_set(err, "%s: out of memory", path);
+  }
+  ssae_silence_windows(&m->feat, a.data, a.frames, out->n_windows, out->silent);
+  ssae_audio_release(&a);
   return 0;
 }
 
