@@ -30,8 +30,8 @@ static void usage(FILE *f) {
   fprintf(f, "usage: ssae-threshold MODEL -o OUT [--smoothing S] [--quantile Q] [--margin X]\n"
              "                      NORMAL.wav...\n\n"
              "Sets OUT's threshold to X times the Q-quantile of the S-smoothed window\n"
-             "scores of the normal files (defaults: S " SSAE_DETECTOR_TEXT(SSAE_DETECTOR_SMOOTHING_S)
-             " s as the detector, Q 1 = the\n"
+             "scores of the normal files (defaults: S "
+             SSAE_DETECTOR_TEXT(SSAE_DETECTOR_SMOOTHING_S) " s as the detector, Q 1 = the\n"
              "largest, X 1.1). OUT may be MODEL.\n");
 }
 
