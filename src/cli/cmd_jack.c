@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "ssae_config.h"
+#include "ssae_detector.h"
 #include "ssae_engine.h"
 #include "ssae_evsink.h"
 #include "ssae_model.h"
@@ -42,9 +43,11 @@ static void usage(FILE *f) {
           "  --name NAME      client name (default ssae)\n"
           "  --duration S     stop after S seconds\n"
           "  --threshold X    alarm threshold (default: the model's)\n"
-          "  --smoothing S    smoothing time constant in seconds (default 0.1)\n"
+          "  --smoothing S    smoothing time constant in seconds (default "
+          SSAE_DETECTOR_TEXT(SSAE_DETECTOR_SMOOTHING_S) ")\n"
           "  --on K / --off M alarm on after K smoothed scores above, off after\n"
-          "                   M below (default 3 / 5)\n"
+          "                   M below (default " SSAE_DETECTOR_TEXT(SSAE_DETECTOR_ON_COUNT)
+          " / " SSAE_DETECTOR_TEXT(SSAE_DETECTOR_OFF_COUNT) ")\n"
           "  --status S       status event every S seconds of audio (default 10)\n"
           "  --backend B      auto, cpu or cuda (default auto)\n");
 }
@@ -59,9 +62,9 @@ static void on_sig(int sig) {
 
 int ssae_cmd_jack(int argc, char **argv) {
   const char *model = NULL, *events = NULL, *name = "ssae", *backend = "auto";
-  long inputs = 1, clients = 1, on = 3, off = 5;
+  long inputs = 1, clients = 1, on = SSAE_DETECTOR_ON_COUNT, off = SSAE_DETECTOR_OFF_COUNT;
   int passthrough = 0;
-  double duration = 0, threshold = NAN, smoothing = 0.1, status = 10;
+  double duration = 0, threshold = NAN, smoothing = SSAE_DETECTOR_SMOOTHING_S, status = 10;
   const char **connect = calloc((size_t)argc + 1, sizeof *connect);
   int n_connect = 0;
   int rc = SSAE_EXIT_USAGE;

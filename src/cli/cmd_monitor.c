@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "ssae_audio.h"
 #include "ssae_config.h"
+#include "ssae_detector.h"
 #include "ssae_engine.h"
 #include "ssae_evsink.h"
 #include "ssae_model.h"
@@ -53,9 +54,12 @@ static void usage(FILE *f) {
           "  --windows OUT.tsv  every window's score: path, window, time, score\n"
           "  --duration S       stop after S seconds of audio\n"
           "  --threshold X      alarm threshold (default: the model's)\n"
-          "  --smoothing S      smoothing time constant in seconds (default 0.1)\n"
+          "  --smoothing S      smoothing time constant in seconds (default "
+          SSAE_DETECTOR_TEXT(SSAE_DETECTOR_SMOOTHING_S) ")\n"
           "  --on K / --off M   alarm on after K smoothed scores above the\n"
-          "                     threshold, off after M below (default 3 / 5)\n"
+          "                     threshold, off after M below (default "
+          SSAE_DETECTOR_TEXT(SSAE_DETECTOR_ON_COUNT) " / "
+          SSAE_DETECTOR_TEXT(SSAE_DETECTOR_OFF_COUNT) ")\n"
           "  --status S         status event every S seconds of audio (default 10)\n"
           "  --backend B        auto, cpu or cuda (default auto)\n"
           "  --block N          samples per block for --input (default 512)\n"
@@ -467,10 +471,10 @@ int ssae_cmd_monitor(int argc, char **argv) {
   o.channels = 1;
   o.meter = 1;
   o.threshold = NAN;
-  o.smoothing = 0.1;
+  o.smoothing = SSAE_DETECTOR_SMOOTHING_S;
   o.status = 10;
-  o.on = 3;
-  o.off = 5;
+  o.on = SSAE_DETECTOR_ON_COUNT;
+  o.off = SSAE_DETECTOR_OFF_COUNT;
   o.block = 512;
   o.backend = "auto";
   int channels_set = 0;
