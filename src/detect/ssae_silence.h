@@ -24,11 +24,13 @@ extern "C" {
 /* 4 ms at 16 kHz. */
 #define SSAE_SILENCE_MIN_ZEROS 64
 
-/* Model-rate samples [*first, *end) that window w of a stream reads (its
- * frames w .. w + frames - 1, frame 0 at the stream's first sample): end is
- * the sample after the last frame's last sample (with centred frames the
- * last ones reach past the end of a stream into its padding), first is
- * clamped at 0 (centred frames begin in the padding before the stream). */
+/* Model-rate samples [*first, *end) that window w reads: its frames w ..
+ * w + frames - 1, frame t at sample t * hop (a stream's window index when
+ * frame 0 is at its first sample; a frame index minus frames - 1 where the
+ * time axis goes on across streams). end is the sample after the last
+ * frame's last sample (with centred frames the last ones reach past the
+ * end of a stream into its padding); first is clamped at 0 (centred frames
+ * begin in the padding before the stream). */
 SSAE_REALTIME void ssae_window_samples(const ssae_feat_cfg *f, uint64_t w, uint64_t *first,
                                        uint64_t *end);
 
@@ -37,26 +39,37 @@ SSAE_REALTIME void ssae_window_samples(const ssae_feat_cfg *f, uint64_t w, uint6
  * `t` of its events). */
 SSAE_REALTIME double ssae_window_time(const ssae_feat_cfg *f, uint64_t w);
 
-/* Streaming scan of one channel's model-rate samples; a plain value: zero
- * it to start. */
+/* Streaming scan of one channel's model-rate samples (the audio thread's
+ * part: no allocation, work bounded by the samples). It keeps the latest
+ * SSAE_SILENCE_SPANS spans of qualifying zeros, so that a window is judged
+ * on its own samples however far the scan has gone past its end (a whole
+ * block is scanned before the frames it completes are made). When more
+ * spans come, the two oldest merge into one that also covers the stretch
+ * between them: a window inside that stretch could then read as silent,
+ * but only after SSAE_SILENCE_SPANS separate runs of zeros between its end
+ * and its judgement (in one block). A plain value: zero it (or ssae_silence_reset) to start. */
+#define SSAE_SILENCE_SPANS 16
 typedef struct ssae_silence {
-  uint64_t zrun;    /* exact zeros in a row at the end of what was scanned */
-  uint64_t gap_end; /* sample after the latest zero that was at least the
-                       SSAE_SILENCE_MIN_ZEROS-th of its run (0: none yet) */
+  uint64_t zrun; /* exact zeros in a row at the end of what was scanned */
+  uint64_t next; /* the sample after what was scanned */
+  /* Qualifying zeros (at least the SSAE_SILENCE_MIN_ZEROS-th of their run):
+   * samples [start[i], end[i]), i < n, oldest first. */
+  uint64_t start[SSAE_SILENCE_SPANS], end[SSAE_SILENCE_SPANS];
+  int n;
 } ssae_silence;
 
-/* Scans x[0 .. n), whose first sample is sample pos of the stream. */
+SSAE_REALTIME void ssae_silence_reset(ssae_silence *s);
+
+/* Scans x[0 .. n), whose first sample is sample pos of the stream
+ * (positions only grow; a gap in them ends a run of zeros). */
 SSAE_REALTIME void ssae_silence_scan(ssae_silence *s, uint64_t pos, const float *x, size_t n);
 
-/* 1 when the scanned samples from first on touch digital silence: for a
- * window [first, end) once the stream is scanned up to end. */
-SSAE_REALTIME static inline int ssae_silence_since(const ssae_silence *s, uint64_t first) {
-  return s->gap_end > first;
-}
+/* 1 when samples [first, end) touch digital silence (they must have been
+ * scanned). */
+SSAE_REALTIME int ssae_silence_touches(const ssae_silence *s, uint64_t first, uint64_t end);
 
 /* The silent flag of windows 0 .. n_windows - 1 of a whole stream x[0 ..
- * n) (offline): each window judged on the samples up to its end, as the
- * engine judges it when its last sample arrives. */
+ * n) (offline), each judged on its own samples as the live scan judges it. */
 void ssae_silence_windows(const ssae_feat_cfg *f, const float *x, size_t n, size_t n_windows,
                           unsigned char *silent);
 

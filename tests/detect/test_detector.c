@@ -257,20 +257,72 @@ static void test_silence_windows(void) {
   for (size_t w = 0; w < nw; w++) bad += sil[w] != brute_silent(&f, x, NS, w);
   CHECK(bad == 0, "%d windows differ from the definition", bad);
   CHECK(sil[0] && sil[nw - 1], "silence at the start and the end");
-  /* The streaming scan in any blocks ends where a whole scan ends. */
-  ssae_silence one = {0, 0}, blocks = {0, 0};
-  ssae_silence_scan(&one, 0, x, NS);
-  for (size_t pos = 0, k = 1; pos < NS; k = k * 7 % 1000 + 1) {
-    size_t len = pos + k < NS ? k : NS - pos;
-    ssae_silence_scan(&blocks, pos, x + pos, len);
-    pos += len;
+  /* The live scan, in blocks of any size, judges each window on its own
+   * samples however far past its end the block goes. */
+  for (size_t blk = 1; blk <= 8192; blk = blk * 3 + 1) {
+    ssae_silence live;
+    ssae_silence_reset(&live);
+    size_t scanned = 0, bad_live = 0;
+    for (size_t w = 0; w < nw; w++) {
+      uint64_t first, end;
+      ssae_window_samples(&f, w, &first, &end);
+      while (scanned < end && scanned < NS) {
+        size_t len = NS - scanned < blk ? NS - scanned : blk;
+        ssae_silence_scan(&live, scanned, x + scanned, len);
+        scanned += len;
+      }
+      bad_live += ssae_silence_touches(&live, first, end) != sil[w];
+    }
+    CHECK(bad_live == 0, "blocks of %zu: %zu windows differ", blk, bad_live);
   }
-  CHECK(one.gap_end == blocks.gap_end && one.zrun == blocks.zrun && one.zrun == 100 &&
-            one.gap_end == NS,
-        "streaming scan: gap_end %llu / %llu", (unsigned long long)one.gap_end,
-        (unsigned long long)blocks.gap_end);
-  CHECK(ssae_silence_since(&one, NS - 1) && !ssae_silence_since(&one, NS),
-        "silence since a sample");
+  /* A gap in the positions ends a run: 40 + 40 zeros are no silence. */
+  ssae_silence g;
+  ssae_silence_reset(&g);
+  static const float z[40] = {0};
+  ssae_silence_scan(&g, 0, z, 40);
+  ssae_silence_scan(&g, 1000, z, 40);
+  CHECK(!ssae_silence_touches(&g, 0, 2000), "a gap in the positions ends a run");
+  ssae_silence_scan(&g, 1040, z, 40);
+  CHECK(ssae_silence_touches(&g, 1000 + 63, 1000 + 64) && !ssae_silence_touches(&g, 0, 1063),
+        "the 64th zero of a run continued in the next block");
+  free(x);
+}
+
+/* More separate runs than the scan keeps: the oldest merge, and silence is
+ * never missed; windows judged within a block of their end stay exact. */
+static void test_many_runs(void) {
+  ssae_feat_cfg f;
+  ssae_feat_cfg_default(&f);
+  enum { NS = 60000 };
+  float *x = malloc(NS * sizeof *x);
+  unsigned char sil[128];
+  if (!x) {
+    failures++;
+    return;
+  }
+  for (int i = 0; i < NS; i++) x[i] = 0.25f + (float)(i % 7);
+  for (int r = 0; r < 60; r++)
+    for (int i = 0; i < 64 + r % 5; i++) x[400 + r * 900 + (r % 3) * 50 + i] = 0.0f;
+  const size_t nw = (NS / 512 + 1) - 5 + 1;
+  ssae_silence_windows(&f, x, NS, nw, sil);
+  int bad = 0, n_sil = 0;
+  for (size_t w = 0; w < nw; w++) {
+    bad += sil[w] != brute_silent(&f, x, NS, w);
+    n_sil += sil[w];
+  }
+  CHECK(bad == 0 && n_sil > 0 && n_sil < (int)nw, "many runs: %d differ, %d silent", bad,
+        n_sil);
+  ssae_silence all;
+  ssae_silence_reset(&all);
+  ssae_silence_scan(&all, 0, x, NS);
+  CHECK(all.n == SSAE_SILENCE_SPANS, "spans kept: %d", all.n);
+  int missed = 0;
+  for (size_t w = 0; w < nw; w++) {
+    uint64_t first, end;
+    ssae_window_samples(&f, w, &first, &end);
+    missed += brute_silent(&f, x, NS, w) && !ssae_silence_touches(&all, first, end);
+  }
+  CHECK(missed == 0, "merged spans missed %d silent windows", missed);
   free(x);
 }
 
@@ -284,6 +336,7 @@ int main(void) {
   test_run();
   test_window_span();
   test_silence_windows();
+  test_many_runs();
   printf("%s (%d failure%s)\n", failures ? "FAIL" : "ok", failures, failures == 1 ? "" : "s");
   return failures ? 1 : 0;
 }
