@@ -75,6 +75,15 @@ int ssae_silence_touches(const ssae_silence *s, uint64_t first, uint64_t end) {
   return 0;
 }
 
+void ssae_silence_flag_windows(const ssae_silence *s, const ssae_feat_cfg *f, uint64_t w0,
+                               size_t n, unsigned char *silent) {
+  for (size_t k = 0; k < n; k++) {
+    uint64_t first, end;
+    ssae_window_samples(f, w0 + k, &first, &end);
+    silent[k] = (unsigned char)ssae_silence_touches(s, first, end);
+  }
+}
+
 void ssae_silence_windows(const ssae_feat_cfg *f, const float *x, size_t n, size_t n_windows,
                           unsigned char *silent) {
   ssae_silence s;
@@ -88,6 +97,6 @@ void ssae_silence_windows(const ssae_feat_cfg *f, const float *x, size_t n, size
       ssae_silence_scan(&s, scanned, x + scanned, (size_t)(to - scanned));
       scanned = to;
     }
-    silent[w] = (unsigned char)ssae_silence_touches(&s, first, end);
+    ssae_silence_flag_windows(&s, f, w, 1, silent + w);
   }
 }

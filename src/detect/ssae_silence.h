@@ -68,6 +68,13 @@ SSAE_REALTIME void ssae_silence_scan(ssae_silence *s, uint64_t pos, const float 
  * scanned). */
 SSAE_REALTIME int ssae_silence_touches(const ssae_silence *s, uint64_t first, uint64_t end);
 
+/* The silent flags of windows w0 .. w0 + n - 1 into silent[0 .. n), from
+ * a scan that has gone at least to each window's end or to the stream's
+ * end (offline readers: scan each block as it is read, flag the windows
+ * its frames complete). */
+void ssae_silence_flag_windows(const ssae_silence *s, const ssae_feat_cfg *f, uint64_t w0,
+                               size_t n, unsigned char *silent);
+
 /* The silent flag of windows 0 .. n_windows - 1 of a whole stream x[0 ..
  * n) (offline), each judged on its own samples as the live scan judges it. */
 void ssae_silence_windows(const ssae_feat_cfg *f, const float *x, size_t n, size_t n_windows,

@@ -275,6 +275,25 @@ static void test_silence_windows(void) {
     }
     CHECK(bad_live == 0, "blocks of %zu: %zu windows differ", blk, bad_live);
   }
+  /* An offline reader's way: scan blocks as read, flag what they complete. */
+  unsigned char sil2[128];
+  ssae_silence rd;
+  ssae_silence_reset(&rd);
+  size_t flagged = 0;
+  for (size_t pos = 0; pos < NS; pos += 16384) {
+    size_t len = NS - pos < 16384 ? NS - pos : 16384;
+    ssae_silence_scan(&rd, pos, x + pos, len);
+    size_t done = flagged;
+    while (done < nw) {
+      uint64_t first, end;
+      ssae_window_samples(&f, done, &first, &end);
+      if (end > pos + len && pos + len < NS) break;
+      done++;
+    }
+    ssae_silence_flag_windows(&rd, &f, flagged, done - flagged, sil2 + flagged);
+    flagged = done;
+  }
+  CHECK(flagged == nw && !memcmp(sil, sil2, nw), "flags from a reader's blocks differ");
   /* A gap in the positions ends a run: 40 + 40 zeros are no silence. */
   ssae_silence g;
   ssae_silence_reset(&g);
