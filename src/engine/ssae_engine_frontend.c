@@ -17,31 +17,6 @@
 
 #include "ssae_engine_internal.h"
 
-/* Digital silence: this many exact zeros in a row (4 ms at 16 kHz). Real
- * signals, even quiet 16-bit ones, do not have them; unconnected ports,
- * ended streams and muted devices do. */
-#define GAP_MIN 64
-
-static void scan_gaps(front *f, const float *x, size_t n) {
-  /* Real signals have no exact zeros: a block without any (checked without
-   * branches, so it vectorises) only ends the current run. */
-  int any = 0;
-  for (size_t i = 0; i < n; i++) any |= x[i] == 0.0f;
-  if (!any) {
-    f->zrun = 0;
-    return;
-  }
-  uint64_t z = f->zrun;
-  for (size_t i = 0; i < n; i++) {
-    if (x[i] == 0.0f) {
-      if (++z >= GAP_MIN) f->gap_end = f->samples + i + 1;
-    } else {
-      z = 0;
-    }
-  }
-  f->zrun = z;
-}
-
 /* Channel i of group gr. */
 void engine_stream_restart(group *gr, int i) {
   ssae_engine *e = gr->e;
@@ -66,9 +41,6 @@ void engine_on_frame(void *user, int i, const float *frame) {
     ssae_window_push(f->win, frame, gr->scratch_win);
     return;
   }
-  const uint64_t hop = (uint64_t)e->feat.hop_length;
-  const uint64_t tail = e->feat.center ? (uint64_t)e->feat.n_fft / 2
-                                       : (uint64_t)e->feat.n_fft;
   unsigned char *slot = ssae_ring_write_slot(gr->ring);
   float *dst = slot ? (float *)(slot + ITEM_HDR) : gr->scratch_win;
   f->frames++;
@@ -90,11 +62,11 @@ void engine_on_frame(void *user, int i, const float *frame) {
   item_hdr *h = (item_hdr *)slot;
   h->channel = (uint32_t)ch;
   h->window = w;
-  uint64_t last_frame = f->frame_base + f->frames - 1;
-  h->end_sample = last_frame * hop + tail;
-  uint64_t span = (uint64_t)(e->feat.frames - 1) * hop + (e->feat.center ? 2 * tail : tail);
-  uint64_t first = h->end_sample > span ? h->end_sample - span : 0;
-  h->flags = f->gap_end > first ? ITEM_GAP : 0;
+  /* The window's samples on the time axis (its first frame's index). */
+  uint64_t first;
+  ssae_window_samples(&e->feat, f->frame_base + f->frames - (uint64_t)e->feat.frames, &first,
+                      &h->end_sample);
+  h->flags = ssae_silence_touches(&f->sil, first, h->end_sample) ? ITEM_GAP : 0;
   h->t_ns = gr->blk_t;
   ssae_ring_commit(gr->ring);
 }
@@ -111,7 +83,7 @@ static void channel_block(group *gr, int i, const float *src, size_t n) {
     m = ssae_resampler_process(f->rs, feed, n, gr->rs_out);
     feed = gr->rs_out;
   }
-  scan_gaps(f, feed, m);
+  ssae_silence_scan(&f->sil, f->samples, feed, m);
   f->samples += m;
   ssae_logmel_multi_feed(gr->lmm, i, feed, m);
 }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "ssae_silence.h"
 #include "ssae_backend.h"
 #include "ssae_detector.h"
 #include "ssae_engine.h"
@@ -57,9 +58,7 @@ typedef struct front {
   uint64_t frames;      /* frames of the current stream */
   uint64_t samples;     /* model-rate samples fed since the engine started */
   uint64_t next_window; /* window index */
-  uint64_t zrun;        /* exact zeros in a row at the end of the input */
-  uint64_t gap_end;     /* sample after the latest run of >= GAP_MIN zeros
-                           (0: none yet) */
+  ssae_silence sil;     /* digital silence in the samples fed */
   _Atomic uint64_t made;
   _Atomic uint64_t dropped;
 } front;
