@@ -91,8 +91,8 @@ def offline_spans(path, d, opts):
     return spans
 
 
-def compare(name, path, d, opts):
-    live = live_spans(path, d, opts)
+def compare(name, path, d, opts, live_opts=()):
+    live = live_spans(path, d, opts + list(live_opts))
     offline = offline_spans(path, d, opts)
     print(f"{name} {' '.join(opts) or '(defaults)'}\n  live    {live}\n  offline {offline}")
     check(live == offline, f"{name} {opts}: live and offline spans differ")
@@ -124,6 +124,13 @@ with tempfile.TemporaryDirectory() as d:
               f"{opts}: no alarm after the silence ({s1 / RATE:.3f} s): {spans}")
         check(not any(4.2 < t < 4.4 for t in ends),
               f"{opts}: 63 zeros ended an alarm: {spans}")
+
+    # The engine's blocks (a whole block is scanned for silence before the
+    # frames it completes) change nothing.
+    base = compare("clicks", a, d, [])
+    for block in ("97", "1000", "4096"):
+        check(compare("clicks", a, d, [], ["--block", block]) == base,
+              f"--block {block} changes the spans")
 
     # Silence at the start; a squeal from 5 s to the end: the alarm is still
     # on when the clip ends.
