@@ -1,12 +1,14 @@
 /* ssae eval: how well a model separates normal from anomalous recordings. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_audio.h"
 #include "ssae_backend.h"
 #include "ssae_config.h"
@@ -17,38 +19,66 @@
 
 static const char *const CMD = "eval";
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ssae eval [options] --normal DIR --anomaly DIR [--normal DIR --anomaly DIR...]\n"
-          "       ssae eval [options] --csv FILE\n\n"
-          "Scores normal and anomalous recordings with the model and reports how well\n"
-          "the scores separate them: ROC AUC, partial AUC up to a false-positive rate of\n"
-          "0.1 (McClish-standardised, as scikit-learn's roc_auc_score(max_fpr=0.1)), and\n"
-          "precision, recall and F1 when a file is called anomalous at score > threshold\n"
-          "(the model's threshold). Anomalous files are the positive class.\n\n"
-          "Each --normal/--anomaly pair (in order; directories are searched recursively,\n"
-          "or single files) is one section, for instance one machine; with several\n"
-          "sections a last section \"all\" pools every file. A CSV file has lines\n"
-          "path,label (label normal|anomaly, or 0|1; a header line is skipped; relative\n"
-          "paths are relative to the CSV's directory) and forms one section.\n"
-          "A file that cannot be read or scored is reported and skipped (exit 1).\n\n"
-          "options:\n"
-          "  --model M          model file (default: the model that ships with ssae)\n"
-          "  --normal PATH      normal recordings (directory or file)\n"
-          "  --anomaly PATH     anomalous recordings (directory or file)\n"
-          "  --csv FILE         labelled file list instead of directories\n"
-          "  --format tsv|json  output format (default tsv)\n"
-          "  --plot OUT.png|.svg  ROC curves and score histograms with the threshold\n"
-          "  --scores FILE      also write every file's score (TSV: section, path, label,\n"
-          "                     score, windows)\n"
-          "  --threshold X      decide at X instead of the model's threshold\n"
-          "  --max-fpr X        partial AUC limit (default 0.1)\n"
-          "  --backend auto|cpu|cuda  (default auto)\n"
-          "  --channel N|mix    channel of multi-channel files (default 0)\n"
-          "  -h, --help         this text\n\n"
-          "Exit status: 0 success, 1 some file or section failed (the rest is still\n"
-          "reported), 2 usage error.\n");
-}
+typedef struct opts {
+  const char *model, *csv, *format, *plot, *scores, *backend;
+  ssae_cli_list normal, anomaly;
+  double threshold, max_fpr;
+  int channel;
+} opts;
+
+static const char *const formats[] = {"tsv", "json", NULL};
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_STRING, .name = "--model", .offset = offsetof(opts, model), .metavar = "M",
+     .help = "model file", .def = "the model that ships with ssae"},
+    {.kind = SSAE_CLI_LIST, .name = "--normal", .offset = offsetof(opts, normal),
+     .metavar = "PATH", .help = "normal recordings (directory or file); repeatable",
+     .def = ""},
+    {.kind = SSAE_CLI_LIST, .name = "--anomaly", .offset = offsetof(opts, anomaly),
+     .metavar = "PATH", .help = "anomalous recordings (directory or file); repeatable",
+     .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--csv", .offset = offsetof(opts, csv), .metavar = "FILE",
+     .help = "labelled file list instead of directories", .def = ""},
+    {.kind = SSAE_CLI_CHOICE, .name = "--format", .offset = offsetof(opts, format),
+     .choices = formats, .help = "output format"},
+    {.kind = SSAE_CLI_STRING, .name = "--plot", .offset = offsetof(opts, plot),
+     .metavar = "OUT.png|.svg", .help = "ROC curves and score histograms with the threshold",
+     .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--scores", .offset = offsetof(opts, scores),
+     .metavar = "FILE",
+     .help = "also write every file's score (TSV: section, path, label, score, windows)",
+     .def = ""},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", .offset = offsetof(opts, threshold),
+     .metavar = "X", .min = 0, .max = INFINITY,
+     .help = "decide at X instead of the model's threshold", .def = "the model's"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--max-fpr", .offset = offsetof(opts, max_fpr),
+     .metavar = "X", .min = 1e-6, .max = 1, .help = "partial AUC limit"},
+    {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
+     .choices = ssae_cli_backends, .help = "where the model runs"},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
+     .metavar = "N|mix", .help = "channel of multi-channel files",
+     .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "eval",
+    .usage = "usage: ssae eval [options] --normal DIR --anomaly DIR [--normal DIR --anomaly DIR...]\n"
+             "       ssae eval [options] --csv FILE",
+    .about = "Scores normal and anomalous recordings with the model and reports how well\n"
+             "the scores separate them: ROC AUC, partial AUC up to a false-positive rate of\n"
+             "0.1 (McClish-standardised, as scikit-learn's roc_auc_score(max_fpr=0.1)), and\n"
+             "precision, recall and F1 when a file is called anomalous at score > threshold\n"
+             "(the model's threshold). Anomalous files are the positive class.\n\n"
+             "Each --normal/--anomaly pair (in order; directories are searched recursively,\n"
+             "or single files) is one section, for instance one machine; with several\n"
+             "sections a last section \"all\" pools every file. A CSV file has lines\n"
+             "path,label (label normal|anomaly, or 0|1; a header line is skipped; relative\n"
+             "paths are relative to the CSV's directory) and forms one section.\n"
+             "A file that cannot be read or scored is reported and skipped (exit 1).",
+    .epilogue = "Exit status: 0 success, 1 some file or section failed (the rest is still\n"
+                "reported), 2 usage error.",
+    .opts = options,
+};
 
 typedef struct {
   char *name;        /* section name */
@@ -225,89 +255,36 @@ static size_t gather(const section *s, double *scores, int *labels) {
   return k;
 }
 
-int ssae_cmd_eval(int argc, char **argv) {
-  const char *model_path = NULL, *format = "tsv", *plot = NULL, *scores_out = NULL,
-             *backend_name = "auto", *csv = NULL;
-  char **normals = calloc((size_t)argc, sizeof *normals),
-       **anomalies = calloc((size_t)argc, sizeof *anomalies);
-  int n_norm = 0, n_anom = 0, channel = 0;
-  double threshold = NAN, max_fpr = 0.1;
-  int rc = SSAE_EXIT_OK;
-  if (!normals || !anomalies) {
-    ssae_cli_error(CMD, "out of memory");
-    free(normals);
-    free(anomalies);
-    return SSAE_EXIT_INPUT;
-  }
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      free(normals);
-      free(anomalies);
-      return SSAE_EXIT_OK;
-    }
-    if (i + 1 >= argc) {
-      ssae_cli_error(CMD, "%s: unknown option or missing value (see ssae eval --help)", a);
-      rc = SSAE_EXIT_USAGE;
-      break;
-    }
-    char *v = argv[++i];
-    ssae_err err;
-    if (!strcmp(a, "--model")) model_path = v;
-    else if (!strcmp(a, "--normal")) normals[n_norm++] = v;
-    else if (!strcmp(a, "--anomaly")) anomalies[n_anom++] = v;
-    else if (!strcmp(a, "--csv")) csv = v;
-    else if (!strcmp(a, "--format")) format = v;
-    else if (!strcmp(a, "--plot")) plot = v;
-    else if (!strcmp(a, "--scores")) scores_out = v;
-    else if (!strcmp(a, "--backend")) backend_name = v;
-    else if (!strcmp(a, "--threshold")) {
-      if (ssae_cli_parse_double(CMD, a, v, 0, INFINITY, &threshold)) rc = SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--max-fpr")) {
-      if (ssae_cli_parse_double(CMD, a, v, 1e-6, 1, &max_fpr)) rc = SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--channel")) {
-      if (ssae_audio_parse_channel(v, &channel, &err) || channel == SSAE_CHANNEL_ALL) {
-        ssae_cli_error(CMD, "--channel wants a channel index from 0 or mix, not '%s'", v);
-        rc = SSAE_EXIT_USAGE;
-      }
-    } else {
-      ssae_cli_error(CMD, "unknown option '%s' (see ssae eval --help)", a);
-      rc = SSAE_EXIT_USAGE;
-    }
-    if (rc) break;
-  }
-  if (!rc && strcmp(format, "tsv") && strcmp(format, "json")) {
-    ssae_cli_error(CMD, "--format must be tsv or json, not '%s'", format);
-    rc = SSAE_EXIT_USAGE;
-  }
-  if (!rc && n_norm != n_anom) {
-    ssae_cli_error(CMD, "give --normal and --anomaly in pairs (%d --normal, %d --anomaly)",
-                   n_norm, n_anom);
-    rc = SSAE_EXIT_USAGE;
-  }
-  if (!rc && !csv && n_norm == 0) {
-    ssae_cli_error(CMD, "nothing to evaluate: give --normal DIR --anomaly DIR or --csv FILE");
-    rc = SSAE_EXIT_USAGE;
-  }
-  if (!rc && plot && !SSAE_HAVE_CAIRO) {
+/* Usage errors the table cannot express; 0 when the options make sense. */
+static int check(const opts *o) {
+  if (o->normal.n != o->anomaly.n)
+    return ssae_cli_usage_error(&command,
+                                "give --normal and --anomaly in pairs (%d --normal, %d --anomaly)",
+                                o->normal.n, o->anomaly.n);
+  if (!o->csv && o->normal.n == 0)
+    return ssae_cli_usage_error(&command,
+                                "nothing to evaluate: give --normal DIR --anomaly DIR or --csv FILE");
+  if (o->plot && !SSAE_HAVE_CAIRO) {
     ssae_cli_error(CMD, "--plot: this ssae was built without cairo (libcairo2-dev), so it "
                         "cannot draw pictures");
-    rc = SSAE_EXIT_USAGE;
+    return SSAE_EXIT_USAGE;
   }
-  if (rc) {
-    free(normals);
-    free(anomalies);
-    return rc;
-  }
+  return 0;
+}
 
+/* Scores the sections and prints their metrics. */
+static int run(const opts *o) {
+  const char *model_path = o->model, *plot = o->plot, *scores_out = o->scores, *csv = o->csv;
+  char **normals = o->normal.v, **anomalies = o->anomaly.v;
+  const int n_norm = o->normal.n, channel = o->channel;
+  double threshold = o->threshold;
+  const double max_fpr = o->max_fpr;
+  int rc = SSAE_EXIT_OK;
   /* The sections and their files. */
   size_t n_sec = (size_t)n_norm + (csv ? 1 : 0);
   section *sec = calloc(n_sec + 1, sizeof *sec);
   if (!sec) {
     ssae_cli_error(CMD, "out of memory");
-    free(normals);
-    free(anomalies);
     return SSAE_EXIT_INPUT;
   }
   char name[64];
@@ -327,8 +304,6 @@ int ssae_cmd_eval(int argc, char **argv) {
     s->anomaly_src = strdup(csv);
     if (read_csv(s, csv)) rc = SSAE_EXIT_INPUT;
   }
-  free(normals);
-  free(anomalies);
 
   ssae_err err;
   ssae_model *m = ssae_model_open(model_path, &err);
@@ -336,7 +311,7 @@ int ssae_cmd_eval(int argc, char **argv) {
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);
     rc = SSAE_EXIT_INPUT;
-  } else if (!(b = ssae_backend_new(m, backend_name, 256, &err))) {
+  } else if (!(b = ssae_backend_new(m, o->backend, 256, &err))) {
     ssae_cli_error(CMD, "%s", err.msg);
     rc = SSAE_EXIT_INPUT;
   }
@@ -407,7 +382,7 @@ int ssae_cmd_eval(int argc, char **argv) {
     }
   }
 
-  int json = !strcmp(format, "json");
+  int json = !strcmp(o->format, "json");
   if (b) {
     ssae_metrics *met = calloc(n_sec, sizeof *met);
     int *ok = calloc(n_sec, sizeof *ok);
@@ -488,5 +463,16 @@ int ssae_cmd_eval(int argc, char **argv) {
   free(sec);
   ssae_backend_free(b);
   ssae_model_free(m);
+  return rc;
+}
+
+int ssae_cmd_eval(int argc, char **argv) {
+  opts o = {.format = "tsv", .backend = "auto", .threshold = NAN, .max_fpr = 0.1};
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  rc = check(&o);
+  if (!rc) rc = run(&o);
+  ssae_cli_args_free(&args);
   return rc;
 }
