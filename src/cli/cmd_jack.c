@@ -13,7 +13,7 @@
 #include "ssae_model.h"
 
 #if SSAE_HAVE_JACK
-#include "plugins/jack/ssae_jack_client.h"
+#include "plugins/jack/ssae_io_jack_client.h"
 #endif
 
 static const char *const CMD = "jack";
@@ -184,7 +184,7 @@ out:
     /* Client k: the engine's input group k (the same split as the
      * engine's, checked when the client starts). */
     const int K = (int)clients;
-    ssae_jack **jc = calloc((size_t)K, sizeof *jc);
+    ssae_io_jack **jc = calloc((size_t)K, sizeof *jc);
     if (!jc) {
       ssae_cli_error(CMD, "out of memory");
       ssae_model_free(m);
@@ -196,15 +196,15 @@ out:
       char cname[256];
       if (K == 1) snprintf(cname, sizeof cname, "%s", name);
       else snprintf(cname, sizeof cname, "%s-%d", name, k + 1);
-      if (!(jc[k] = ssae_jack_open(cname, first, count, passthrough, &err))) {
+      if (!(jc[k] = ssae_io_jack_new(cname, first, count, passthrough, &err))) {
         ssae_cli_error(CMD, "%s", err.msg);
-        for (int q = 0; q < k; q++) ssae_jack_close(jc[q]);
+        for (int q = 0; q < k; q++) ssae_io_jack_free(jc[q]);
         free(jc);
         ssae_model_free(m);
         goto out;
       }
     }
-    ssae_jack *j = jc[0];
+    ssae_io_jack *j = jc[0];
     ssae_evsink_cfg scfg;
     memset(&scfg, 0, sizeof scfg);
     scfg.events_path = events;
@@ -213,7 +213,7 @@ out:
     ssae_evsink *sink = ssae_evsink_new(&scfg, &err);
     if (!sink) {
       ssae_cli_error(CMD, "%s", err.msg);
-      for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
+      for (int k = 0; k < K; k++) ssae_io_jack_free(jc[k]);
       free(jc);
       ssae_model_free(m);
       goto out;
@@ -222,7 +222,7 @@ out:
     ssae_engine_cfg_default(&ecfg);
     ecfg.channels = (int)inputs;
     ecfg.groups = K;
-    ecfg.input_rate = ssae_jack_rate(j);
+    ecfg.input_rate = ssae_io_jack_rate(j);
     ecfg.backend = backend;
     ecfg.status_every_s = status;
     ecfg.params.threshold = threshold;
@@ -234,10 +234,10 @@ out:
     ssae_engine *e = ssae_engine_new(m, &ecfg, &err);
     int started = e != NULL;
     for (int k = 0; started && k < K; k++)
-      started = !ssae_jack_start(jc[k], e, K == 1 ? -1 : k, &err);
+      started = !ssae_io_jack_start(jc[k], e, K == 1 ? -1 : k, &err);
     if (!started) {
       ssae_cli_error(CMD, "%s", err.msg);
-      for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
+      for (int k = 0; k < K; k++) ssae_io_jack_free(jc[k]);
       free(jc);
       ssae_engine_free(e);
       ssae_evsink_free(sink);
@@ -252,7 +252,7 @@ out:
         ssae_engine_group_channels(e, k, &first, &count);
         if (i < first + count) break;
       }
-      if (ssae_jack_connect(jc[k], connect[i], i - first, &err)) {
+      if (ssae_io_jack_connect(jc[k], connect[i], i - first, &err)) {
         ssae_cli_error(CMD, "%s", err.msg);
         rc = SSAE_EXIT_INPUT;
       }
@@ -261,13 +261,13 @@ out:
       fprintf(stderr,
               "ssae jack: client '%s' running at %.0f Hz, buffer %u, %ld "
               "input(s) (Ctrl-C stops)\n",
-              ssae_jack_name(j), ssae_jack_rate(j), ssae_jack_buffer_size(j), inputs);
+              ssae_io_jack_name(j), ssae_io_jack_rate(j), ssae_io_jack_buffer_size(j), inputs);
     else
       fprintf(stderr,
               "ssae jack: clients '%s' .. '%s' running at %.0f Hz, buffer %u, %ld "
               "input(s) (Ctrl-C stops)\n",
-              ssae_jack_name(jc[0]), ssae_jack_name(jc[K - 1]), ssae_jack_rate(j),
-              ssae_jack_buffer_size(j), inputs);
+              ssae_io_jack_name(jc[0]), ssae_io_jack_name(jc[K - 1]), ssae_io_jack_rate(j),
+              ssae_io_jack_buffer_size(j), inputs);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sig;
@@ -280,7 +280,7 @@ out:
       struct timespec d = {0, 20000000L};
       nanosleep(&d, NULL);
       for (int k = 0; k < K && gone < 0; k++) {
-        int p = ssae_jack_poll(jc[k], &err);
+        int p = ssae_io_jack_poll(jc[k], &err);
         if (p == 1) gone = k;
         if (p < 0) ssae_cli_error(CMD, "%s", err.msg);
       }
@@ -292,14 +292,14 @@ out:
     }
     if (gone >= 0) {
       ssae_cli_error(CMD, "the JACK server went away (%s); stopping",
-                     ssae_jack_shutdown_reason(jc[gone]));
+                     ssae_io_jack_shutdown_reason(jc[gone]));
       ssae_engine_stats s;
       ssae_engine_stats_get(e, &s);
       ssae_evsink_note(sink, s.audio_s, "server_shutdown",
-                       ssae_jack_shutdown_reason(jc[gone]));
+                       ssae_io_jack_shutdown_reason(jc[gone]));
       rc = SSAE_EXIT_INPUT;
     }
-    for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
+    for (int k = 0; k < K; k++) ssae_io_jack_free(jc[k]);
     free(jc);
     ssae_engine_drain(e);
     ssae_engine_stats s;
