@@ -215,6 +215,90 @@ static void emit_windows(out_state *o, const char *path, const slot *s, const fl
   }
 }
 
+/* The main thread's side: waits for the files in input order, scores in
+ * batches the ones their worker did not score, prints every result, and
+ * lets the workers run ahead. Returns 0, or -1 when some file failed. */
+static int consume(job *j, ssae_backend *be, out_state *out) {
+  const size_t n = j->n;
+  ssae_err err = {{0}};
+  float *batch = NULL, *scores = NULL;
+  size_t batch_cap = 0;
+  int status = 0;
+  size_t i = 0;
+  while (i < n) {
+    /* Files [i, e) that are ready, up to a batch's worth of windows. */
+    pthread_mutex_lock(&j->mu);
+    while (j->slots[i].state == 0) pthread_cond_wait(&j->ready, &j->mu);
+    size_t e = i, total = 0;
+    while (e < n && j->slots[e].state != 0 &&
+           (e == i || total + j->slots[e].fs.n_windows <= BATCH_WINDOWS)) {
+      total += j->slots[e].fs.n_windows;
+      e++;
+    }
+    pthread_mutex_unlock(&j->mu);
+
+    /* Files that still need scores (not scored by their worker): their
+     * frames end to end, one run of frames for the backend, which reads
+     * every window in place. The F-1 windows that straddle two files are
+     * scored too and skipped (about 1 % more work). */
+    size_t M = (size_t)j->m->d.n_mels, nfr = 0;
+    for (size_t k = i; k < e; k++)
+      if (j->slots[k].state == 1 && !j->slots[k].fs.scores) nfr += j->slots[k].fs.n_frames;
+    if (nfr > batch_cap) {
+      free(batch);
+      free(scores);
+      batch = malloc(nfr * M * sizeof *batch);
+      scores = malloc(nfr * sizeof *scores);
+      batch_cap = nfr;
+      if (!batch || !scores) {
+        ssae_cli_error(CMD, "out of memory for %zu frames", nfr);
+        status = -1;
+        break;
+      }
+    }
+    size_t off = 0;
+    for (size_t k = i; k < e; k++) {
+      const ssae_file_scores *fs = &j->slots[k].fs;
+      if (j->slots[k].state != 1 || fs->scores) continue;
+      memcpy(batch + off * M, fs->frames, fs->n_frames * M * sizeof *batch);
+      off += fs->n_frames;
+    }
+    int run_failed = off && ssae_backend_run_frames(be, batch, off, scores, &err);
+    if (run_failed) ssae_cli_error(CMD, "the model failed: %s", err.msg);
+    off = 0;
+    for (size_t k = i; k < e; k++) {
+      slot *s = &j->slots[k];
+      if (s->state == 2 || (run_failed && !s->fs.scores)) {
+        progress(out, 1);
+        if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
+        status = -1;
+        out->failed++;
+      } else if (s->fs.scores) {
+        emit(out, j->paths[k], s, s->fs.scores);
+        emit_windows(out, j->paths[k], s, s->fs.scores, j->m);
+      } else {
+        emit(out, j->paths[k], s, scores + off);
+        emit_windows(out, j->paths[k], s, scores + off, j->m);
+        off += s->fs.n_frames;
+      }
+      ssae_file_scores_release(&s->fs);
+      free(s->error);
+      s->error = NULL;
+      out->done++;
+    }
+    if (!out->tty || out->quiet) fflush(stdout);
+    pthread_mutex_lock(&j->mu);
+    j->consumed = e;
+    pthread_cond_broadcast(&j->room);
+    pthread_mutex_unlock(&j->mu);
+    i = e;
+    progress(out, 0);
+  }
+  free(batch);
+  free(scores);
+  return status;
+}
+
 /* Scores every input and prints them in order; 0, or 1 when some failed. */
 static int run(const opts *o, char **inputs, int n_inputs) {
   ssae_err err = {{0}};
@@ -269,8 +353,6 @@ static int run(const opts *o, char **inputs, int n_inputs) {
            .score_in_workers = ssae_backend_cpu_direct(be)};
   j.slots = calloc(n, sizeof *j.slots);
   pthread_t *tids = calloc((size_t)nw, sizeof *tids);
-  float *batch = NULL, *scores = NULL;
-  size_t batch_cap = 0;
   int started = 0;
   if (!j.slots || !tids || pthread_mutex_init(&j.mu, NULL)) {
     ssae_cli_error(CMD, "out of memory");
@@ -287,76 +369,7 @@ static int run(const opts *o, char **inputs, int n_inputs) {
     goto joined;
   }
 
-  size_t i = 0;
-  while (i < n) {
-    /* Files [i, e) that are ready, up to a batch's worth of windows. */
-    pthread_mutex_lock(&j.mu);
-    while (j.slots[i].state == 0) pthread_cond_wait(&j.ready, &j.mu);
-    size_t e = i, total = 0;
-    while (e < n && j.slots[e].state != 0 &&
-           (e == i || total + j.slots[e].fs.n_windows <= BATCH_WINDOWS)) {
-      total += j.slots[e].fs.n_windows;
-      e++;
-    }
-    pthread_mutex_unlock(&j.mu);
-
-    /* Files that still need scores (not scored by their worker): their
-     * frames end to end, one run of frames for the backend, which reads
-     * every window in place. The F-1 windows that straddle two files are
-     * scored too and skipped (about 1 % more work). */
-    size_t M = (size_t)m->d.n_mels, nfr = 0;
-    for (size_t k = i; k < e; k++)
-      if (j.slots[k].state == 1 && !j.slots[k].fs.scores) nfr += j.slots[k].fs.n_frames;
-    if (nfr > batch_cap) {
-      free(batch);
-      free(scores);
-      batch = malloc(nfr * M * sizeof *batch);
-      scores = malloc(nfr * sizeof *scores);
-      batch_cap = nfr;
-      if (!batch || !scores) {
-        ssae_cli_error(CMD, "out of memory for %zu frames", nfr);
-        status = SSAE_EXIT_INPUT;
-        break;
-      }
-    }
-    size_t off = 0;
-    for (size_t k = i; k < e; k++) {
-      const ssae_file_scores *fs = &j.slots[k].fs;
-      if (j.slots[k].state != 1 || fs->scores) continue;
-      memcpy(batch + off * M, fs->frames, fs->n_frames * M * sizeof *batch);
-      off += fs->n_frames;
-    }
-    int run_failed = off && ssae_backend_run_frames(be, batch, off, scores, &err);
-    if (run_failed) ssae_cli_error(CMD, "the model failed: %s", err.msg);
-    off = 0;
-    for (size_t k = i; k < e; k++) {
-      slot *s = &j.slots[k];
-      if (s->state == 2 || (run_failed && !s->fs.scores)) {
-        progress(&out, 1);
-        if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
-        status = SSAE_EXIT_INPUT;
-        out.failed++;
-      } else if (s->fs.scores) {
-        emit(&out, paths[k], s, s->fs.scores);
-        emit_windows(&out, paths[k], s, s->fs.scores, m);
-      } else {
-        emit(&out, paths[k], s, scores + off);
-        emit_windows(&out, paths[k], s, scores + off, m);
-        off += s->fs.n_frames;
-      }
-      ssae_file_scores_release(&s->fs);
-      free(s->error);
-      s->error = NULL;
-      out.done++;
-    }
-    if (!out.tty || out.quiet) fflush(stdout);
-    pthread_mutex_lock(&j.mu);
-    j.consumed = e;
-    pthread_cond_broadcast(&j.room);
-    pthread_mutex_unlock(&j.mu);
-    i = e;
-    progress(&out, 0);
-  }
+  if (consume(&j, be, &out)) status = SSAE_EXIT_INPUT;
   progress(&out, 1);
 
 joined:
@@ -376,8 +389,6 @@ done:
     }
   free(j.slots);
   free(tids);
-  free(batch);
-  free(scores);
   if (out.wf && fclose(out.wf) != 0) {
     ssae_cli_error(CMD, "%s: write failed", o->windows);
     status = SSAE_EXIT_INPUT;
