@@ -85,6 +85,8 @@ static const ssae_cli_cmd command = {
     .about = "Throughput (windows/s) and latency percentiles of each backend over batch\n"
              "sizes, host windows in and host scores out; batch 1 is the one-window round\n"
              "trip. For CUDA also the fused kernel alone on device-resident input.",
+    .epilogue = "Exit status: 0 every backend asked for ran, 1 a backend or the model failed,\n"
+                "2 usage error.",
     .opts = options,
 };
 

@@ -73,6 +73,9 @@ static const ssae_cli_cmd command = {
              "and buffer size. Events as JSON lines (--events, and stdout when it\n"
              "is not a terminal). Ctrl-C, SIGTERM or the server going away end it\n"
              "cleanly with the events flushed.",
+    .epilogue = "Exit status: 0 stopped normally, 1 no JACK server, a port that could not be\n"
+                "connected, the server going away, or an unwritable events file, 2 usage\n"
+                "error.",
     .opts = options,
 };
 
@@ -105,27 +108,16 @@ static void on_sig(int sig) {
 #endif
 
 #if SSAE_HAVE_JACK
-/* Clients, engine and events until Ctrl-C, --duration or the server going
- * away. */
-static int run(const opts *o) {
-  ssae_err err;
-  int rc = SSAE_EXIT_INPUT;
-  ssae_model *m = ssae_model_open(o->model, &err);
-  if (!m) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    return rc;
-  }
-  if (!isfinite(o->threshold) && !isfinite(m->threshold))
-    fprintf(stderr, "ssae jack: the model has no threshold and none was "
-                    "given (--threshold): no alarms, scores only\n");
-  /* Client k: the engine's input group k (the same split as the
-   * engine's, checked when the client starts). */
+/* Client k gets the engine's input group k (the same split as the
+ * engine's, checked when the client starts): ports first+1 .. first+count.
+ * Returns the K clients, or NULL after printing why. */
+static ssae_io_jack **open_clients(const opts *o) {
   const int K = o->clients;
+  ssae_err err;
   ssae_io_jack **jc = calloc((size_t)K, sizeof *jc);
   if (!jc) {
     ssae_cli_error(CMD, "out of memory");
-    ssae_model_free(m);
-    return rc;
+    return NULL;
   }
   for (int k = 0; k < K; k++) {
     const int first = (int)((long long)k * o->inputs / K);
@@ -137,55 +129,24 @@ static int run(const opts *o) {
       ssae_cli_error(CMD, "%s", err.msg);
       for (int q = 0; q < k; q++) ssae_io_jack_free(jc[q]);
       free(jc);
-      ssae_model_free(m);
-      return rc;
+      return NULL;
     }
   }
-  ssae_io_jack *j = jc[0];
-  ssae_evsink_cfg scfg;
-  memset(&scfg, 0, sizeof scfg);
-  scfg.events_path = o->events;
-  scfg.events_stdout = !ssae_cli_stdout_tty();
-  scfg.prog = "ssae jack";
-  ssae_evsink *sink = ssae_evsink_new(&scfg, &err);
-  if (!sink) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    for (int k = 0; k < K; k++) ssae_io_jack_free(jc[k]);
-    free(jc);
-    ssae_model_free(m);
-    return rc;
-  }
-  ssae_engine_cfg ecfg;
-  ssae_engine_cfg_default(&ecfg);
-  ecfg.channels = o->inputs;
-  ecfg.groups = K;
-  ecfg.input_rate = ssae_io_jack_rate(j);
-  ecfg.backend = o->backend;
-  ecfg.status_every_s = o->status;
-  ecfg.params.threshold = o->threshold;
-  ecfg.params.smoothing_s = o->smoothing;
-  ecfg.params.on_count = o->on;
-  ecfg.params.off_count = o->off;
-  ecfg.on_event = ssae_evsink_on_event;
-  ecfg.user = sink;
-  ssae_engine *e = ssae_engine_new(m, &ecfg, &err);
-  int started = e != NULL;
-  for (int k = 0; started && k < K; k++)
-    started = !ssae_io_jack_start(jc[k], e, K == 1 ? -1 : k, &err);
-  if (!started) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    for (int k = 0; k < K; k++) ssae_io_jack_free(jc[k]);
-    free(jc);
-    ssae_engine_free(e);
-    ssae_evsink_free(sink);
-    ssae_model_free(m);
-    return rc;
-  }
-  rc = SSAE_EXIT_OK;
+  return jc;
+}
+
+static void free_clients(ssae_io_jack **jc, int K) {
+  for (int k = 0; jc && k < K; k++) ssae_io_jack_free(jc[k]);
+  free(jc);
+}
+
+/* --connect: port i to input i, on the client whose group holds it. */
+static int connect_inputs(const opts *o, ssae_engine *e, ssae_io_jack **jc) {
+  ssae_err err;
+  int rc = SSAE_EXIT_OK;
   for (int i = 0; i < o->connect.n; i++) {
-    /* The client whose group holds input i. */
     int k = 0, first = 0, count = 0;
-    for (; k < K; k++) {
+    for (; k < o->clients; k++) {
       ssae_engine_group_channels(e, k, &first, &count);
       if (i < first + count) break;
     }
@@ -194,6 +155,100 @@ static int run(const opts *o) {
       rc = SSAE_EXIT_INPUT;
     }
   }
+  return rc;
+}
+
+/* Main-thread housekeeping until Ctrl-C, SIGTERM, --duration or the server
+ * going away; returns the client that saw the server go, or -1. */
+static int wait_for_end(const opts *o, ssae_io_jack **jc) {
+  ssae_err err;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sig;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (!interrupted) {
+    struct timespec d = {0, 20000000L};
+    nanosleep(&d, NULL);
+    for (int k = 0; k < o->clients; k++) {
+      int p = ssae_io_jack_poll(jc[k], &err);
+      if (p == 1) return k;
+      if (p < 0) ssae_cli_error(CMD, "%s", err.msg);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double el = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
+    if (o->duration > 0 && el >= o->duration) break;
+  }
+  return -1;
+}
+
+static void summary(ssae_engine *e, ssae_evsink *sink) {
+  ssae_engine_stats s;
+  ssae_engine_stats_get(e, &s);
+  fprintf(stderr,
+          "ssae jack: %.1f s of audio, %llu windows, %llu scored, %llu "
+          "dropped, backend %s, latency p50 %.3f ms p99 %.3f ms max %.3f ms, "
+          "%llu alarm(s)\n",
+          s.audio_s, (unsigned long long)s.windows,
+          (unsigned long long)s.scored, (unsigned long long)s.dropped,
+          s.backend, s.lat_p50_ms, s.lat_p99_ms, s.lat_max_ms,
+          (unsigned long long)ssae_evsink_alarms(sink, -1));
+}
+
+/* Clients, engine and events until the end; then the summary. */
+static int run(const opts *o) {
+  ssae_err err;
+  ssae_model *m = ssae_model_open(o->model, &err);
+  if (!m) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    return SSAE_EXIT_INPUT;
+  }
+  if (!isfinite(o->threshold) && !isfinite(m->threshold))
+    fprintf(stderr, "ssae jack: the model has no threshold and none was "
+                    "given (--threshold): no alarms, scores only\n");
+  const int K = o->clients;
+  ssae_io_jack **jc = open_clients(o);
+  ssae_evsink *sink = NULL;
+  ssae_engine *e = NULL;
+  if (jc) {
+    ssae_evsink_cfg scfg;
+    memset(&scfg, 0, sizeof scfg);
+    scfg.events_path = o->events;
+    scfg.events_stdout = !ssae_cli_stdout_tty();
+    scfg.prog = "ssae jack";
+    sink = ssae_evsink_new(&scfg, &err);
+  }
+  if (sink) {
+    ssae_engine_cfg ecfg;
+    ssae_engine_cfg_default(&ecfg);
+    ecfg.channels = o->inputs;
+    ecfg.groups = K;
+    ecfg.input_rate = ssae_io_jack_rate(jc[0]);
+    ecfg.backend = o->backend;
+    ecfg.status_every_s = o->status;
+    ecfg.params.threshold = o->threshold;
+    ecfg.params.smoothing_s = o->smoothing;
+    ecfg.params.on_count = o->on;
+    ecfg.params.off_count = o->off;
+    ecfg.on_event = ssae_evsink_on_event;
+    ecfg.user = sink;
+    e = ssae_engine_new(m, &ecfg, &err);
+  }
+  int started = e != NULL;
+  for (int k = 0; started && k < K; k++)
+    started = !ssae_io_jack_start(jc[k], e, K == 1 ? -1 : k, &err);
+  if (!started) {
+    if (jc) ssae_cli_error(CMD, "%s", err.msg);
+    free_clients(jc, K);
+    ssae_engine_free(e);
+    ssae_evsink_free(sink);
+    ssae_model_free(m);
+    return SSAE_EXIT_INPUT;
+  }
+  int rc = connect_inputs(o, e, jc);
+  ssae_io_jack *j = jc[0];
   if (K == 1)
     fprintf(stderr,
             "ssae jack: client '%s' running at %.0f Hz, buffer %u, %d "
@@ -205,55 +260,25 @@ static int run(const opts *o) {
             "input(s) (Ctrl-C stops)\n",
             ssae_io_jack_name(jc[0]), ssae_io_jack_name(jc[K - 1]), ssae_io_jack_rate(j),
             ssae_io_jack_buffer_size(j), o->inputs);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sig;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  struct timespec t0, now;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  int gone = -1; /* the client that saw the server go */
-  while (!interrupted && gone < 0) {
-    struct timespec d = {0, 20000000L};
-    nanosleep(&d, NULL);
-    for (int k = 0; k < K && gone < 0; k++) {
-      int p = ssae_io_jack_poll(jc[k], &err);
-      if (p == 1) gone = k;
-      if (p < 0) ssae_cli_error(CMD, "%s", err.msg);
-    }
-    if (gone >= 0) break;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double el = (double)(now.tv_sec - t0.tv_sec) +
-                (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
-    if (o->duration > 0 && el >= o->duration) break;
-  }
+  int gone = wait_for_end(o, jc);
   if (gone >= 0) {
-    ssae_cli_error(CMD, "the JACK server went away (%s); stopping",
-                   ssae_io_jack_shutdown_reason(jc[gone]));
+    const char *why = ssae_io_jack_shutdown_reason(jc[gone]);
+    ssae_cli_error(CMD, "the JACK server went away (%s); stopping", why);
     ssae_engine_stats s;
     ssae_engine_stats_get(e, &s);
-    ssae_evsink_note(sink, s.audio_s, "server_shutdown",
-                     ssae_io_jack_shutdown_reason(jc[gone]));
+    ssae_evsink_note(sink, s.audio_s, "server_shutdown", why);
     rc = SSAE_EXIT_INPUT;
   }
-  for (int k = 0; k < K; k++) ssae_io_jack_free(jc[k]);
-  free(jc);
+  /* The process callbacks stop before the engine goes. */
+  for (int k = 0; k < K; k++) ssae_io_jack_stop(jc[k]);
   ssae_engine_drain(e);
-  ssae_engine_stats s;
-  ssae_engine_stats_get(e, &s);
-  fprintf(stderr,
-          "ssae jack: %.1f s of audio, %llu windows, %llu scored, %llu "
-          "dropped, backend %s, latency p50 %.3f ms p99 %.3f ms max %.3f ms, "
-          "%llu alarm(s)\n",
-          s.audio_s, (unsigned long long)s.windows,
-          (unsigned long long)s.scored, (unsigned long long)s.dropped,
-          s.backend, s.lat_p50_ms, s.lat_p99_ms, s.lat_max_ms,
-          (unsigned long long)ssae_evsink_alarms(sink, -1));
+  summary(e, sink);
   ssae_engine_free(e);
   if (ssae_evsink_free(sink)) {
     ssae_cli_error(CMD, "writing the events file failed");
     rc = SSAE_EXIT_INPUT;
   }
+  free_clients(jc, K);
   ssae_model_free(m);
   return rc;
 }

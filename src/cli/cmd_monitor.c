@@ -88,6 +88,9 @@ static const ssae_cli_cmd command = {
     .about = "Scores sound in real time: a live meter per channel on a terminal,\n"
              "alarm events as JSON lines (--events, and stdout when it is not a\n"
              "terminal). Ctrl-C stops with a summary.",
+    .epilogue = "Exit status: 0 stopped normally, 1 the input failed (a file that cannot be\n"
+                "read, a device that went away) or an output could not be written, 2 usage\n"
+                "error.",
     .opts = options,
 };
 
@@ -330,62 +333,58 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
 }
 #endif
 
-int ssae_cmd_monitor(int argc, char **argv) {
-  opts o = {.channels = 1, .threshold = NAN, .smoothing = 0.1, .status = 10, .on = 3, .off = 5,
-            .block = 512, .backend = "auto"};
-  ssae_cli_args args;
-  int prc = ssae_cli_parse(&command, argc, argv, &o, &args);
-  if (prc != SSAE_CLI_CONTINUE) return prc;
-  const int channels_set = ssae_cli_given(&args, "--channels");
-  ssae_cli_args_free(&args);
-  if (o.realtime && !o.input) {
+/* Usage errors the table cannot express, and what this build lacks; -1
+ * to go on. */
+static int check(const opts *o, int channels_set) {
+  if (o->realtime && !o->input) {
     ssae_cli_error(CMD, "--realtime needs --input FILE");
     return SSAE_EXIT_USAGE;
   }
-  if (o.input && (o.device || o.list || channels_set || o.rate > 0)) {
+  if (o->input && (o->device || o->list || channels_set || o->rate > 0)) {
     ssae_cli_error(CMD, "--input cannot be combined with --device, "
                         "--list-devices, --channels or --rate");
     return SSAE_EXIT_USAGE;
   }
-  if (o.list) {
-#if SSAE_HAVE_PORTAUDIO
-    return list_devices();
-#else
+#if !SSAE_HAVE_PORTAUDIO
+  if (o->list) {
     ssae_cli_error(CMD, "this ssae was built without PortAudio: no devices "
                         "(--input FILE still works)");
     return SSAE_EXIT_INPUT;
-#endif
   }
-#if !SSAE_HAVE_PORTAUDIO
-  if (!o.input) {
+  if (!o->input) {
     ssae_cli_error(CMD, "this ssae was built without PortAudio: live input is "
                         "not available (--input FILE still works)");
     return SSAE_EXIT_INPUT;
   }
 #endif
+  return -1;
+}
 
+/* The model, the engine's and the event sink's settings, then the file or
+ * the device until the end. */
+static int run(const opts *o) {
   ssae_err err;
-  ssae_model *m = ssae_model_open(o.model, &err);
+  ssae_model *m = ssae_model_open(o->model, &err);
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_INPUT;
   }
-  if (!isfinite(o.threshold) && !isfinite(m->threshold))
+  if (!isfinite(o->threshold) && !isfinite(m->threshold))
     fprintf(stderr, "ssae monitor: the model has no threshold and none was "
                     "given (--threshold): no alarms, scores only\n");
   ssae_engine_cfg ecfg;
   ssae_engine_cfg_default(&ecfg);
-  ecfg.backend = o.backend;
-  ecfg.status_every_s = o.status;
-  ecfg.params.threshold = o.threshold;
-  ecfg.params.smoothing_s = o.smoothing;
-  ecfg.params.on_count = o.on;
-  ecfg.params.off_count = o.off;
+  ecfg.backend = o->backend;
+  ecfg.status_every_s = o->status;
+  ecfg.params.threshold = o->threshold;
+  ecfg.params.smoothing_s = o->smoothing;
+  ecfg.params.on_count = o->on;
+  ecfg.params.off_count = o->off;
   ssae_evsink_cfg scfg;
   memset(&scfg, 0, sizeof scfg);
-  scfg.events_path = o.events;
+  scfg.events_path = o->events;
   scfg.events_stdout = !ssae_cli_stdout_tty();
-  scfg.windows_path = o.windows;
+  scfg.windows_path = o->windows;
   scfg.hop_length = m->feat.hop_length;
   scfg.sample_rate = m->feat.sample_rate;
   scfg.frames = m->feat.frames;
@@ -397,15 +396,26 @@ int ssae_cmd_monitor(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
 
-  int rc;
-  if (o.input)
-    rc = run_file(&o, m, &ecfg, &scfg);
-  else
+  int rc = SSAE_EXIT_INPUT;
+  if (o->input) rc = run_file(o, m, &ecfg, &scfg);
 #if SSAE_HAVE_PORTAUDIO
-    rc = run_live(&o, m, &ecfg, &scfg);
-#else
-    rc = SSAE_EXIT_INPUT;
+  else rc = run_live(o, m, &ecfg, &scfg);
 #endif
   ssae_model_free(m);
   return rc;
+}
+
+int ssae_cmd_monitor(int argc, char **argv) {
+  opts o = {.channels = 1, .threshold = NAN, .smoothing = 0.1, .status = 10, .on = 3, .off = 5,
+            .block = 512, .backend = "auto"};
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  rc = check(&o, ssae_cli_given(&args, "--channels"));
+  ssae_cli_args_free(&args);
+  if (rc >= 0) return rc;
+#if SSAE_HAVE_PORTAUDIO
+  if (o.list) return list_devices();
+#endif
+  return run(&o);
 }
