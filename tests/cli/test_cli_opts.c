@@ -55,14 +55,14 @@ static const ssae_cli_cmd cmd_nopos = {.name = "demo", .usage = "usage: ssae dem
 static int fails;
 static char err_text[4096], out_text[8192];
 
-#define CHECK(c, ...)                        \
-  do {                                       \
-    if (!(c)) {                            \
+#define CHECK(c, ...)                            \
+  do {                                           \
+    if (!(c)) {                                  \
       fprintf(stderr, "FAIL line %d: ", __LINE__); \
-      fprintf(stderr, __VA_ARGS__);          \
-      fputc('\n', stderr);                   \
-      fails++;                               \
-    }                                        \
+      fprintf(stderr, __VA_ARGS__);              \
+      fputc('\n', stderr);                       \
+      fails++;                                   \
+    }                                            \
   } while (0)
 
 static void slurp(FILE *f, char *buf, size_t len) {
