@@ -7,7 +7,9 @@
  * clips are all alike, the file-score threshold sits inside the normal
  * window scores and the live monitor raises false alarms. This tool puts the
  * threshold at margin x the q-quantile of the smoothed window scores (the
- * engine's smoothing) over normal files, and records how in the metadata.
+ * detector's own smoothing, ssae_detector_run) over normal files, and
+ * records how in the metadata. Windows that touch digital silence carry no
+ * smoothed score (the detector does not judge them) and are left out.
  * Used by tools/make-default-model.sh. */
 #include <math.h>
 #include <stdio.h>
@@ -15,9 +17,9 @@
 #include <string.h>
 
 #include "ssae_backend.h"
+#include "ssae_detector.h"
 #include "ssae_filescore.h"
 #include "ssae_model.h"
-#include "ssae_plot.h"
 
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
@@ -28,13 +30,14 @@ static void usage(FILE *f) {
   fprintf(f, "usage: ssae-threshold MODEL -o OUT [--smoothing S] [--quantile Q] [--margin X]\n"
              "                      NORMAL.wav...\n\n"
              "Sets OUT's threshold to X times the Q-quantile of the S-smoothed window\n"
-             "scores of the normal files (defaults: S 0.1 s as the engine, Q 1 = the\n"
+             "scores of the normal files (defaults: S "
+             SSAE_DETECTOR_TEXT(SSAE_DETECTOR_SMOOTHING_S) " s as the detector, Q 1 = the\n"
              "largest, X 1.1). OUT may be MODEL.\n");
 }
 
 int main(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
-  double smoothing = 0.1, q = 1.0, margin = 1.1;
+  double smoothing = SSAE_DETECTOR_SMOOTHING_S, q = 1.0, margin = 1.1;
   char **files = calloc((size_t)argc, sizeof *files);
   int n_files = 0;
   if (!files) return 1;
@@ -92,20 +95,26 @@ int main(int argc, char **argv) {
       break;
     }
     float *grown = realloc(all, (n_all + fs.n_windows) * sizeof *all);
-    unsigned char *alarm = malloc(fs.n_windows);
-    if (!grown || !alarm) {
+    if (!grown) {
       fprintf(stderr, "ssae-threshold: out of memory\n");
-      free(alarm);
-      if (grown) all = grown;
       ssae_file_scores_release(&fs);
       rc = 1;
       break;
     }
     all = grown;
-    ssae_detect(fs.scores, fs.n_windows, hop_s, smoothing, NAN, 1, 1, all + n_all, alarm);
-    n_all += fs.n_windows;
-    free(alarm);
+    ssae_detector_params p;
+    ssae_detector_params_default(&p);
+    p.smoothing_s = smoothing;
+    float *sm = all + n_all;
+    ssae_detector_run(&p, hop_s, fs.scores, fs.silent, fs.n_windows, sm, NULL);
+    /* Only the smoothed scores the detector judges. */
+    for (size_t k = 0; k < fs.n_windows; k++)
+      if (isfinite(sm[k])) all[n_all++] = sm[k];
     ssae_file_scores_release(&fs);
+  }
+  if (!rc && !n_all) {
+    fprintf(stderr, "ssae-threshold: every window of the files touches digital silence\n");
+    rc = 1;
   }
   if (!rc) {
     qsort(all, n_all, sizeof *all, cmp_float);

@@ -37,10 +37,4 @@ int ssae_cli_stderr_tty(void);
 /* Prints "ssae CMD: msg" on stderr. */
 void ssae_cli_error(const char *cmd, const char *fmt, ...) SSAE_PRINTF(2, 3);
 
-/* Number parsing for flags; print a usage error naming the flag on failure. */
-int ssae_cli_parse_int(const char *cmd, const char *flag, const char *s,
-                       long min, long max, long *out);
-int ssae_cli_parse_double(const char *cmd, const char *flag, const char *s,
-                          double min, double max, double *out);
-
 #endif

@@ -1,6 +1,5 @@
 #include <dirent.h>
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,30 +110,4 @@ void ssae_cli_error(const char *cmd, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
-}
-
-int ssae_cli_parse_int(const char *cmd, const char *flag, const char *s,
-                       long min, long max, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < min || v > max) {
-    ssae_cli_error(cmd, "%s wants a whole number from %ld to %ld, not '%s'", flag, min, max, s);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
-int ssae_cli_parse_double(const char *cmd, const char *flag, const char *s,
-                          double min, double max, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !isfinite(v) || v < min || v > max) {
-    ssae_cli_error(cmd, "%s wants a number from %g to %g, not '%s'", flag, min, max, s);
-    return -1;
-  }
-  *out = v;
-  return 0;
 }

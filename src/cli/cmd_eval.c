@@ -1,12 +1,14 @@
 /* ssae eval: how well a model separates normal from anomalous recordings. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_audio.h"
 #include "ssae_backend.h"
 #include "ssae_config.h"
@@ -17,38 +19,66 @@
 
 static const char *const CMD = "eval";
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ssae eval [options] --normal DIR --anomaly DIR [--normal DIR --anomaly DIR...]\n"
-          "       ssae eval [options] --csv FILE\n\n"
-          "Scores normal and anomalous recordings with the model and reports how well\n"
-          "the scores separate them: ROC AUC, partial AUC up to a false-positive rate of\n"
-          "0.1 (McClish-standardised, as scikit-learn's roc_auc_score(max_fpr=0.1)), and\n"
-          "precision, recall and F1 when a file is called anomalous at score > threshold\n"
-          "(the model's threshold). Anomalous files are the positive class.\n\n"
-          "Each --normal/--anomaly pair (in order; directories are searched recursively,\n"
-          "or single files) is one section, for instance one machine; with several\n"
-          "sections a last section \"all\" pools every file. A CSV file has lines\n"
-          "path,label (label normal|anomaly, or 0|1; a header line is skipped; relative\n"
-          "paths are relative to the CSV's directory) and forms one section.\n"
-          "A file that cannot be read or scored is reported and skipped (exit 1).\n\n"
-          "options:\n"
-          "  --model M          model file (default: the model that ships with ssae)\n"
-          "  --normal PATH      normal recordings (directory or file)\n"
-          "  --anomaly PATH     anomalous recordings (directory or file)\n"
-          "  --csv FILE         labelled file list instead of directories\n"
-          "  --format tsv|json  output format (default tsv)\n"
-          "  --plot OUT.png|.svg  ROC curves and score histograms with the threshold\n"
-          "  --scores FILE      also write every file's score (TSV: section, path, label,\n"
-          "                     score, windows)\n"
-          "  --threshold X      decide at X instead of the model's threshold\n"
-          "  --max-fpr X        partial AUC limit (default 0.1)\n"
-          "  --backend auto|cpu|cuda  (default auto)\n"
-          "  --channel N|mix    channel of multi-channel files (default 0)\n"
-          "  -h, --help         this text\n\n"
-          "Exit status: 0 success, 1 some file or section failed (the rest is still\n"
-          "reported), 2 usage error.\n");
-}
+typedef struct opts {
+  const char *model, *csv, *format, *plot, *scores, *backend;
+  ssae_cli_list normal, anomaly;
+  double threshold, max_fpr;
+  int channel;
+} opts;
+
+static const char *const formats[] = {"tsv", "json", NULL};
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_STRING, .name = "--model", .offset = offsetof(opts, model), .metavar = "M",
+     .help = "model file", .def = "the model that ships with ssae"},
+    {.kind = SSAE_CLI_LIST, .name = "--normal", .offset = offsetof(opts, normal),
+     .metavar = "PATH", .help = "normal recordings (directory or file); repeatable",
+     .def = ""},
+    {.kind = SSAE_CLI_LIST, .name = "--anomaly", .offset = offsetof(opts, anomaly),
+     .metavar = "PATH", .help = "anomalous recordings (directory or file); repeatable",
+     .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--csv", .offset = offsetof(opts, csv), .metavar = "FILE",
+     .help = "labelled file list instead of directories", .def = ""},
+    {.kind = SSAE_CLI_CHOICE, .name = "--format", .offset = offsetof(opts, format),
+     .choices = formats, .help = "output format"},
+    {.kind = SSAE_CLI_STRING, .name = "--plot", .offset = offsetof(opts, plot),
+     .metavar = "OUT.png|.svg", .help = "ROC curves and score histograms with the threshold",
+     .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--scores", .offset = offsetof(opts, scores),
+     .metavar = "FILE",
+     .help = "also write every file's score (TSV: section, path, label, score, windows)",
+     .def = ""},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", .offset = offsetof(opts, threshold),
+     .metavar = "X", .min = 0, .max = INFINITY,
+     .help = "decide at X instead of the model's threshold", .def = "the model's"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--max-fpr", .offset = offsetof(opts, max_fpr),
+     .metavar = "X", .min = 1e-6, .max = 1, .help = "partial AUC limit"},
+    {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
+     .choices = ssae_cli_backends, .help = "where the model runs"},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
+     .metavar = "N|mix", .help = "channel of multi-channel files",
+     .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "eval",
+    .usage = "usage: ssae eval [options] --normal DIR --anomaly DIR [--normal DIR --anomaly DIR...]\n"
+             "       ssae eval [options] --csv FILE",
+    .about = "Scores normal and anomalous recordings with the model and reports how well\n"
+             "the scores separate them: ROC AUC, partial AUC up to a false-positive rate of\n"
+             "0.1 (McClish-standardised, as scikit-learn's roc_auc_score(max_fpr=0.1)), and\n"
+             "precision, recall and F1 when a file is called anomalous at score > threshold\n"
+             "(the model's threshold). Anomalous files are the positive class.\n\n"
+             "Each --normal/--anomaly pair (in order; directories are searched recursively,\n"
+             "or single files) is one section, for instance one machine; with several\n"
+             "sections a last section \"all\" pools every file. A CSV file has lines\n"
+             "path,label (label normal|anomaly, or 0|1; a header line is skipped; relative\n"
+             "paths are relative to the CSV's directory) and forms one section.\n"
+             "A file that cannot be read or scored is reported and skipped (exit 1).",
+    .epilogue = "Exit status: 0 success, 1 some file or section failed (the rest is still\n"
+                "reported), 2 usage error.",
+    .opts = options,
+};
 
 typedef struct {
   char *name;        /* section name */
@@ -225,268 +255,262 @@ static size_t gather(const section *s, double *scores, int *labels) {
   return k;
 }
 
-int ssae_cmd_eval(int argc, char **argv) {
-  const char *model_path = NULL, *format = "tsv", *plot = NULL, *scores_out = NULL,
-             *backend_name = "auto", *csv = NULL;
-  char **normals = calloc((size_t)argc, sizeof *normals),
-       **anomalies = calloc((size_t)argc, sizeof *anomalies);
-  int n_norm = 0, n_anom = 0, channel = 0;
-  double threshold = NAN, max_fpr = 0.1;
-  int rc = SSAE_EXIT_OK;
-  if (!normals || !anomalies) {
-    ssae_cli_error(CMD, "out of memory");
-    free(normals);
-    free(anomalies);
-    return SSAE_EXIT_INPUT;
-  }
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      free(normals);
-      free(anomalies);
-      return SSAE_EXIT_OK;
-    }
-    if (i + 1 >= argc) {
-      ssae_cli_error(CMD, "%s: unknown option or missing value (see ssae eval --help)", a);
-      rc = SSAE_EXIT_USAGE;
-      break;
-    }
-    char *v = argv[++i];
-    ssae_err err;
-    if (!strcmp(a, "--model")) model_path = v;
-    else if (!strcmp(a, "--normal")) normals[n_norm++] = v;
-    else if (!strcmp(a, "--anomaly")) anomalies[n_anom++] = v;
-    else if (!strcmp(a, "--csv")) csv = v;
-    else if (!strcmp(a, "--format")) format = v;
-    else if (!strcmp(a, "--plot")) plot = v;
-    else if (!strcmp(a, "--scores")) scores_out = v;
-    else if (!strcmp(a, "--backend")) backend_name = v;
-    else if (!strcmp(a, "--threshold")) {
-      if (ssae_cli_parse_double(CMD, a, v, 0, INFINITY, &threshold)) rc = SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--max-fpr")) {
-      if (ssae_cli_parse_double(CMD, a, v, 1e-6, 1, &max_fpr)) rc = SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--channel")) {
-      if (ssae_audio_parse_channel(v, &channel, &err) || channel == SSAE_CHANNEL_ALL) {
-        ssae_cli_error(CMD, "--channel wants a channel index from 0 or mix, not '%s'", v);
-        rc = SSAE_EXIT_USAGE;
-      }
-    } else {
-      ssae_cli_error(CMD, "unknown option '%s' (see ssae eval --help)", a);
-      rc = SSAE_EXIT_USAGE;
-    }
-    if (rc) break;
-  }
-  if (!rc && strcmp(format, "tsv") && strcmp(format, "json")) {
-    ssae_cli_error(CMD, "--format must be tsv or json, not '%s'", format);
-    rc = SSAE_EXIT_USAGE;
-  }
-  if (!rc && n_norm != n_anom) {
-    ssae_cli_error(CMD, "give --normal and --anomaly in pairs (%d --normal, %d --anomaly)",
-                   n_norm, n_anom);
-    rc = SSAE_EXIT_USAGE;
-  }
-  if (!rc && !csv && n_norm == 0) {
-    ssae_cli_error(CMD, "nothing to evaluate: give --normal DIR --anomaly DIR or --csv FILE");
-    rc = SSAE_EXIT_USAGE;
-  }
-  if (!rc && plot && !SSAE_HAVE_CAIRO) {
+/* Usage errors the table cannot express; 0 when the options make sense. */
+static int check(const opts *o) {
+  if (o->normal.n != o->anomaly.n)
+    return ssae_cli_usage_error(&command,
+                                "give --normal and --anomaly in pairs (%d --normal, %d --anomaly)",
+                                o->normal.n, o->anomaly.n);
+  if (!o->csv && o->normal.n == 0)
+    return ssae_cli_usage_error(&command,
+                                "nothing to evaluate: give --normal DIR --anomaly DIR or --csv FILE");
+  if (o->plot && !SSAE_HAVE_CAIRO) {
     ssae_cli_error(CMD, "--plot: this ssae was built without cairo (libcairo2-dev), so it "
                         "cannot draw pictures");
-    rc = SSAE_EXIT_USAGE;
+    return SSAE_EXIT_USAGE;
   }
-  if (rc) {
-    free(normals);
-    free(anomalies);
-    return rc;
-  }
+  return 0;
+}
 
-  /* The sections and their files. */
-  size_t n_sec = (size_t)n_norm + (csv ? 1 : 0);
-  section *sec = calloc(n_sec + 1, sizeof *sec);
+/* The sections the options name, with their files: one per
+ * --normal/--anomaly pair, then the CSV's; room for the pooled one after
+ * them. *rc becomes 1 when some path could not be listed. */
+static section *make_sections(const opts *o, size_t *n_sec, int *rc) {
+  const int n_norm = o->normal.n;
+  *n_sec = (size_t)n_norm + (o->csv ? 1 : 0);
+  section *sec = calloc(*n_sec + 1, sizeof *sec);
   if (!sec) {
     ssae_cli_error(CMD, "out of memory");
-    free(normals);
-    free(anomalies);
-    return SSAE_EXIT_INPUT;
+    return NULL;
   }
   char name[64];
   for (int i = 0; i < n_norm; i++) {
     snprintf(name, sizeof name, "%d", i + 1);
     sec[i].name = strdup(name);
-    sec[i].normal_src = strdup(normals[i]);
-    sec[i].anomaly_src = strdup(anomalies[i]);
-    if (add_collected(&sec[i], normals[i], 0) | add_collected(&sec[i], anomalies[i], 1))
-      rc = SSAE_EXIT_INPUT;
+    sec[i].normal_src = strdup(o->normal.v[i]);
+    sec[i].anomaly_src = strdup(o->anomaly.v[i]);
+    if (add_collected(&sec[i], o->normal.v[i], 0) | add_collected(&sec[i], o->anomaly.v[i], 1))
+      *rc = SSAE_EXIT_INPUT;
   }
-  if (csv) {
+  if (o->csv) {
     section *s = &sec[n_norm];
     snprintf(name, sizeof name, "%d", n_norm + 1);
     s->name = strdup(name);
-    s->normal_src = strdup(csv);
-    s->anomaly_src = strdup(csv);
-    if (read_csv(s, csv)) rc = SSAE_EXIT_INPUT;
+    s->normal_src = strdup(o->csv);
+    s->anomaly_src = strdup(o->csv);
+    if (read_csv(s, o->csv)) *rc = SSAE_EXIT_INPUT;
   }
-  free(normals);
-  free(anomalies);
+  return sec;
+}
 
+/* Every file's score (NAN when it failed: reported and skipped, *rc 1);
+ * *total: the number of files. -1 when out of memory. */
+static int score_sections(const opts *o, const ssae_model *m, ssae_backend *b, section *sec,
+                          size_t n_sec, size_t *total, int *rc) {
   ssae_err err;
-  ssae_model *m = ssae_model_open(model_path, &err);
-  ssae_backend *b = NULL;
-  if (!m) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    rc = SSAE_EXIT_INPUT;
-  } else if (!(b = ssae_backend_new(m, backend_name, 256, &err))) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    rc = SSAE_EXIT_INPUT;
-  }
-  if (m && isnan(threshold)) threshold = m->threshold;
-
-  size_t total = 0, done = 0;
-  for (size_t k = 0; k < n_sec; k++) total += sec[k].n;
-  for (size_t k = 0; b && k < n_sec; k++) {
+  size_t done = 0;
+  *total = 0;
+  for (size_t k = 0; k < n_sec; k++) *total += sec[k].n;
+  for (size_t k = 0; k < n_sec; k++) {
     section *s = &sec[k];
     s->scores = malloc((s->n ? s->n : 1) * sizeof *s->scores);
     s->windows = calloc(s->n ? s->n : 1, sizeof *s->windows);
     if (!s->scores || !s->windows) {
       ssae_cli_error(CMD, "out of memory");
-      rc = SSAE_EXIT_INPUT;
-      break;
+      *rc = SSAE_EXIT_INPUT;
+      return -1;
     }
     for (size_t i = 0; i < s->n; i++) {
       ssae_file_scores fs;
       s->scores[i] = NAN;
-      if (ssae_file_score(m, b, 256, s->paths[i], channel, 0, &fs, &err)) {
+      if (ssae_file_score(m, b, 256, s->paths[i], o->channel, 0, &fs, &err)) {
         if (ssae_cli_stderr_tty()) fputc('\n', stderr);
         ssae_cli_error(CMD, "skipped: %s", err.msg);
-        rc = SSAE_EXIT_INPUT;
+        *rc = SSAE_EXIT_INPUT;
       } else {
         s->scores[i] = fs.file_score;
         s->windows[i] = fs.n_windows;
         ssae_file_scores_release(&fs);
       }
-      progress(++done, total, s->paths[i]);
+      progress(++done, *total, s->paths[i]);
     }
   }
+  return 0;
+}
 
-  /* The pooled section. */
-  if (b && n_sec > 1) {
-    section *all = &sec[n_sec];
-    all->name = strdup("all");
-    all->normal_src = strdup("*");
-    all->anomaly_src = strdup("*");
-    all->scores = malloc((total ? total : 1) * sizeof *all->scores);
-    all->labels = malloc((total ? total : 1) * sizeof *all->labels);
-    if (all->scores && all->labels) {
-      for (size_t k = 0; k < n_sec; k++)
-        for (size_t i = 0; i < sec[k].n; i++) {
-          all->scores[all->n] = sec[k].scores[i];
-          all->labels[all->n++] = sec[k].labels[i];
-        }
-      n_sec++;
+/* With several sections, section "all" at sec[n_sec] pools every file;
+ * returns the number of sections then. */
+static size_t pool(section *sec, size_t n_sec, size_t total) {
+  if (n_sec < 2) return n_sec;
+  section *all = &sec[n_sec];
+  all->name = strdup("all");
+  all->normal_src = strdup("*");
+  all->anomaly_src = strdup("*");
+  all->scores = malloc((total ? total : 1) * sizeof *all->scores);
+  all->labels = malloc((total ? total : 1) * sizeof *all->labels);
+  if (!all->scores || !all->labels) return n_sec;
+  for (size_t k = 0; k < n_sec; k++)
+    for (size_t i = 0; i < sec[k].n; i++) {
+      all->scores[all->n] = sec[k].scores[i];
+      all->labels[all->n++] = sec[k].labels[i];
     }
-  }
+  return n_sec + 1;
+}
 
-  if (b && scores_out) {
-    FILE *f = fopen(scores_out, "w");
-    if (!f) {
-      ssae_cli_error(CMD, "%s: %s", scores_out, strerror(errno));
-      rc = SSAE_EXIT_INPUT;
-    } else {
-      fprintf(f, "section\tpath\tlabel\tscore\twindows\n");
-      for (size_t k = 0; k < n_sec; k++)
-        for (size_t i = 0; i < sec[k].n && sec[k].paths; i++)
-          if (!isnan(sec[k].scores[i]))
-            fprintf(f, "%s\t%s\t%s\t%.9g\t%zu\n", sec[k].name, sec[k].paths[i],
-                    sec[k].labels[i] ? "anomaly" : "normal", sec[k].scores[i],
-                    sec[k].windows[i]);
-      if (fclose(f)) {
-        ssae_cli_error(CMD, "%s: write failed", scores_out);
-        rc = SSAE_EXIT_INPUT;
-      }
-    }
+/* --scores: every scored file of every listed section. */
+static int write_scores(const char *path, const section *sec, size_t n_sec) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    ssae_cli_error(CMD, "%s: %s", path, strerror(errno));
+    return SSAE_EXIT_INPUT;
   }
+  fprintf(f, "section\tpath\tlabel\tscore\twindows\n");
+  for (size_t k = 0; k < n_sec; k++)
+    for (size_t i = 0; i < sec[k].n && sec[k].paths; i++)
+      if (!isnan(sec[k].scores[i]))
+        fprintf(f, "%s\t%s\t%s\t%.9g\t%zu\n", sec[k].name, sec[k].paths[i],
+                sec[k].labels[i] ? "anomaly" : "normal", sec[k].scores[i], sec[k].windows[i]);
+  if (fclose(f)) {
+    ssae_cli_error(CMD, "%s: write failed", path);
+    return SSAE_EXIT_INPUT;
+  }
+  return 0;
+}
 
-  int json = !strcmp(format, "json");
-  if (b) {
-    ssae_metrics *met = calloc(n_sec, sizeof *met);
-    int *ok = calloc(n_sec, sizeof *ok);
-    ssae_evalplot_section *ps = calloc(n_sec, sizeof *ps);
-    double **pscores = calloc(n_sec, sizeof *pscores);
-    int **plabels = calloc(n_sec, sizeof *plabels);
-    if (!met || !ok || !ps || !pscores || !plabels) {
+/* --plot: the sections' ROC curves and histograms. */
+static int draw(const opts *o, const ssae_evalplot_section *ps, size_t n_plot,
+                double threshold) {
+  if (!n_plot) {
+    ssae_cli_error(CMD, "--plot: no section could be evaluated, %s not written", o->plot);
+    return 0;
+  }
+#if SSAE_HAVE_CAIRO
+  ssae_err err;
+  char title[512];
+  int rc = 0;
+  snprintf(title, sizeof title, "ssae eval: model %s, threshold %.4g",
+           o->model ? o->model : "default", threshold);
+  if (ssae_evalplot_draw(ps, n_plot, threshold, o->max_fpr, title, o->plot, 0, 0, NULL, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    rc = SSAE_EXIT_INPUT;
+  } else {
+    fprintf(stderr, "ssae eval: wrote %s\n", o->plot);
+  }
+  ssae_plot_cleanup();
+  return rc;
+#else
+  (void)ps;
+  (void)threshold;
+  return 0;
+#endif
+}
+
+/* The metrics of every section, printed as a table or JSON, and the plot. */
+static int report(const opts *o, const section *sec, size_t n_sec, double threshold) {
+  ssae_err err;
+  int rc = 0, json = !strcmp(o->format, "json");
+  ssae_metrics *met = calloc(n_sec, sizeof *met);
+  int *ok = calloc(n_sec, sizeof *ok);
+  ssae_evalplot_section *ps = calloc(n_sec, sizeof *ps);
+  double **pscores = calloc(n_sec, sizeof *pscores);
+  int **plabels = calloc(n_sec, sizeof *plabels);
+  if (!met || !ok || !ps || !pscores || !plabels) {
+    ssae_cli_error(CMD, "out of memory");
+    rc = SSAE_EXIT_INPUT;
+    n_sec = 0;
+  }
+  size_t n_ok = 0, n_plot = 0;
+  for (size_t k = 0; k < n_sec; k++) {
+    const section *s = &sec[k];
+    pscores[k] = malloc((s->n ? s->n : 1) * sizeof **pscores);
+    plabels[k] = malloc((s->n ? s->n : 1) * sizeof **plabels);
+    if (!pscores[k] || !plabels[k]) {
       ssae_cli_error(CMD, "out of memory");
       rc = SSAE_EXIT_INPUT;
-      n_sec = 0;
+      continue;
     }
-    size_t n_ok = 0, n_plot = 0;
-    for (size_t k = 0; k < n_sec; k++) {
-      section *s = &sec[k];
-      pscores[k] = malloc((s->n ? s->n : 1) * sizeof **pscores);
-      plabels[k] = malloc((s->n ? s->n : 1) * sizeof **plabels);
-      if (!pscores[k] || !plabels[k]) {
-        ssae_cli_error(CMD, "out of memory");
-        rc = SSAE_EXIT_INPUT;
-        continue;
-      }
-      size_t n = gather(s, pscores[k], plabels[k]);
-      if (ssae_metrics_compute(pscores[k], plabels[k], n, threshold, max_fpr, &met[k], &err)) {
-        ssae_cli_error(CMD, "section %s (%s, %s): %s", s->name, s->normal_src, s->anomaly_src,
-                       err.msg);
-        rc = SSAE_EXIT_INPUT;
-        continue;
-      }
-      ok[k] = 1;
-      n_ok++;
-      /* The pooled section is not drawn as a curve of its own. */
-      if (strcmp(s->name, "all") || n_sec == 1)
-        ps[n_plot++] = (ssae_evalplot_section){s->name, pscores[k], plabels[k], n, met[k].auc,
-                                               met[k].pauc};
+    size_t n = gather(s, pscores[k], plabels[k]);
+    if (ssae_metrics_compute(pscores[k], plabels[k], n, threshold, o->max_fpr, &met[k], &err)) {
+      ssae_cli_error(CMD, "section %s (%s, %s): %s", s->name, s->normal_src, s->anomaly_src,
+                     err.msg);
+      rc = SSAE_EXIT_INPUT;
+      continue;
     }
-    if (json) {
-      printf("{\n  \"model\": ");
-      print_json_str(stdout, model_path ? model_path : "default");
-      printf(",\n  \"sections\": [\n");
-    } else {
-      printf("section\tnormal\tanomaly\tn_normal\tn_anomaly\tauc\tpauc\tmax_fpr\tthreshold\t"
-             "precision\trecall\tf1\ttp\tfp\ttn\tfn\n");
-    }
-    size_t printed = 0;
-    for (size_t k = 0; k < n_sec; k++)
-      if (ok[k])
-        print_row(sec[k].name, sec[k].normal_src, sec[k].anomaly_src, &met[k], json,
-                  ++printed == n_ok);
-    if (json) printf("  ]\n}\n");
-    fflush(stdout);
-    if (plot && n_plot) {
-#if SSAE_HAVE_CAIRO
-      char title[512];
-      snprintf(title, sizeof title, "ssae eval: model %s, threshold %.4g",
-               model_path ? model_path : "default", threshold);
-      if (ssae_evalplot_draw(ps, n_plot, threshold, max_fpr, title, plot, 0, 0, NULL, &err)) {
-        ssae_cli_error(CMD, "%s", err.msg);
-        rc = SSAE_EXIT_INPUT;
-      } else {
-        fprintf(stderr, "ssae eval: wrote %s\n", plot);
-      }
-      ssae_plot_cleanup();
-#endif
-    } else if (plot) {
-      ssae_cli_error(CMD, "--plot: no section could be evaluated, %s not written", plot);
-    }
-    for (size_t k = 0; k < n_sec; k++) {
-      if (pscores) free(pscores[k]);
-      if (plabels) free(plabels[k]);
-    }
-    free(pscores);
-    free(plabels);
-    free(met);
-    free(ok);
-    free(ps);
+    ok[k] = 1;
+    n_ok++;
+    /* The pooled section is not drawn as a curve of its own. */
+    if (strcmp(s->name, "all") || n_sec == 1)
+      ps[n_plot++] = (ssae_evalplot_section){s->name, pscores[k], plabels[k], n, met[k].auc,
+                                             met[k].pauc};
   }
-  for (size_t k = 0; k <= (size_t)n_norm + (csv ? 1 : 0); k++) section_free(&sec[k]);
+  if (json) {
+    printf("{\n  \"model\": ");
+    print_json_str(stdout, o->model ? o->model : "default");
+    printf(",\n  \"sections\": [\n");
+  } else {
+    printf("section\tnormal\tanomaly\tn_normal\tn_anomaly\tauc\tpauc\tmax_fpr\tthreshold\t"
+           "precision\trecall\tf1\ttp\tfp\ttn\tfn\n");
+  }
+  size_t printed = 0;
+  for (size_t k = 0; k < n_sec; k++)
+    if (ok[k])
+      print_row(sec[k].name, sec[k].normal_src, sec[k].anomaly_src, &met[k], json,
+                ++printed == n_ok);
+  if (json) printf("  ]\n}\n");
+  fflush(stdout);
+  if (o->plot) {
+    int prc = draw(o, ps, n_plot, threshold);
+    if (prc) rc = prc;
+  }
+  for (size_t k = 0; k < n_sec; k++) {
+    free(pscores[k]);
+    free(plabels[k]);
+  }
+  free(pscores);
+  free(plabels);
+  free(met);
+  free(ok);
+  free(ps);
+  return rc;
+}
+
+/* Sections, scores, metrics. */
+static int run(const opts *o) {
+  int rc = SSAE_EXIT_OK;
+  size_t n_listed;
+  section *sec = make_sections(o, &n_listed, &rc);
+  if (!sec) return SSAE_EXIT_INPUT;
+  ssae_err err;
+  ssae_model *m = ssae_model_open(o->model, &err);
+  ssae_backend *b = m ? ssae_backend_new(m, o->backend, 256, &err) : NULL;
+  size_t total;
+  if (!b) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    rc = SSAE_EXIT_INPUT;
+  } else if (score_sections(o, m, b, sec, n_listed, &total, &rc) == 0) {
+    double threshold = isnan(o->threshold) ? m->threshold : o->threshold;
+    size_t n_sec = pool(sec, n_listed, total);
+    if (o->scores) {
+      int wrc = write_scores(o->scores, sec, n_sec);
+      if (wrc) rc = wrc;
+    }
+    int mrc = report(o, sec, n_sec, threshold);
+    if (mrc) rc = mrc;
+  }
+  for (size_t k = 0; k <= n_listed; k++) section_free(&sec[k]);
   free(sec);
   ssae_backend_free(b);
   ssae_model_free(m);
+  return rc;
+}
+
+int ssae_cmd_eval(int argc, char **argv) {
+  opts o = {.format = "tsv", .backend = "auto", .threshold = NAN, .max_fpr = 0.1};
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  rc = check(&o);
+  if (!rc) rc = run(&o);
+  ssae_cli_args_free(&args);
   return rc;
 }

@@ -1,11 +1,13 @@
 /* ssae features: log-mel frames of audio files as NumPy .npy arrays. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_audio.h"
 #include "ssae_logmel.h"
 #include "ssae_model.h"
@@ -13,33 +15,54 @@
 
 static const char *const CMD = "features";
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ssae features [options] FILE -o OUT.npy\n"
-          "       ssae features [options] FILE|DIR... -o OUTDIR\n\n"
-          "Writes the log-mel frames of each file (T x n_mels, float32, C order) as a\n"
-          "NumPy .npy file: numpy.load(OUT) gives the array. With several inputs or a\n"
-          "directory, OUTDIR (created when missing) gets one NAME.npy per input file.\n"
-          "A file that gives fewer frames than one model window (--frames, 5: at least\n"
-          "(frames-1)*hop samples, 0.128 s at the defaults) is refused as too short.\n\n"
-          "options:\n"
-          "  -o, --output PATH     output file (one input) or directory\n"
-          "  --model M             take the feature settings of model M (the options\n"
-          "                        below override them); without it, the SPEC defaults\n"
-          "  --channel N|mix       channel index from 0 (default 0) or the mean of all\n"
-          "  --sample-rate HZ      resample to this rate first (default 16000)\n"
-          "  --n-fft N             frame length = FFT size (default 1024)\n"
-          "  --hop N               samples between frames (default 512)\n"
-          "  --n-mels N            mel bands (default 64)\n"
-          "  --fmin HZ, --fmax HZ  band edges (default 0 and sample-rate/2)\n"
-          "  --pad-mode reflect|constant   centre padding (default reflect)\n"
-          "  --mel-scale slaney|htk        (default slaney)\n"
-          "  --mel-norm slaney|none        (default slaney)\n"
-          "  --frames N            frames per window, for the length check (default 5)\n"
-          "  -h, --help            this text\n\n"
-          "Exit status: 0 all files written, 1 some file failed (the others are still\n"
-          "written), 2 usage error.\n");
-}
+typedef struct opts {
+  const char *output, *model;
+  int channel;
+  ssae_feat_cfg feat;
+} opts;
+
+#define FEAT(flag, key, mv, text)                                                           \
+  {.kind = SSAE_CLI_CUSTOM, .name = flag, .offset = offsetof(opts, feat), .metavar = mv,   \
+   .help = text, .parse = ssae_cli_parse_feature, .show = ssae_cli_show_feature, .arg = key}
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_STRING, .name = "--output", .short_name = 'o', .offset = offsetof(opts, output),
+     .metavar = "PATH", .help = "output file (one input) or directory", .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--model", .offset = offsetof(opts, model), .metavar = "M",
+     .help = "take the feature settings of model M (the options below override them); "
+             "without it, the SPEC's settings",
+     .def = ""},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
+     .metavar = "N|mix", .help = "channel index from 0, or the mean of all channels",
+     .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
+    FEAT("--sample-rate", "sample_rate", "HZ", "resample to this rate first"),
+    FEAT("--n-fft", "n_fft", "N", "frame length = FFT size"),
+    FEAT("--hop", "hop_length", "N", "samples between frames"),
+    FEAT("--n-mels", "n_mels", "N", "mel bands"),
+    FEAT("--fmin", "fmin", "HZ", "lowest band edge"),
+    {.kind = SSAE_CLI_CUSTOM, .name = "--fmax", .offset = offsetof(opts, feat), .metavar = "HZ",
+     .help = "highest band edge", .def = "sample-rate/2", .parse = ssae_cli_parse_feature,
+     .arg = "fmax"},
+    FEAT("--pad-mode", "pad_mode", "reflect|constant", "centre padding"),
+    FEAT("--mel-scale", "mel_scale", "slaney|htk", "mel scale"),
+    FEAT("--mel-norm", "mel_norm", "slaney|none", "mel filter normalisation"),
+    FEAT("--frames", "frames", "N", "frames per window, for the length check"),
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "features",
+    .usage = "usage: ssae features [options] FILE -o OUT.npy\n"
+             "       ssae features [options] FILE|DIR... -o OUTDIR",
+    .about = "Writes the log-mel frames of each file (T x n_mels, float32, C order) as a\n"
+             "NumPy .npy file: numpy.load(OUT) gives the array. With several inputs or a\n"
+             "directory, OUTDIR (created when missing) gets one NAME.npy per input file.\n"
+             "A file that gives fewer frames than one model window (--frames, 5: at least\n"
+             "(frames-1)*hop samples, 0.128 s at the defaults) is refused as too short.",
+    .epilogue = "Exit status: 0 all files written, 1 some file failed (the others are still\n"
+                "written), 2 usage error.",
+    .opts = options,
+    .positional = 1,
+};
 
 /* OUTDIR/NAME.npy where NAME is the input's file name without extension. */
 static char *out_name(const char *dir, const char *in) {
@@ -87,145 +110,26 @@ static int one_file(const ssae_feat_cfg *cfg, int channel, const char *in, const
   return rc;
 }
 
-static int parse_choice(const char *flag, const char *v, const char *a, const char *b, int *out) {
-  if (!strcmp(v, a)) *out = 0;
-  else if (!strcmp(v, b)) *out = 1;
-  else {
-    ssae_cli_error(CMD, "%s wants %s or %s, not '%s'", flag, a, b, v);
-    return -1;
-  }
-  return 0;
-}
-
-int ssae_cmd_features(int argc, char **argv) {
-  ssae_feat_cfg cfg;
-  ssae_feat_cfg_default(&cfg);
+/* Features of every input; 0, or 1 when some file failed. */
+static int run(const opts *o, char **inputs, int n_in) {
   ssae_err err = {{0}};
-  int channel = 0;
-  const char *out = NULL;
-  /* The model's settings first, so that the options below override them. */
-  for (int i = 1; i + 1 < argc; i++) {
-    if (!strcmp(argv[i], "--")) break;
-    if (strcmp(argv[i], "--model")) continue;
-    ssae_model *m = ssae_model_open(argv[i + 1], &err);
-    if (!m) {
-      ssae_cli_error(CMD, "--model %s: %s", argv[i + 1], err.msg);
-      return SSAE_EXIT_INPUT;
-    }
-    cfg = m->feat;
-    ssae_model_free(m);
-  }
-  char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-  int n_in = 0;
-  if (!inputs) {
-    ssae_cli_error(CMD, "out of memory");
-    return SSAE_EXIT_INPUT;
-  }
-#define USAGE_FAIL()          \
-  do {                        \
-    free(inputs);             \
-    return SSAE_EXIT_USAGE;   \
-  } while (0)
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      free(inputs);
-      return SSAE_EXIT_OK;
-    }
-    if (a[0] != '-' || !strcmp(a, "-")) {
-      inputs[n_in++] = argv[i];
-      continue;
-    }
-    if (!strcmp(a, "--")) {
-      while (++i < argc) inputs[n_in++] = argv[i];
-      break;
-    }
-    static const char *const known[] = {"-o", "--output", "--model", "--channel", "--sample-rate",
-                                        "--n-fft", "--hop", "--n-mels", "--frames", "--fmin",
-                                        "--fmax", "--pad-mode", "--mel-scale", "--mel-norm",
-                                        NULL};
-    int is_known = 0;
-    for (int k = 0; known[k]; k++) is_known |= !strcmp(a, known[k]);
-    if (!is_known) {
-      ssae_cli_error(CMD, "unknown option '%s' (ssae features --help)", a);
-      USAGE_FAIL();
-    }
-    if (i + 1 >= argc) {
-      ssae_cli_error(CMD, "%s needs a value (ssae features --help)", a);
-      USAGE_FAIL();
-    }
-    const char *v = argv[++i];
-    long l;
-    double d;
-    int c;
-    if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-      out = v;
-    } else if (!strcmp(a, "--model")) {
-      /* read above */
-    } else if (!strcmp(a, "--channel")) {
-      if (ssae_audio_parse_channel(v, &channel, &err)) {
-        ssae_cli_error(CMD, "--channel: %s", err.msg);
-        USAGE_FAIL();
-      }
-      if (channel == SSAE_CHANNEL_ALL) {
-        ssae_cli_error(CMD, "--channel all is not supported here: give an index or mix");
-        USAGE_FAIL();
-      }
-    } else if (!strcmp(a, "--sample-rate")) {
-      if (ssae_cli_parse_int(CMD, a, v, 1000, 768000, &l)) USAGE_FAIL();
-      cfg.sample_rate = (int)l;
-    } else if (!strcmp(a, "--n-fft")) {
-      if (ssae_cli_parse_int(CMD, a, v, 16, 65536, &l)) USAGE_FAIL();
-      cfg.n_fft = (int)l;
-    } else if (!strcmp(a, "--hop")) {
-      if (ssae_cli_parse_int(CMD, a, v, 1, 65536, &l)) USAGE_FAIL();
-      cfg.hop_length = (int)l;
-    } else if (!strcmp(a, "--n-mels")) {
-      if (ssae_cli_parse_int(CMD, a, v, 1, 4096, &l)) USAGE_FAIL();
-      cfg.n_mels = (int)l;
-    } else if (!strcmp(a, "--frames")) {
-      if (ssae_cli_parse_int(CMD, a, v, 1, 256, &l)) USAGE_FAIL();
-      cfg.frames = (int)l;
-    } else if (!strcmp(a, "--fmin")) {
-      if (ssae_cli_parse_double(CMD, a, v, 0, 384000, &d)) USAGE_FAIL();
-      cfg.fmin = d;
-    } else if (!strcmp(a, "--fmax")) {
-      if (ssae_cli_parse_double(CMD, a, v, 0, 384000, &d)) USAGE_FAIL();
-      cfg.fmax = d;
-    } else if (!strcmp(a, "--pad-mode")) {
-      if (parse_choice(a, v, "reflect", "constant", &c)) USAGE_FAIL();
-      cfg.pad_mode = c ? SSAE_PAD_CONSTANT : SSAE_PAD_REFLECT;
-    } else if (!strcmp(a, "--mel-scale")) {
-      if (parse_choice(a, v, "slaney", "htk", &c)) USAGE_FAIL();
-      cfg.mel_scale = c ? SSAE_MEL_HTK : SSAE_MEL_SLANEY;
-    } else if (!strcmp(a, "--mel-norm")) {
-      if (parse_choice(a, v, "slaney", "none", &c)) USAGE_FAIL();
-      cfg.mel_norm = c ? SSAE_MELNORM_NONE : SSAE_MELNORM_SLANEY;
-    } else {
-      ssae_cli_error(CMD, "unknown option '%s' (ssae features --help)", a);
-      USAGE_FAIL();
-    }
-  }
-  if (n_in == 0 || !out) {
-    ssae_cli_error(CMD, "%s (ssae features --help)",
-                   n_in == 0 ? "no input file given" : "no output given: -o OUT.npy");
-    USAGE_FAIL();
-  }
-  if (ssae_feat_cfg_validate(&cfg, &err)) {
+  const ssae_feat_cfg *cfg = &o->feat;
+  const char *out = o->output;
+  if (n_in == 0 || !out)
+    return ssae_cli_usage_error(&command, "%s",
+                                n_in == 0 ? "no input file given" : "no output given: -o OUT.npy");
+  if (ssae_feat_cfg_validate(cfg, &err)) {
     ssae_cli_error(CMD, "%s", err.msg);
-    USAGE_FAIL();
+    return SSAE_EXIT_USAGE;
   }
   char **paths = NULL;
   size_t n_paths = 0;
   if (ssae_cli_collect(inputs, n_in, &paths, &n_paths, &err)) {
     ssae_cli_error(CMD, "%s", err.msg);
-    free(inputs);
     return SSAE_EXIT_INPUT;
   }
   /* One plain input file writes OUT itself; anything else fills a folder. */
   int to_dir = n_in > 1 || is_dir(inputs[0]) || is_dir(out);
-  free(inputs);
   if (n_paths == 0) {
     ssae_cli_error(CMD, "no audio files found in the given directories");
     ssae_cli_free_paths(paths, n_paths);
@@ -252,7 +156,7 @@ int ssae_cmd_features(int argc, char **argv) {
         if (written[j] && !strcmp(written[j], dst))
           rc = ssae_err_set(&err, "%s: output %s was already written for %s; rename one of "
                                   "the inputs", in, dst, paths[j]);
-      if (!rc) rc = one_file(&cfg, channel, in, dst, &nf, &err);
+      if (!rc) rc = one_file(cfg, o->channel, in, dst, &nf, &err);
     }
     if (tty && chatty) fprintf(stderr, "\r\033[K");
     if (rc) {
@@ -279,5 +183,34 @@ int ssae_cmd_features(int argc, char **argv) {
   free(written);
   ssae_cli_free_paths(paths, n_paths);
   return failed ? SSAE_EXIT_INPUT : SSAE_EXIT_OK;
-#undef USAGE_FAIL
+}
+
+/* The options; with --model, the model's feature settings are the
+ * defaults that the other options override, wherever --model stands. */
+static int parse(int argc, char **argv, opts *o, ssae_cli_args *args) {
+  memset(o, 0, sizeof *o);
+  ssae_feat_cfg_default(&o->feat);
+  int rc = ssae_cli_parse(&command, argc, argv, o, args);
+  if (rc != SSAE_CLI_CONTINUE || !o->model) return rc;
+  ssae_err err = {{0}};
+  ssae_model *m = ssae_model_open(o->model, &err);
+  ssae_cli_args_free(args);
+  if (!m) {
+    ssae_cli_error(CMD, "--model %s: %s", o->model, err.msg);
+    return SSAE_EXIT_INPUT;
+  }
+  memset(o, 0, sizeof *o);
+  o->feat = m->feat;
+  ssae_model_free(m);
+  return ssae_cli_parse(&command, argc, argv, o, args);
+}
+
+int ssae_cmd_features(int argc, char **argv) {
+  opts o;
+  ssae_cli_args args;
+  int rc = parse(argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  rc = run(&o, args.pos, args.n_pos);
+  ssae_cli_args_free(&args);
+  return rc;
 }

@@ -1,27 +1,42 @@
 /* ssae info: what a model file holds (SPEC section 4). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_features.h"
 #include "ssae_model.h"
 
 static const char *const CMD = "info";
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ssae info [options] [MODEL]\n\n"
-          "Shows a model file's dimensions, feature settings, decision threshold and\n"
-          "provenance (training files, windows, epochs, seed, loss, program version),\n"
-          "after checking the whole file. Without MODEL, the model built into ssae.\n\n"
-          "options:\n"
-          "  --format text|json   text (default), or one JSON object with keys path,\n"
-          "                       dims, parameters, features, threshold, metadata\n"
-          "  -h, --help           this text\n\n"
-          "Exit status: 0 the model is valid, 1 it is not (the reason on stderr),\n"
-          "2 usage error.\n");
-}
+typedef struct opts {
+  const char *model, *format;
+} opts;
+
+static const char *const formats[] = {"text", "json", NULL};
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_CHOICE, .name = "--format", .offset = offsetof(opts, format),
+     .choices = formats,
+     .help = "text, or one JSON object with keys path, dims, parameters, features, threshold, "
+             "metadata"},
+    {.kind = SSAE_CLI_STRING, .name = "--model", .offset = offsetof(opts, model), .metavar = "M",
+     .help = "the model file, as MODEL", .def = "the model built into ssae"},
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "info",
+    .usage = "usage: ssae info [options] [MODEL]",
+    .about = "Shows a model file's dimensions, feature settings, decision threshold and\n"
+             "provenance (training files, windows, epochs, seed, loss, program version),\n"
+             "after checking the whole file. Without MODEL, the model built into ssae.",
+    .epilogue = "Exit status: 0 the model is valid, 1 it is not (the reason on stderr),\n"
+                "2 usage error.",
+    .opts = options,
+    .positional = 1,
+};
 
 static int is_known(const char *k) {
   static const char *const own[] = {"latent_dim", "slice_latent_dim", "threshold",
@@ -105,41 +120,21 @@ static void print_json(const ssae_model *m, const char *path) {
 }
 
 int ssae_cmd_info(int argc, char **argv) {
-  const char *path = NULL;
-  int json = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      return SSAE_EXIT_OK;
-    } else if (!strcmp(a, "--format")) {
-      if (i + 1 >= argc) {
-        ssae_cli_error(CMD, "--format needs a value: text or json");
-        return SSAE_EXIT_USAGE;
-      }
-      const char *v = argv[++i];
-      if (!strcmp(v, "json")) json = 1;
-      else if (!strcmp(v, "text")) json = 0;
-      else {
-        ssae_cli_error(CMD, "--format wants text or json, not '%s'", v);
-        return SSAE_EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--model")) {
-      if (i + 1 >= argc) {
-        ssae_cli_error(CMD, "--model needs a file");
-        return SSAE_EXIT_USAGE;
-      }
-      path = argv[++i];
-    } else if (a[0] == '-' && a[1]) {
-      ssae_cli_error(CMD, "unknown option '%s' (see ssae info --help)", a);
+  opts o = {.format = "text"};
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  const char *path = o.model;
+  for (int i = 0; i < args.n_pos; i++) {
+    if (path) {
+      ssae_cli_error(CMD, "one model at a time ('%s' and '%s')", path, args.pos[i]);
+      ssae_cli_args_free(&args);
       return SSAE_EXIT_USAGE;
-    } else if (path) {
-      ssae_cli_error(CMD, "one model at a time ('%s' and '%s')", path, a);
-      return SSAE_EXIT_USAGE;
-    } else {
-      path = a;
     }
+    path = args.pos[i];
   }
+  ssae_cli_args_free(&args);
+  const int json = !strcmp(o.format, "json");
   ssae_err err = {{0}};
   ssae_model *m = ssae_model_open(path, &err);
   if (!m) {

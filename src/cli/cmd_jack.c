@@ -1,5 +1,6 @@
 /* `ssae jack`: the monitor as a JACK client. */
 #include <math.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,46 +8,96 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_config.h"
+#include "ssae_detector.h"
 #include "ssae_engine.h"
 #include "ssae_evsink.h"
 #include "ssae_model.h"
 
 #if SSAE_HAVE_JACK
-#include "plugins/jack/ssae_jack_client.h"
+#include "ssae_io_jack.h"
 #endif
 
 static const char *const CMD = "jack";
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ssae jack [options]\n\n"
-          "Runs the monitor as a JACK client: ports in_N (analysed), out_N\n"
-          "(--passthrough), score_N (smoothed score) and alarm_N (alarm gate,\n"
-          "0/1) as audio-rate control signals. Follows the server's sample rate\n"
-          "and buffer size. Events as JSON lines (--events, and stdout when it\n"
-          "is not a terminal). Ctrl-C, SIGTERM or the server going away end it\n"
-          "cleanly with the events flushed.\n\n"
-          "  --model M        model file (default: the built-in model)\n"
-          "  --inputs N       input channels (default 1)\n"
-          "  --clients K      split the inputs over K JACK clients NAME-1 ..\n"
-          "                   NAME-K (ports keep their numbers), one input\n"
-          "                   group of the engine each: the server runs them\n"
-          "                   in parallel, so the feature work of many\n"
-          "                   channels spreads over cores (default 1; at\n"
-          "                   most 256 inputs per client)\n"
-          "  --passthrough    copy each input to an output port\n"
-          "  --connect PORT   connect PORT to the next input (repeatable; also\n"
-          "                   several PORTs after one --connect)\n"
-          "  --events FILE    write JSON-lines events to FILE\n"
-          "  --name NAME      client name (default ssae)\n"
-          "  --duration S     stop after S seconds\n"
-          "  --threshold X    alarm threshold (default: the model's)\n"
-          "  --smoothing S    smoothing time constant in seconds (default 0.1)\n"
-          "  --on K / --off M alarm on after K smoothed scores above, off after\n"
-          "                   M below (default 3 / 5)\n"
-          "  --status S       status event every S seconds of audio (default 10)\n"
-          "  --backend B      auto, cpu or cuda (default auto)\n");
+typedef struct opts {
+  const char *model, *events, *name, *backend;
+  int inputs, clients, passthrough, on, off;
+  ssae_cli_list connect;
+  double duration, threshold, smoothing, status;
+} opts;
+
+#define O(f) .offset = offsetof(opts, f)
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_STRING, .name = "--model", O(model), .metavar = "M", .help = "model file",
+     .def = "the built-in model"},
+    {.kind = SSAE_CLI_INT, .name = "--inputs", O(inputs), .metavar = "N", .min = 1, .max = 4096,
+     .help = "input channels"},
+    {.kind = SSAE_CLI_INT, .name = "--clients", O(clients), .metavar = "K", .min = 1, .max = 64,
+     .help = "split the inputs over K JACK clients NAME-1 .. NAME-K (ports keep their "
+             "numbers), one input group of the engine each: the server runs them in "
+             "parallel, so the feature work of many channels spreads over cores; at most 256 "
+             "inputs per client"},
+    {.kind = SSAE_CLI_FLAG, .name = "--passthrough", O(passthrough),
+     .help = "copy each input to an output port"},
+    {.kind = SSAE_CLI_LIST, .name = "--connect", O(connect), .metavar = "PORT", .greedy = 1,
+     .help = "connect PORT to the next input (repeatable; also several PORTs after one "
+             "--connect)", .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--events", O(events), .metavar = "FILE",
+     .help = "write JSON-lines events to FILE", .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--name", O(name), .metavar = "NAME",
+     .help = "client name"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--duration", O(duration), .metavar = "S", .min = 0.001,
+     .max = 1e9, .help = "stop after S seconds", .def = "until stopped"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", O(threshold), .metavar = "X", .min = 1e-30,
+     .max = 1e30, .help = "alarm threshold", .def = "the model's"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", O(smoothing), .metavar = "S", .min = 0,
+     .max = 3600, .help = "smoothing time constant in seconds"},
+    {.kind = SSAE_CLI_INT, .name = "--on", O(on), .metavar = "K", .min = 1, .max = 100000,
+     .help = "alarm on after K smoothed scores above the threshold"},
+    {.kind = SSAE_CLI_INT, .name = "--off", O(off), .metavar = "M", .min = 1, .max = 100000,
+     .help = "alarm off after M smoothed scores below it"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--status", O(status), .metavar = "S", .min = 0,
+     .max = 1e9, .help = "status event every S seconds of audio"},
+    {.kind = SSAE_CLI_CHOICE, .name = "--backend", O(backend), .choices = ssae_cli_backends,
+     .help = "where the model runs"},
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "jack",
+    .usage = "usage: ssae jack [options]",
+    .about = "Runs the monitor as a JACK client: ports in_N (analysed), out_N\n"
+             "(--passthrough), score_N (smoothed score) and alarm_N (alarm gate,\n"
+             "0/1) as audio-rate control signals. Follows the server's sample rate\n"
+             "and buffer size. Events as JSON lines (--events, and stdout when it\n"
+             "is not a terminal). Ctrl-C, SIGTERM or the server going away end it\n"
+             "cleanly with the events flushed.",
+    .epilogue = "Exit status: 0 stopped normally, 1 no JACK server, a port that could not be\n"
+                "connected, the server going away, or an unwritable events file, 2 usage\n"
+                "error.",
+    .opts = options,
+};
+
+/* Checks the table cannot make; 0 when the options fit together. */
+static int check(const opts *o) {
+  if (o->clients > o->inputs) {
+    ssae_cli_error(CMD, "--clients %d needs at least %d inputs (--inputs %d)", o->clients,
+                   o->clients, o->inputs);
+    return SSAE_EXIT_USAGE;
+  }
+  if ((o->inputs + o->clients - 1) / o->clients > 256) {
+    ssae_cli_error(CMD, "%d inputs on %d client(s): at most 256 per client (raise --clients)",
+                   o->inputs, o->clients);
+    return SSAE_EXIT_USAGE;
+  }
+  if (o->connect.n > o->inputs) {
+    ssae_cli_error(CMD, "%d port(s) to --connect but only %d input(s) (--inputs)",
+                   o->connect.n, o->inputs);
+    return SSAE_EXIT_USAGE;
+  }
+  return 0;
 }
 
 #if SSAE_HAVE_JACK
@@ -57,270 +108,200 @@ static void on_sig(int sig) {
 }
 #endif
 
-int ssae_cmd_jack(int argc, char **argv) {
-  const char *model = NULL, *events = NULL, *name = "ssae", *backend = "auto";
-  long inputs = 1, clients = 1, on = 3, off = 5;
-  int passthrough = 0;
-  double duration = 0, threshold = NAN, smoothing = 0.1, status = 10;
-  const char **connect = calloc((size_t)argc + 1, sizeof *connect);
-  int n_connect = 0;
-  int rc = SSAE_EXIT_USAGE;
-  if (!connect) return SSAE_EXIT_INPUT;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                       \
-  do {                                                \
-    if (!v) {                                         \
-      ssae_cli_error(CMD, "%s needs a value", a);     \
-      goto out;                                       \
-    }                                                 \
-    i++;                                              \
-  } while (0)
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      rc = SSAE_EXIT_OK;
-      goto out;
-    } else if (!strcmp(a, "--model")) {
-      NEEDV();
-      model = v;
-    } else if (!strcmp(a, "--inputs")) {
-      NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 4096, &inputs)) goto out;
-    } else if (!strcmp(a, "--clients")) {
-      NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 64, &clients)) goto out;
-    } else if (!strcmp(a, "--passthrough")) {
-      passthrough = 1;
-    } else if (!strcmp(a, "--connect")) {
-      NEEDV();
-      connect[n_connect++] = v;
-      /* More ports may follow until the next option. */
-      while (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
-        connect[n_connect++] = argv[++i];
-    } else if (!strcmp(a, "--events")) {
-      NEEDV();
-      events = v;
-    } else if (!strcmp(a, "--name")) {
-      NEEDV();
-      name = v;
-    } else if (!strcmp(a, "--duration")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 0.001, 1e9, &duration)) goto out;
-    } else if (!strcmp(a, "--threshold")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 1e-30, 1e30, &threshold)) goto out;
-    } else if (!strcmp(a, "--smoothing")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 0, 3600, &smoothing)) goto out;
-    } else if (!strcmp(a, "--on")) {
-      NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 100000, &on)) goto out;
-    } else if (!strcmp(a, "--off")) {
-      NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 100000, &off)) goto out;
-    } else if (!strcmp(a, "--status")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 0, 1e9, &status)) goto out;
-    } else if (!strcmp(a, "--backend")) {
-      NEEDV();
-      if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
-        ssae_cli_error(CMD, "--backend must be auto, cpu or cuda (got '%s')", v);
-        goto out;
-      }
-      backend = v;
-    } else {
-      ssae_cli_error(CMD, "unknown option '%s' (see ssae jack --help)", a);
-      goto out;
-    }
-#undef NEEDV
+#if SSAE_HAVE_JACK
+/* Client k gets the engine's input group k (the same split as the
+ * engine's, checked when the client starts): ports first+1 .. first+count.
+ * Returns the K clients, or NULL after printing why. */
+static ssae_io_jack **open_clients(const opts *o) {
+  const int K = o->clients;
+  ssae_err err;
+  ssae_io_jack **jc = calloc((size_t)K, sizeof *jc);
+  if (!jc) {
+    ssae_cli_error(CMD, "out of memory");
+    return NULL;
   }
-  if (clients > inputs) {
-    ssae_cli_error(CMD, "--clients %ld needs at least %ld inputs (--inputs %ld)", clients,
-                   clients, inputs);
-    goto out;
-  }
-  if ((inputs + clients - 1) / clients > 256) {
-    ssae_cli_error(CMD, "%ld inputs on %ld client(s): at most 256 per client (raise --clients)",
-                   inputs, clients);
-    goto out;
-  }
-  if (n_connect > inputs) {
-    ssae_cli_error(CMD, "%d port(s) to --connect but only %ld input(s) (--inputs)",
-                   n_connect, inputs);
-    goto out;
-  }
-#if !SSAE_HAVE_JACK
-  (void)model;
-  (void)events;
-  (void)name;
-  (void)backend;
-  (void)passthrough;
-  (void)clients;
-  (void)duration;
-  (void)threshold;
-  (void)smoothing;
-  (void)status;
-  (void)on;
-  (void)off;
-  ssae_cli_error(CMD, "this ssae was built without JACK (install the JACK "
-                      "development files and rebuild)");
-  rc = SSAE_EXIT_INPUT;
-out:
-  free(connect);
-  return rc;
-#else
-  {
-    ssae_err err;
-    rc = SSAE_EXIT_INPUT;
-    ssae_model *m = ssae_model_open(model, &err);
-    if (!m) {
+  for (int k = 0; k < K; k++) {
+    const int first = (int)((long long)k * o->inputs / K);
+    const int count = (int)((long long)(k + 1) * o->inputs / K) - first;
+    char cname[256];
+    if (K == 1) snprintf(cname, sizeof cname, "%s", o->name);
+    else snprintf(cname, sizeof cname, "%s-%d", o->name, k + 1);
+    if (!(jc[k] = ssae_io_jack_new(cname, first, count, o->passthrough, &err))) {
       ssae_cli_error(CMD, "%s", err.msg);
-      goto out;
+      for (int q = 0; q < k; q++) ssae_io_jack_free(jc[q]);
+      free(jc);
+      return NULL;
     }
-    if (!isfinite(threshold) && !isfinite(m->threshold))
-      fprintf(stderr, "ssae jack: the model has no threshold and none was "
-                      "given (--threshold): no alarms, scores only\n");
-    /* Client k: the engine's input group k (the same split as the
-     * engine's, checked when the client starts). */
-    const int K = (int)clients;
-    ssae_jack **jc = calloc((size_t)K, sizeof *jc);
-    if (!jc) {
-      ssae_cli_error(CMD, "out of memory");
-      ssae_model_free(m);
-      goto out;
+  }
+  return jc;
+}
+
+static void free_clients(ssae_io_jack **jc, int K) {
+  for (int k = 0; jc && k < K; k++) ssae_io_jack_free(jc[k]);
+  free(jc);
+}
+
+/* --connect: port i to input i, on the client whose group holds it. */
+static int connect_inputs(const opts *o, ssae_engine *e, ssae_io_jack **jc) {
+  ssae_err err;
+  int rc = SSAE_EXIT_OK;
+  for (int i = 0; i < o->connect.n; i++) {
+    int k = 0, first = 0, count = 0;
+    for (; k < o->clients; k++) {
+      ssae_engine_group_channels(e, k, &first, &count);
+      if (i < first + count) break;
     }
-    for (int k = 0; k < K; k++) {
-      const int first = (int)((long long)k * inputs / K);
-      const int count = (int)((long long)(k + 1) * inputs / K) - first;
-      char cname[256];
-      if (K == 1) snprintf(cname, sizeof cname, "%s", name);
-      else snprintf(cname, sizeof cname, "%s-%d", name, k + 1);
-      if (!(jc[k] = ssae_jack_open(cname, first, count, passthrough, &err))) {
-        ssae_cli_error(CMD, "%s", err.msg);
-        for (int q = 0; q < k; q++) ssae_jack_close(jc[q]);
-        free(jc);
-        ssae_model_free(m);
-        goto out;
-      }
+    if (ssae_io_jack_connect(jc[k], o->connect.v[i], i - first, &err)) {
+      ssae_cli_error(CMD, "%s", err.msg);
+      rc = SSAE_EXIT_INPUT;
     }
-    ssae_jack *j = jc[0];
+  }
+  return rc;
+}
+
+/* Main-thread housekeeping until Ctrl-C, SIGTERM, --duration or the server
+ * going away; returns the client that saw the server go, or -1. */
+static int wait_for_end(const opts *o, ssae_io_jack **jc) {
+  ssae_err err;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sig;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (!interrupted) {
+    struct timespec d = {0, 20000000L};
+    nanosleep(&d, NULL);
+    for (int k = 0; k < o->clients; k++) {
+      int p = ssae_io_jack_poll(jc[k], &err);
+      if (p == 1) return k;
+      if (p < 0) ssae_cli_error(CMD, "%s", err.msg);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double el = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
+    if (o->duration > 0 && el >= o->duration) break;
+  }
+  return -1;
+}
+
+static void summary(ssae_engine *e, ssae_evsink *sink) {
+  ssae_engine_stats s;
+  ssae_engine_stats_get(e, &s);
+  fprintf(stderr,
+          "ssae jack: %.1f s of audio, %llu windows, %llu scored, %llu "
+          "dropped, backend %s, latency p50 %.3f ms p99 %.3f ms max %.3f ms, "
+          "%llu alarm(s)\n",
+          s.audio_s, (unsigned long long)s.windows,
+          (unsigned long long)s.scored, (unsigned long long)s.dropped,
+          s.backend, s.lat_p50_ms, s.lat_p99_ms, s.lat_max_ms,
+          (unsigned long long)ssae_evsink_alarms(sink, -1));
+}
+
+/* Clients, engine and events until the end; then the summary. */
+static int run(const opts *o) {
+  ssae_err err;
+  ssae_model *m = ssae_model_open(o->model, &err);
+  if (!m) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    return SSAE_EXIT_INPUT;
+  }
+  if (!isfinite(o->threshold) && !isfinite(m->threshold))
+    fprintf(stderr, "ssae jack: the model has no threshold and none was "
+                    "given (--threshold): no alarms, scores only\n");
+  const int K = o->clients;
+  ssae_io_jack **jc = open_clients(o);
+  ssae_evsink *sink = NULL;
+  ssae_engine *e = NULL;
+  if (jc) {
     ssae_evsink_cfg scfg;
     memset(&scfg, 0, sizeof scfg);
-    scfg.events_path = events;
+    scfg.events_path = o->events;
     scfg.events_stdout = !ssae_cli_stdout_tty();
     scfg.prog = "ssae jack";
-    ssae_evsink *sink = ssae_evsink_new(&scfg, &err);
-    if (!sink) {
-      ssae_cli_error(CMD, "%s", err.msg);
-      for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
-      free(jc);
-      ssae_model_free(m);
-      goto out;
-    }
+    sink = ssae_evsink_new(&scfg, &err);
+  }
+  if (sink) {
     ssae_engine_cfg ecfg;
     ssae_engine_cfg_default(&ecfg);
-    ecfg.channels = (int)inputs;
+    ecfg.channels = o->inputs;
     ecfg.groups = K;
-    ecfg.input_rate = ssae_jack_rate(j);
-    ecfg.backend = backend;
-    ecfg.status_every_s = status;
-    ecfg.params.threshold = threshold;
-    ecfg.params.smoothing_s = smoothing;
-    ecfg.params.on_count = (int)on;
-    ecfg.params.off_count = (int)off;
+    ecfg.input_rate = ssae_io_jack_rate(jc[0]);
+    ecfg.backend = o->backend;
+    ecfg.status_every_s = o->status;
+    ecfg.params.threshold = o->threshold;
+    ecfg.params.smoothing_s = o->smoothing;
+    ecfg.params.on_count = o->on;
+    ecfg.params.off_count = o->off;
     ecfg.on_event = ssae_evsink_on_event;
     ecfg.user = sink;
-    ssae_engine *e = ssae_engine_new(m, &ecfg, &err);
-    int started = e != NULL;
-    for (int k = 0; started && k < K; k++)
-      started = !ssae_jack_start(jc[k], e, K == 1 ? -1 : k, &err);
-    if (!started) {
-      ssae_cli_error(CMD, "%s", err.msg);
-      for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
-      free(jc);
-      ssae_engine_free(e);
-      ssae_evsink_free(sink);
-      ssae_model_free(m);
-      goto out;
-    }
-    rc = SSAE_EXIT_OK;
-    for (int i = 0; i < n_connect; i++) {
-      /* The client whose group holds input i. */
-      int k = 0, first = 0, count = 0;
-      for (; k < K; k++) {
-        ssae_engine_group_channels(e, k, &first, &count);
-        if (i < first + count) break;
-      }
-      if (ssae_jack_connect(jc[k], connect[i], i - first, &err)) {
-        ssae_cli_error(CMD, "%s", err.msg);
-        rc = SSAE_EXIT_INPUT;
-      }
-    }
-    if (K == 1)
-      fprintf(stderr,
-              "ssae jack: client '%s' running at %.0f Hz, buffer %u, %ld "
-              "input(s) (Ctrl-C stops)\n",
-              ssae_jack_name(j), ssae_jack_rate(j), ssae_jack_buffer_size(j), inputs);
-    else
-      fprintf(stderr,
-              "ssae jack: clients '%s' .. '%s' running at %.0f Hz, buffer %u, %ld "
-              "input(s) (Ctrl-C stops)\n",
-              ssae_jack_name(jc[0]), ssae_jack_name(jc[K - 1]), ssae_jack_rate(j),
-              ssae_jack_buffer_size(j), inputs);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sig;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    struct timespec t0, now;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int gone = -1; /* the client that saw the server go */
-    while (!interrupted && gone < 0) {
-      struct timespec d = {0, 20000000L};
-      nanosleep(&d, NULL);
-      for (int k = 0; k < K && gone < 0; k++) {
-        int p = ssae_jack_poll(jc[k], &err);
-        if (p == 1) gone = k;
-        if (p < 0) ssae_cli_error(CMD, "%s", err.msg);
-      }
-      if (gone >= 0) break;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      double el = (double)(now.tv_sec - t0.tv_sec) +
-                  (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
-      if (duration > 0 && el >= duration) break;
-    }
-    if (gone >= 0) {
-      ssae_cli_error(CMD, "the JACK server went away (%s); stopping",
-                     ssae_jack_shutdown_reason(jc[gone]));
-      ssae_engine_stats s;
-      ssae_engine_stats_get(e, &s);
-      ssae_evsink_note(sink, s.audio_s, "server_shutdown",
-                       ssae_jack_shutdown_reason(jc[gone]));
-      rc = SSAE_EXIT_INPUT;
-    }
-    for (int k = 0; k < K; k++) ssae_jack_close(jc[k]);
-    free(jc);
-    ssae_engine_drain(e);
+    e = ssae_engine_new(m, &ecfg, &err);
+  }
+  int started = e != NULL;
+  for (int k = 0; started && k < K; k++)
+    started = !ssae_io_jack_start(jc[k], e, K == 1 ? -1 : k, &err);
+  if (!started) {
+    if (jc) ssae_cli_error(CMD, "%s", err.msg);
+    free_clients(jc, K);
+    ssae_engine_free(e);
+    ssae_evsink_free(sink);
+    ssae_model_free(m);
+    return SSAE_EXIT_INPUT;
+  }
+  int rc = connect_inputs(o, e, jc);
+  ssae_io_jack *j = jc[0];
+  if (K == 1)
+    fprintf(stderr,
+            "ssae jack: client '%s' running at %.0f Hz, buffer %u, %d "
+            "input(s) (Ctrl-C stops)\n",
+            ssae_io_jack_name(j), ssae_io_jack_rate(j), ssae_io_jack_buffer_size(j), o->inputs);
+  else
+    fprintf(stderr,
+            "ssae jack: clients '%s' .. '%s' running at %.0f Hz, buffer %u, %d "
+            "input(s) (Ctrl-C stops)\n",
+            ssae_io_jack_name(jc[0]), ssae_io_jack_name(jc[K - 1]), ssae_io_jack_rate(j),
+            ssae_io_jack_buffer_size(j), o->inputs);
+  int gone = wait_for_end(o, jc);
+  if (gone >= 0) {
+    const char *why = ssae_io_jack_shutdown_reason(jc[gone]);
+    ssae_cli_error(CMD, "the JACK server went away (%s); stopping", why);
     ssae_engine_stats s;
     ssae_engine_stats_get(e, &s);
-    fprintf(stderr,
-            "ssae jack: %.1f s of audio, %llu windows, %llu scored, %llu "
-            "dropped, backend %s, latency p50 %.3f ms p99 %.3f ms max %.3f ms, "
-            "%llu alarm(s)\n",
-            s.audio_s, (unsigned long long)s.windows,
-            (unsigned long long)s.scored, (unsigned long long)s.dropped,
-            s.backend, s.lat_p50_ms, s.lat_p99_ms, s.lat_max_ms,
-            (unsigned long long)ssae_evsink_alarms(sink, -1));
-    ssae_engine_free(e);
-    if (ssae_evsink_free(sink)) {
-      ssae_cli_error(CMD, "writing the events file failed");
-      rc = SSAE_EXIT_INPUT;
-    }
-    ssae_model_free(m);
+    ssae_evsink_note(sink, s.audio_s, "server_shutdown", why);
+    rc = SSAE_EXIT_INPUT;
   }
-out:
-  free(connect);
+  /* The process callbacks stop before the engine goes. */
+  for (int k = 0; k < K; k++) ssae_io_jack_stop(jc[k]);
+  ssae_engine_drain(e);
+  summary(e, sink);
+  ssae_engine_free(e);
+  if (ssae_evsink_free(sink)) {
+    ssae_cli_error(CMD, "writing the events file failed");
+    rc = SSAE_EXIT_INPUT;
+  }
+  free_clients(jc, K);
+  ssae_model_free(m);
   return rc;
+}
 #endif
+
+int ssae_cmd_jack(int argc, char **argv) {
+  opts o = {.name = "ssae", .backend = "auto", .inputs = 1, .clients = 1,
+            .on = SSAE_DETECTOR_ON_COUNT, .off = SSAE_DETECTOR_OFF_COUNT, .threshold = NAN,
+            .smoothing = SSAE_DETECTOR_SMOOTHING_S, .status = 10};
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  rc = check(&o);
+#if SSAE_HAVE_JACK
+  if (!rc) rc = run(&o);
+#else
+  if (!rc) {
+    ssae_cli_error(CMD, "this ssae was built without JACK (install the JACK "
+                        "development files and rebuild)");
+    rc = SSAE_EXIT_INPUT;
+  }
+#endif
+  ssae_cli_args_free(&args);
+  return rc;
 }

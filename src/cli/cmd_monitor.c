@@ -1,26 +1,25 @@
 /* `ssae monitor`: live monitor through PortAudio, or a file played through
  * the same real-time engine (--input). */
 #include <errno.h>
-#include <fcntl.h>
-#include <unistd.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_audio.h"
 #include "ssae_config.h"
+#include "ssae_detector.h"
 #include "ssae_engine.h"
 #include "ssae_evsink.h"
 #include "ssae_model.h"
 
 #if SSAE_HAVE_PORTAUDIO
-#include <portaudio.h>
+#include "ssae_io_portaudio.h"
 #endif
 
 static const char *const CMD = "monitor";
@@ -31,43 +30,70 @@ static void on_sigint(int sig) {
   interrupted = 1;
 }
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ssae monitor [options]\n"
-          "       ssae monitor --input FILE [--realtime] [options]\n"
-          "       ssae monitor --list-devices\n\n"
-          "Scores sound in real time: a live meter per channel on a terminal,\n"
-          "alarm events as JSON lines (--events, and stdout when it is not a\n"
-          "terminal). Ctrl-C stops with a summary.\n\n"
-          "  --model M          model file (default: the built-in model)\n"
-          "  --device N|NAME    PortAudio input device (index or part of its name)\n"
-          "  --list-devices     list input devices and exit\n"
-          "  --channels N       input channels (default 1)\n"
-          "  --rate R           device sample rate (default: the device's; any\n"
-          "                     rate is resampled to the model's)\n"
-          "  --input FILE       play FILE through the engine instead of a device\n"
-          "  --channel N|mix|all  channel of FILE (default 0)\n"
-          "  --realtime         play FILE at real-time pace (default: as fast as\n"
-          "                     possible)\n"
-          "  --events FILE      write JSON-lines events to FILE\n"
-          "  --windows OUT.tsv  every window's score: path, window, time, score\n"
-          "  --duration S       stop after S seconds of audio\n"
-          "  --threshold X      alarm threshold (default: the model's)\n"
-          "  --smoothing S      smoothing time constant in seconds (default 0.1)\n"
-          "  --on K / --off M   alarm on after K smoothed scores above the\n"
-          "                     threshold, off after M below (default 3 / 5)\n"
-          "  --status S         status event every S seconds of audio (default 10)\n"
-          "  --backend B        auto, cpu or cuda (default auto)\n"
-          "  --block N          samples per block for --input (default 512)\n"
-          "  --no-meter         no live meter on the terminal\n");
-}
-
 typedef struct opts {
   const char *model, *device, *input, *events, *windows, *backend;
-  int list, channels, realtime, meter, channel;
+  int list, channels, realtime, no_meter, channel, on, off, block;
   double rate, duration, threshold, smoothing, status;
-  long on, off, block;
 } opts;
+
+#define O(f) .offset = offsetof(opts, f)
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_STRING, .name = "--model", O(model), .metavar = "M", .help = "model file",
+     .def = "the built-in model"},
+    {.kind = SSAE_CLI_STRING, .name = "--device", O(device), .metavar = "N|NAME",
+     .help = "PortAudio input device (index or part of its name)", .def = "the default input"},
+    {.kind = SSAE_CLI_FLAG, .name = "--list-devices", O(list),
+     .help = "list input devices and exit"},
+    {.kind = SSAE_CLI_INT, .name = "--channels", O(channels), .metavar = "N", .min = 1,
+     .max = 256, .help = "input channels"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--rate", O(rate), .metavar = "R", .min = 1000,
+     .max = 768000, .help = "device sample rate; any rate is resampled to the model's",
+     .def = "the device's"},
+    {.kind = SSAE_CLI_STRING, .name = "--input", O(input), .metavar = "FILE",
+     .help = "play FILE through the engine instead of a device", .def = ""},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--channel", O(channel), .metavar = "N|mix|all",
+     .help = "channel of FILE", .parse = ssae_cli_parse_channel_all,
+     .show = ssae_cli_show_channel},
+    {.kind = SSAE_CLI_FLAG, .name = "--realtime", O(realtime),
+     .help = "play FILE at real-time pace (default: as fast as possible)"},
+    {.kind = SSAE_CLI_STRING, .name = "--events", O(events), .metavar = "FILE",
+     .help = "write JSON-lines events to FILE", .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--windows", O(windows), .metavar = "OUT.tsv",
+     .help = "every window's score: path, window, time, score", .def = ""},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--duration", O(duration), .metavar = "S", .min = 0.001,
+     .max = 1e9, .help = "stop after S seconds of audio", .def = "until the end or Ctrl-C"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", O(threshold), .metavar = "X", .min = 1e-30,
+     .max = 1e30, .help = "alarm threshold", .def = "the model's"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", O(smoothing), .metavar = "S", .min = 0,
+     .max = 3600, .help = "smoothing time constant in seconds"},
+    {.kind = SSAE_CLI_INT, .name = "--on", O(on), .metavar = "K", .min = 1, .max = 100000,
+     .help = "alarm on after K smoothed scores above the threshold"},
+    {.kind = SSAE_CLI_INT, .name = "--off", O(off), .metavar = "M", .min = 1, .max = 100000,
+     .help = "alarm off after M smoothed scores below it"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--status", O(status), .metavar = "S", .min = 0,
+     .max = 1e9, .help = "status event every S seconds of audio"},
+    {.kind = SSAE_CLI_CHOICE, .name = "--backend", O(backend), .choices = ssae_cli_backends,
+     .help = "where the model runs"},
+    {.kind = SSAE_CLI_INT, .name = "--block", O(block), .metavar = "N", .min = 1, .max = 65536,
+     .help = "samples per block for --input"},
+    {.kind = SSAE_CLI_FLAG, .name = "--no-meter", O(no_meter),
+     .help = "no live meter on the terminal"},
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "monitor",
+    .usage = "usage: ssae monitor [options]\n"
+             "       ssae monitor --input FILE [--realtime] [options]\n"
+             "       ssae monitor --list-devices",
+    .about = "Scores sound in real time: a live meter per channel on a terminal,\n"
+             "alarm events as JSON lines (--events, and stdout when it is not a\n"
+             "terminal). Ctrl-C stops with a summary.",
+    .epilogue = "Exit status: 0 stopped normally, 1 the input failed (a file that cannot be\n"
+                "read, a device that went away) or an output could not be written, 2 usage\n"
+                "error.",
+    .opts = options,
+};
 
 /* ---- live meter ---- */
 
@@ -166,7 +192,7 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     total = (size_t)(o->duration * a.rate);
   size_t block = (size_t)o->block;
   const float **ptr = calloc((size_t)a.channels, sizeof *ptr);
-  int meter = o->meter && o->realtime && ssae_cli_stderr_tty();
+  int meter = !o->no_meter && o->realtime && ssae_cli_stderr_tty();
   struct timespec next;
   clock_gettime(CLOCK_MONOTONIC, &next);
   struct timespec last_draw = next;
@@ -223,197 +249,56 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
 /* ---- PortAudio ---- */
 
 #if SSAE_HAVE_PORTAUDIO
-typedef struct live {
-  ssae_engine *e;
-  atomic_int closing; /* set before the engine goes away */
-  atomic_int in_cb;   /* the callback is running */
-} live;
-
-static int pa_callback(const void *input, void *output, unsigned long frames,
-                       const PaStreamCallbackTimeInfo *ti,
-                       PaStreamCallbackFlags flags, void *user) {
-  (void)output;
-  (void)ti;
-  (void)flags;
-  live *l = user;
-  atomic_store(&l->in_cb, 1);
-  if (atomic_load(&l->closing)) {
-    atomic_store(&l->in_cb, 0);
-    return paAbort;
-  }
-  ssae_engine_process(l->e, (const float *const *)input, frames);
-  atomic_store(&l->in_cb, 0);
-  return paContinue;
-}
-
-/* PortAudio's clean-up after a device loss, on its own thread: with a JACK
- * server that went away it may block on the dead connection. */
-typedef struct pa_cleanup {
-  PaStream *st;
-  atomic_int done;
-} pa_cleanup;
-
-static void *pa_cleanup_main(void *arg) {
-  pa_cleanup *c = arg;
-  Pa_AbortStream(c->st);
-  Pa_CloseStream(c->st);
-  Pa_Terminate();
-  atomic_store(&c->done, 1);
-  return NULL;
-}
-
-/* Runs the clean-up, waiting for it at most `ms`; 0 when it finished. The
- * events are written before this: a clean-up that hangs loses nothing, the
- * process just ends without it. */
-static int pa_cleanup_bounded(PaStream *st, int ms) {
-  static pa_cleanup c; /* outlives this call if the clean-up hangs */
-  c.st = st;
-  atomic_init(&c.done, 0);
-  pthread_t th;
-  if (pthread_create(&th, NULL, pa_cleanup_main, &c)) return -1;
-  for (int k = 0; k < ms && !atomic_load(&c.done); k++) {
-    struct timespec d = {0, 1000000L};
-    nanosleep(&d, NULL);
-  }
-  if (atomic_load(&c.done)) {
-    pthread_join(th, NULL);
-    return 0;
-  }
-  pthread_detach(th);
-  return -1;
-}
-
-static int pa_start(void) {
-  /* PortAudio's host APIs (ALSA, JACK) print diagnostics on stderr while
-   * probing devices; they are noise for the user, so stderr points to
-   * /dev/null meanwhile (no other thread is running yet). */
-  fflush(stderr);
-  int saved = dup(2), devnull = open("/dev/null", O_WRONLY);
-  if (saved >= 0 && devnull >= 0) dup2(devnull, 2);
-  int rc = Pa_Initialize();
-  if (saved >= 0 && devnull >= 0) dup2(saved, 2);
-  if (saved >= 0) close(saved);
-  if (devnull >= 0) close(devnull);
-  if (rc != paNoError) {
-    ssae_cli_error(CMD, "PortAudio: %s", Pa_GetErrorText(rc));
-    return -1;
-  }
-  return 0;
+static void print_device(const ssae_io_pa_device *d, void *user) {
+  *(int *)user = 1;
+  printf("%3d%s %s (%s), %d input channel(s), %.0f Hz\n", d->index, d->is_default ? "*" : " ",
+         d->name, d->host_api, d->inputs, d->default_rate);
 }
 
 static int list_devices(void) {
-  if (pa_start()) return SSAE_EXIT_INPUT;
-  int n = Pa_GetDeviceCount();
-  int def = Pa_GetDefaultInputDevice();
+  ssae_err err;
   int any = 0;
-  for (int i = 0; i < n; i++) {
-    const PaDeviceInfo *d = Pa_GetDeviceInfo(i);
-    if (!d || d->maxInputChannels < 1) continue;
-    const PaHostApiInfo *h = Pa_GetHostApiInfo(d->hostApi);
-    printf("%3d%s %s (%s), %d input channel(s), %.0f Hz\n", i,
-           i == def ? "*" : " ", d->name, h ? h->name : "?",
-           d->maxInputChannels, d->defaultSampleRate);
-    any = 1;
+  if (ssae_io_pa_devices(print_device, &any, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    return SSAE_EXIT_INPUT;
   }
   if (!any) printf("no input devices\n");
-  Pa_Terminate();
   return SSAE_EXIT_OK;
-}
-
-static int find_device(const char *spec) {
-  int n = Pa_GetDeviceCount();
-  if (!spec) return Pa_GetDefaultInputDevice();
-  char *end;
-  long idx = strtol(spec, &end, 10);
-  if (*spec && !*end) {
-    if (idx < 0 || idx >= n) return -2;
-    const PaDeviceInfo *d = Pa_GetDeviceInfo((int)idx);
-    return d && d->maxInputChannels > 0 ? (int)idx : -3;
-  }
-  for (int i = 0; i < n; i++) {
-    const PaDeviceInfo *d = Pa_GetDeviceInfo(i);
-    if (d && d->maxInputChannels > 0 && strstr(d->name, spec)) return i;
-  }
-  return -2;
 }
 
 static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
                     ssae_evsink_cfg *scfg) {
-  if (pa_start()) return SSAE_EXIT_INPUT;
-  int dev = find_device(o->device);
-  if (dev < 0) {
-    if (dev == paNoDevice)
-      ssae_cli_error(CMD, "no input device (see --list-devices)");
-    else if (dev == -3)
-      ssae_cli_error(CMD, "device %s has no inputs (see --list-devices)", o->device);
-    else
-      ssae_cli_error(CMD, "no input device '%s' (see --list-devices)", o->device);
-    Pa_Terminate();
-    return SSAE_EXIT_INPUT;
-  }
-  const PaDeviceInfo *di = Pa_GetDeviceInfo(dev);
-  if (o->channels > di->maxInputChannels) {
-    ssae_cli_error(CMD, "device '%s' has %d input channel(s), --channels %d asked",
-                   di->name, di->maxInputChannels, o->channels);
-    Pa_Terminate();
-    return SSAE_EXIT_USAGE;
-  }
-  double rate = o->rate > 0 ? o->rate : di->defaultSampleRate;
-  PaStreamParameters ip;
-  memset(&ip, 0, sizeof ip);
-  ip.device = dev;
-  ip.channelCount = o->channels;
-  ip.sampleFormat = paFloat32 | paNonInterleaved;
-  ip.suggestedLatency = di->defaultLowInputLatency;
-  PaError pe = Pa_IsFormatSupported(&ip, NULL, rate);
-  if (pe != paFormatIsSupported) {
-    ssae_cli_error(CMD, "device '%s' cannot record %d channel(s) at %.0f Hz: %s",
-                   di->name, o->channels, rate, Pa_GetErrorText(pe));
-    Pa_Terminate();
-    return SSAE_EXIT_INPUT;
-  }
   ssae_err err;
-  scfg->label = di->name;
+  int bad_request;
+  ssae_io_pa *pa = ssae_io_pa_new(o->device, o->channels, o->rate, &bad_request, &err);
+  if (!pa) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    return bad_request ? SSAE_EXIT_USAGE : SSAE_EXIT_INPUT;
+  }
+  const char *name = ssae_io_pa_name(pa);
+  const double rate = ssae_io_pa_rate(pa);
+  scfg->label = name;
   ssae_evsink *sink = ssae_evsink_new(scfg, &err);
-  if (!sink) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    Pa_Terminate();
-    return SSAE_EXIT_INPUT;
+  ssae_engine *e = NULL;
+  if (sink) {
+    ecfg->channels = o->channels;
+    ecfg->input_rate = rate;
+    ecfg->on_event = ssae_evsink_on_event;
+    ecfg->user = sink;
+    ecfg->emit_windows = o->windows != NULL;
+    e = ssae_engine_new(m, ecfg, &err);
   }
-  ecfg->channels = o->channels;
-  ecfg->input_rate = rate;
-  ecfg->on_event = ssae_evsink_on_event;
-  ecfg->user = sink;
-  ecfg->emit_windows = o->windows != NULL;
-  /* Static: PortAudio's thread may call back once more after a device loss,
-   * when this function has already returned. */
-  static live l;
-  atomic_init(&l.closing, 0);
-  atomic_init(&l.in_cb, 0);
-  l.e = ssae_engine_new(m, ecfg, &err);
-  if (!l.e) {
+  if (!e || ssae_io_pa_start(pa, e, &err)) {
     ssae_cli_error(CMD, "%s", err.msg);
+    ssae_engine_free(e);
     ssae_evsink_free(sink);
-    Pa_Terminate();
-    return SSAE_EXIT_INPUT;
-  }
-  PaStream *st = NULL;
-  pe = Pa_OpenStream(&st, &ip, NULL, rate, paFramesPerBufferUnspecified,
-                     paNoFlag, pa_callback, &l);
-  if (pe == paNoError) pe = Pa_StartStream(st);
-  if (pe != paNoError) {
-    ssae_cli_error(CMD, "cannot start device '%s': %s", di->name,
-                   Pa_GetErrorText(pe));
-    if (st) Pa_CloseStream(st);
-    ssae_engine_free(l.e);
-    ssae_evsink_free(sink);
-    Pa_Terminate();
+    ssae_io_pa_free(pa);
     return SSAE_EXIT_INPUT;
   }
   fprintf(stderr, "ssae monitor: listening on '%s', %d channel(s) at %.0f Hz "
-                  "(Ctrl-C stops)\n", di->name, o->channels, rate);
-  int meter = o->meter && ssae_cli_stderr_tty();
-  int first = 1, rc = SSAE_EXIT_OK, lost = 0;
+                  "(Ctrl-C stops)\n", name, o->channels, rate);
+  int meter = !o->no_meter && ssae_cli_stderr_tty();
+  int first = 1, rc = SSAE_EXIT_OK;
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (!interrupted) {
@@ -421,196 +306,86 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     nanosleep(&d, NULL);
     clock_gettime(CLOCK_MONOTONIC, &now);
     double el = (double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9;
-    if (Pa_IsStreamActive(st) != 1) {
+    if (!ssae_io_pa_active(pa)) {
       /* The device went away (unplugged, server gone). */
-      ssae_cli_error(CMD, "the input device '%s' stopped; ending", di->name);
+      ssae_cli_error(CMD, "the input device '%s' stopped; ending", name);
       ssae_evsink_note(sink, el, "device_lost", "the input device stopped");
       rc = SSAE_EXIT_INPUT;
-      lost = 1;
       break;
     }
     if (meter) {
-      meter_draw(l.e, first, el);
+      meter_draw(e, first, el);
       first = 0;
     }
     if (o->duration > 0 && el >= o->duration) break;
   }
-  if (!lost) {
-    Pa_StopStream(st);
-    Pa_CloseStream(st);
-    Pa_Terminate();
-  } else {
-    /* After a device loss the callback must stop touching the engine
-     * before it goes away (Dekker pair with in_cb, seq_cst). */
-    atomic_store(&l.closing, 1);
-    for (int k = 0; k < 100 && atomic_load(&l.in_cb); k++) {
-      struct timespec d = {0, 1000000L};
-      nanosleep(&d, NULL);
-    }
-  }
-  ssae_engine_drain(l.e);
-  summary(l.e, sink);
-  ssae_engine_free(l.e);
+  ssae_io_pa_stop(pa);
+  ssae_engine_drain(e);
+  summary(e, sink);
+  ssae_engine_free(e);
   if (ssae_evsink_free(sink)) {
     ssae_cli_error(CMD, "writing the events or windows file failed");
     rc = SSAE_EXIT_INPUT;
   }
-  /* The events are out; now PortAudio's own clean-up, bounded. */
-  if (lost && !atomic_load(&l.in_cb)) pa_cleanup_bounded(st, 500);
+  /* The events are out; now PortAudio's own clean-up (bounded after a
+   * device loss). */
+  ssae_io_pa_free(pa);
   return rc;
 }
 #endif
 
-int ssae_cmd_monitor(int argc, char **argv) {
-  opts o;
-  memset(&o, 0, sizeof o);
-  o.channels = 1;
-  o.meter = 1;
-  o.threshold = NAN;
-  o.smoothing = 0.1;
-  o.status = 10;
-  o.on = 3;
-  o.off = 5;
-  o.block = 512;
-  o.backend = "auto";
-  int channels_set = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                   \
-  do {                                                            \
-    if (!v) {                                                     \
-      ssae_cli_error(CMD, "%s needs a value", a);                 \
-      return SSAE_EXIT_USAGE;                                     \
-    }                                                             \
-    i++;                                                          \
-  } while (0)
-    long lv;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return SSAE_EXIT_OK;
-    } else if (!strcmp(a, "--model")) {
-      NEEDV();
-      o.model = v;
-    } else if (!strcmp(a, "--device")) {
-      NEEDV();
-      o.device = v;
-    } else if (!strcmp(a, "--list-devices")) {
-      o.list = 1;
-    } else if (!strcmp(a, "--channels")) {
-      NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 256, &lv)) return SSAE_EXIT_USAGE;
-      o.channels = (int)lv;
-      channels_set = 1;
-    } else if (!strcmp(a, "--rate")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 1000, 768000, &o.rate))
-        return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--input")) {
-      NEEDV();
-      o.input = v;
-    } else if (!strcmp(a, "--channel")) {
-      NEEDV();
-      ssae_err err;
-      if (ssae_audio_parse_channel(v, &o.channel, &err)) {
-        ssae_cli_error(CMD, "--channel: %s", err.msg);
-        return SSAE_EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--realtime")) {
-      o.realtime = 1;
-    } else if (!strcmp(a, "--events")) {
-      NEEDV();
-      o.events = v;
-    } else if (!strcmp(a, "--windows")) {
-      NEEDV();
-      o.windows = v;
-    } else if (!strcmp(a, "--duration")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 0.001, 1e9, &o.duration))
-        return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--threshold")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 1e-30, 1e30, &o.threshold))
-        return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--smoothing")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 0, 3600, &o.smoothing))
-        return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--on")) {
-      NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 100000, &o.on)) return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--off")) {
-      NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 100000, &o.off)) return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--status")) {
-      NEEDV();
-      if (ssae_cli_parse_double(CMD, a, v, 0, 1e9, &o.status)) return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--backend")) {
-      NEEDV();
-      if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
-        ssae_cli_error(CMD, "--backend must be auto, cpu or cuda (got '%s')", v);
-        return SSAE_EXIT_USAGE;
-      }
-      o.backend = v;
-    } else if (!strcmp(a, "--block")) {
-      NEEDV();
-      if (ssae_cli_parse_int(CMD, a, v, 1, 65536, &o.block)) return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--no-meter")) {
-      o.meter = 0;
-    } else {
-      ssae_cli_error(CMD, "unknown option '%s' (see ssae monitor --help)", a);
-      return SSAE_EXIT_USAGE;
-    }
-#undef NEEDV
-  }
-  if (o.realtime && !o.input) {
+/* Usage errors the table cannot express, and what this build lacks; -1
+ * to go on. */
+static int check(const opts *o, int channels_set) {
+  if (o->realtime && !o->input) {
     ssae_cli_error(CMD, "--realtime needs --input FILE");
     return SSAE_EXIT_USAGE;
   }
-  if (o.input && (o.device || o.list || channels_set || o.rate > 0)) {
+  if (o->input && (o->device || o->list || channels_set || o->rate > 0)) {
     ssae_cli_error(CMD, "--input cannot be combined with --device, "
                         "--list-devices, --channels or --rate");
     return SSAE_EXIT_USAGE;
   }
-  if (o.list) {
-#if SSAE_HAVE_PORTAUDIO
-    return list_devices();
-#else
+#if !SSAE_HAVE_PORTAUDIO
+  if (o->list) {
     ssae_cli_error(CMD, "this ssae was built without PortAudio: no devices "
                         "(--input FILE still works)");
     return SSAE_EXIT_INPUT;
-#endif
   }
-#if !SSAE_HAVE_PORTAUDIO
-  if (!o.input) {
+  if (!o->input) {
     ssae_cli_error(CMD, "this ssae was built without PortAudio: live input is "
                         "not available (--input FILE still works)");
     return SSAE_EXIT_INPUT;
   }
 #endif
+  return -1;
+}
 
+/* The model, the engine's and the event sink's settings, then the file or
+ * the device until the end. */
+static int run(const opts *o) {
   ssae_err err;
-  ssae_model *m = ssae_model_open(o.model, &err);
+  ssae_model *m = ssae_model_open(o->model, &err);
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_INPUT;
   }
-  if (!isfinite(o.threshold) && !isfinite(m->threshold))
+  if (!isfinite(o->threshold) && !isfinite(m->threshold))
     fprintf(stderr, "ssae monitor: the model has no threshold and none was "
                     "given (--threshold): no alarms, scores only\n");
   ssae_engine_cfg ecfg;
   ssae_engine_cfg_default(&ecfg);
-  ecfg.backend = o.backend;
-  ecfg.status_every_s = o.status;
-  ecfg.params.threshold = o.threshold;
-  ecfg.params.smoothing_s = o.smoothing;
-  ecfg.params.on_count = (int)o.on;
-  ecfg.params.off_count = (int)o.off;
+  ecfg.backend = o->backend;
+  ecfg.status_every_s = o->status;
+  ecfg.params.threshold = o->threshold;
+  ecfg.params.smoothing_s = o->smoothing;
+  ecfg.params.on_count = o->on;
+  ecfg.params.off_count = o->off;
   ssae_evsink_cfg scfg;
   memset(&scfg, 0, sizeof scfg);
-  scfg.events_path = o.events;
+  scfg.events_path = o->events;
   scfg.events_stdout = !ssae_cli_stdout_tty();
-  scfg.windows_path = o.windows;
+  scfg.windows_path = o->windows;
   scfg.hop_length = m->feat.hop_length;
   scfg.sample_rate = m->feat.sample_rate;
   scfg.frames = m->feat.frames;
@@ -622,15 +397,27 @@ int ssae_cmd_monitor(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
 
-  int rc;
-  if (o.input)
-    rc = run_file(&o, m, &ecfg, &scfg);
-  else
+  int rc = SSAE_EXIT_INPUT;
+  if (o->input) rc = run_file(o, m, &ecfg, &scfg);
 #if SSAE_HAVE_PORTAUDIO
-    rc = run_live(&o, m, &ecfg, &scfg);
-#else
-    rc = SSAE_EXIT_INPUT;
+  else rc = run_live(o, m, &ecfg, &scfg);
 #endif
   ssae_model_free(m);
   return rc;
+}
+
+int ssae_cmd_monitor(int argc, char **argv) {
+  opts o = {.channels = 1, .threshold = NAN, .smoothing = SSAE_DETECTOR_SMOOTHING_S,
+            .status = 10, .on = SSAE_DETECTOR_ON_COUNT, .off = SSAE_DETECTOR_OFF_COUNT,
+            .block = 512, .backend = "auto"};
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  rc = check(&o, ssae_cli_given(&args, "--channels"));
+  ssae_cli_args_free(&args);
+  if (rc >= 0) return rc;
+#if SSAE_HAVE_PORTAUDIO
+  if (o.list) return list_devices();
+#endif
+  return run(&o);
 }

@@ -1,42 +1,84 @@
 /* ssae report: one picture of one recording, read at a glance. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_audio.h"
 #include "ssae_backend.h"
 #include "ssae_config.h"
+#include "ssae_detector.h"
 #include "ssae_filescore.h"
 #include "ssae_model.h"
 #include "ssae_plot.h"
+#include "ssae_silence.h"
 
 static const char *const CMD = "report";
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ssae report [options] FILE -o OUT.png|OUT.svg\n\n"
-          "Draws one recording: its log-mel spectrogram as a heat map over time\n"
-          "(frequency in Hz at the mel positions, colour in dB), and under it on the same\n"
-          "time axis the window scores, their smoothed line, the threshold and the alarm\n"
-          "spans, as the live monitor would raise them (same smoothing and hysteresis).\n"
-          "The title gives the file, the verdict (file score > threshold), the scores and\n"
-          "the number of alarm spans; the same summary goes to stdout.\n\n"
-          "options:\n"
-          "  -o, --output OUT   picture to write; .png or .svg\n"
-          "  --model M          model file (default: the model that ships with ssae)\n"
-          "  --channel N|mix    channel of a multi-channel file (default 0)\n"
-          "  --backend auto|cpu|cuda  (default auto)\n"
-          "  --threshold X      use X instead of the model's threshold\n"
-          "  --smoothing S      smoothing time constant in seconds (default 0.1)\n"
-          "  --on N, --off N    alarm on after N smoothed scores above the threshold,\n"
-          "                     off after N below (defaults 3 and 5)\n"
-          "  --size WxH         picture size in pixels (default 1200x800)\n"
-          "  -h, --help         this text\n\n"
-          "Exit status: 0 written, 1 the file or model could not be read or the picture\n"
-          "not written, 2 usage error.\n");
+typedef struct opts {
+  const char *output, *model, *backend;
+  int channel, on, off;
+  int size[2]; /* width, height */
+  double threshold, smoothing;
+} opts;
+
+static int parse_size(const ssae_cli_opt *o, const char *v, void *dest, ssae_err *err) {
+  (void)o;
+  int *wh = dest;
+  char tail;
+  if (sscanf(v, "%dx%d%c", &wh[0], &wh[1], &tail) != 2 || wh[0] < 400 || wh[1] < 300 ||
+      wh[0] > 16000 || wh[1] > 16000)
+    return ssae_err_set(err, "wants WxH from 400x300 to 16000x16000, not '%s'", v);
+  return 0;
 }
+
+static void show_size(const ssae_cli_opt *o, const void *dest, char *buf, size_t len) {
+  (void)o;
+  const int *wh = dest;
+  snprintf(buf, len, "%dx%d", wh[0], wh[1]);
+}
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_STRING, .name = "--output", .short_name = 'o',
+     .offset = offsetof(opts, output), .metavar = "OUT",
+     .help = "picture to write; .png or .svg", .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--model", .offset = offsetof(opts, model), .metavar = "M",
+     .help = "model file", .def = "the model that ships with ssae"},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
+     .metavar = "N|mix", .help = "channel of a multi-channel file",
+     .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
+    {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
+     .choices = ssae_cli_backends, .help = "where the model runs"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", .offset = offsetof(opts, threshold),
+     .metavar = "X", .min = 1e-30, .max = INFINITY,
+     .help = "use X instead of the model's threshold", .def = "the model's"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", .offset = offsetof(opts, smoothing),
+     .metavar = "S", .min = 0, .max = 3600, .help = "smoothing time constant in seconds"},
+    {.kind = SSAE_CLI_INT, .name = "--on", .offset = offsetof(opts, on), .metavar = "N",
+     .min = 1, .max = 100000, .help = "alarm on after N smoothed scores above the threshold"},
+    {.kind = SSAE_CLI_INT, .name = "--off", .offset = offsetof(opts, off), .metavar = "N",
+     .min = 1, .max = 100000, .help = "alarm off after N smoothed scores below it"},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--size", .offset = offsetof(opts, size), .metavar = "WxH",
+     .help = "picture size in pixels", .parse = parse_size, .show = show_size},
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "report",
+    .usage = "usage: ssae report [options] FILE -o OUT.png|OUT.svg",
+    .about = "Draws one recording: its log-mel spectrogram as a heat map over time\n"
+             "(frequency in Hz at the mel positions, colour in dB), and under it on the same\n"
+             "time axis the window scores, their smoothed line, the threshold and the alarm\n"
+             "spans, as the live monitor would raise them (same smoothing and hysteresis).\n"
+             "The title gives the file, the verdict (file score > threshold), the scores and\n"
+             "the number of alarm spans; the same summary goes to stdout.",
+    .epilogue = "Exit status: 0 written, 1 the file or model could not be read or the picture\n"
+                "not written, 2 usage error.",
+    .opts = options,
+    .positional = 1,
+};
 
 #if SSAE_HAVE_CAIRO
 static const char *base_name(const char *p) {
@@ -45,62 +87,9 @@ static const char *base_name(const char *p) {
 }
 #endif
 
-int ssae_cmd_report(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *model_path = NULL, *backend_name = "auto";
-  int channel = 0, width = 1200, height = 800;
-  long on = 3, off = 5;
-  double threshold = NAN, smoothing = 0.1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      return SSAE_EXIT_OK;
-    }
-    if (a[0] != '-' || !strcmp(a, "-")) {
-      if (in) {
-        ssae_cli_error(CMD, "one FILE at a time ('%s' and '%s')", in, a);
-        return SSAE_EXIT_USAGE;
-      }
-      in = a;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      ssae_cli_error(CMD, "%s: unknown option or missing value (see ssae report --help)", a);
-      return SSAE_EXIT_USAGE;
-    }
-    const char *v = argv[++i];
-    ssae_err err;
-    if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
-    else if (!strcmp(a, "--model")) model_path = v;
-    else if (!strcmp(a, "--backend")) backend_name = v;
-    else if (!strcmp(a, "--channel")) {
-      if (ssae_audio_parse_channel(v, &channel, &err) || channel == SSAE_CHANNEL_ALL) {
-        ssae_cli_error(CMD, "--channel wants a channel index from 0 or mix, not '%s'", v);
-        return SSAE_EXIT_USAGE;
-      }
-    } else if (!strcmp(a, "--threshold")) {
-      if (ssae_cli_parse_double(CMD, a, v, 1e-30, INFINITY, &threshold)) return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--smoothing")) {
-      if (ssae_cli_parse_double(CMD, a, v, 0, 3600, &smoothing)) return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--on")) {
-      if (ssae_cli_parse_int(CMD, a, v, 1, 100000, &on)) return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--off")) {
-      if (ssae_cli_parse_int(CMD, a, v, 1, 100000, &off)) return SSAE_EXIT_USAGE;
-    } else if (!strcmp(a, "--size")) {
-      if (sscanf(v, "%dx%d", &width, &height) != 2 || width < 400 || height < 300 ||
-          width > 16000 || height > 16000) {
-        ssae_cli_error(CMD, "--size wants WxH from 400x300 to 16000x16000, not '%s'", v);
-        return SSAE_EXIT_USAGE;
-      }
-    } else {
-      ssae_cli_error(CMD, "unknown option '%s' (see ssae report --help)", a);
-      return SSAE_EXIT_USAGE;
-    }
-  }
-  if (!in || !out) {
-    ssae_cli_error(CMD, "give one FILE and -o OUT.png (see ssae report --help)");
-    return SSAE_EXIT_USAGE;
-  }
+/* Scores the file, draws the picture, prints the summary. */
+static int run(const opts *o, const char *in) {
+  const char *out = o->output;
   const char *dot = strrchr(out, '.');
   if (!dot || (strcmp(dot, ".png") && strcmp(dot, ".svg") && strcmp(dot, ".PNG") &&
                strcmp(dot, ".SVG"))) {
@@ -108,12 +97,15 @@ int ssae_cmd_report(int argc, char **argv) {
     return SSAE_EXIT_USAGE;
   }
 #if !SSAE_HAVE_CAIRO
-  (void)model_path;
-  (void)backend_name;
+  (void)in;
   ssae_cli_error(CMD, "this ssae was built without cairo (libcairo2-dev), so it cannot draw "
                       "pictures; install it and rebuild (meson setup --reconfigure)");
   return SSAE_EXIT_INPUT;
 #else
+  const char *model_path = o->model, *backend_name = o->backend;
+  int channel = o->channel, width = o->size[0], height = o->size[1];
+  long on = o->on, off = o->off;
+  double threshold = o->threshold, smoothing = o->smoothing;
   ssae_err err;
   ssae_model *m = ssae_model_open(model_path, &err);
   if (!m) {
@@ -140,8 +132,8 @@ int ssae_cmd_report(int argc, char **argv) {
     rc = SSAE_EXIT_INPUT;
   } else {
     double hop_s = (double)m->feat.hop_length / m->feat.sample_rate;
-    ssae_detect(fs.scores, fs.n_windows, hop_s, smoothing, threshold, (int)on, (int)off,
-                smoothed, alarm);
+    ssae_detector_params dp = {threshold, smoothing, (int)on, (int)off};
+    ssae_detector_run(&dp, hop_s, fs.scores, fs.silent, fs.n_windows, smoothed, alarm);
     char sub[512], ch[32];
     if (channel == SSAE_CHANNEL_MIX) snprintf(ch, sizeof ch, "mix of %d", fs.file_channels);
     else snprintf(ch, sizeof ch, "%d of %d", channel, fs.file_channels);
@@ -166,6 +158,7 @@ int ssae_cmd_report(int argc, char **argv) {
     d.alarm = alarm;
     d.n_windows = fs.n_windows;
     d.frames_per_window = m->d.frames;
+    d.window_t0 = ssae_window_time(&m->feat, 0);
     d.threshold = threshold;
     d.file_score = fs.file_score;
     d.subtitle = sub;
@@ -173,13 +166,13 @@ int ssae_cmd_report(int argc, char **argv) {
       ssae_cli_error(CMD, "%s", err.msg);
       rc = SSAE_EXIT_INPUT;
     } else {
-      /* The summary: verdict and the alarm spans in seconds (a window's
-       * span runs from its first frame's centre to its last one's). */
+      /* The summary: verdict and the alarm spans in seconds, as the
+       * monitor's events time them (doc/SPEC.md, section 4): from the
+       * window that turned the alarm on to the one that turned it off. */
       int anomalous = isfinite(threshold) && fs.file_score > threshold;
       printf("%s: %s (file score %.6g, threshold %.6g)\n", in,
              isfinite(threshold) ? (anomalous ? "anomaly" : "normal") : "no threshold",
              fs.file_score, threshold);
-      double centre = 0.5 * (m->d.frames - 1) * hop_s;
       size_t spans = 0;
       for (size_t i = 0; i < fs.n_windows;) {
         if (!alarm[i]) {
@@ -188,7 +181,12 @@ int ssae_cmd_report(int argc, char **argv) {
         }
         size_t j = i;
         while (j < fs.n_windows && alarm[j]) j++;
-        printf("  alarm %.2f s .. %.2f s\n", i * hop_s + centre, (j - 1) * hop_s + centre);
+        if (j < fs.n_windows)
+          printf("  alarm %.6f s .. %.6f s (windows %zu .. %zu)\n",
+                 ssae_window_time(&m->feat, i), ssae_window_time(&m->feat, j), i, j);
+        else
+          printf("  alarm %.6f s .. end of file (windows %zu ..)\n",
+                 ssae_window_time(&m->feat, i), i);
         spans++;
         i = j;
       }
@@ -204,4 +202,21 @@ int ssae_cmd_report(int argc, char **argv) {
   ssae_plot_cleanup();
   return rc;
 #endif
+}
+
+int ssae_cmd_report(int argc, char **argv) {
+  opts o = {.backend = "auto", .on = SSAE_DETECTOR_ON_COUNT, .off = SSAE_DETECTOR_OFF_COUNT,
+            .size = {1200, 800}, .threshold = NAN, .smoothing = SSAE_DETECTOR_SMOOTHING_S};
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  if (args.n_pos > 1)
+    rc = ssae_cli_usage_error(&command, "one FILE at a time ('%s' and '%s')", args.pos[0],
+                              args.pos[1]);
+  else if (!args.n_pos || !o.output)
+    rc = ssae_cli_usage_error(&command, "give one FILE and -o OUT.png");
+  else
+    rc = run(&o, args.pos[0]);
+  ssae_cli_args_free(&args);
+  return rc;
 }

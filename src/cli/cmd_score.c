@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_audio.h"
 #include "ssae_backend.h"
 #include "ssae_filescore.h"
@@ -28,35 +30,55 @@ static const char *const CMD = "score";
  * over its threads. */
 #define BATCH_WINDOWS 8192
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: ssae score [options] FILE|DIR...\n\n"
-          "Scores audio files with the model: one line per file with the path, the\n"
-          "file score (mean of its window scores), the number of windows and the\n"
-          "verdict: 'anomaly' when the file score is above the model's threshold,\n"
-          "'normal' otherwise, 'unknown' when the model has no threshold. A window\n"
-          "score is the mean squared error of the model's reconstruction of one\n"
-          "window of log-mel frames. Directories are searched recursively for audio\n"
-          "files, in sorted order.\n\n"
-          "options:\n"
-          "  --model M              model file (default: the model built into ssae)\n"
-          "  --backend auto|cpu|cuda  where the model runs (default auto: CUDA when\n"
-          "                         present and its self-test passes, else the CPU)\n"
-          "  --channel N|mix        channel index from 0 (default 0) or the mean of all\n"
-          "  --windows OUT.tsv      also write every window: path, window index, time in\n"
-          "                         seconds of the window's centre (the centre of its\n"
-          "                         middle frame), window score; first line a header\n"
-          "  --format tsv|json      tsv (default): path, score, windows, verdict\n"
-          "                         separated by tabs; json: one JSON object per line\n"
-          "                         with keys path, score, windows, verdict\n"
-          "  --jobs N               decoding threads, which on the CPU also run the\n"
-          "                         model (default: all cores)\n"
-          "  -q, --quiet            no progress line\n"
-          "  -h, --help             this text\n\n"
-          "A file that cannot be read or is shorter than one window is reported on\n"
-          "stderr and the rest are still scored.\n"
-          "Exit status: 0 all files scored, 1 some file failed, 2 usage error.\n");
-}
+typedef struct opts {
+  const char *model, *backend, *windows, *format;
+  int channel, jobs, quiet;
+} opts;
+
+static const char *const formats[] = {"tsv", "json", NULL};
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_STRING, .name = "--model", .offset = offsetof(opts, model), .metavar = "M",
+     .help = "model file", .def = "the model built into ssae"},
+    {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
+     .choices = ssae_cli_backends,
+     .help = "where the model runs; auto: CUDA when present and its self-test passes, else "
+             "the CPU"},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
+     .metavar = "N|mix", .help = "channel index from 0, or the mean of all channels",
+     .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
+    {.kind = SSAE_CLI_STRING, .name = "--windows", .offset = offsetof(opts, windows),
+     .metavar = "OUT.tsv",
+     .help = "also write every window: path, window index, time in seconds of the window's "
+             "centre (the centre of its middle frame), window score; first line a header",
+     .def = ""},
+    {.kind = SSAE_CLI_CHOICE, .name = "--format", .offset = offsetof(opts, format),
+     .choices = formats,
+     .help = "tsv: path, score, windows, verdict separated by tabs; json: one JSON object "
+             "per line with keys path, score, windows, verdict"},
+    {.kind = SSAE_CLI_INT, .name = "--jobs", .offset = offsetof(opts, jobs), .metavar = "N",
+     .min = 1, .max = 256,
+     .help = "decoding threads, which on the CPU also run the model", .def = "all cores"},
+    {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', .offset = offsetof(opts, quiet),
+     .help = "no progress line"},
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "score",
+    .usage = "usage: ssae score [options] FILE|DIR...",
+    .about = "Scores audio files with the model: one line per file with the path, the\n"
+             "file score (mean of its window scores), the number of windows and the\n"
+             "verdict: 'anomaly' when the file score is above the model's threshold,\n"
+             "'normal' otherwise, 'unknown' when the model has no threshold. A window\n"
+             "score is the mean squared error of the model's reconstruction of one\n"
+             "window of log-mel frames. Directories are searched recursively for audio\n"
+             "files, in sorted order.",
+    .epilogue = "A file that cannot be read or is shorter than one window is reported on\n"
+                "stderr and the rest are still scored.\n"
+                "Exit status: 0 all files scored, 1 some file failed, 2 usage error.",
+    .opts = options,
+    .positional = 1,
+};
 
 typedef struct {
   int state; /* 0 pending, 1 ready, 2 failed */
@@ -193,95 +215,110 @@ static void emit_windows(out_state *o, const char *path, const slot *s, const fl
   }
 }
 
-int ssae_cmd_score(int argc, char **argv) {
-  const char *model_path = NULL, *backend = "auto", *windows_path = NULL;
-  int channel = 0, json = 0, quiet = 0;
-  long jobs = 0;
-  int nfirst = 0;
-  char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-  if (!inputs) return SSAE_EXIT_INPUT;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    int more = i + 1 < argc;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      free(inputs);
-      return SSAE_EXIT_OK;
-    } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-      quiet = 1;
-    } else if (!strcmp(a, "--model") || !strcmp(a, "--backend") || !strcmp(a, "--channel") ||
-               !strcmp(a, "--windows") || !strcmp(a, "--format") || !strcmp(a, "--jobs")) {
-      if (!more) {
-        ssae_cli_error(CMD, "%s needs a value (see ssae score --help)", a);
-        free(inputs);
-        return SSAE_EXIT_USAGE;
-      }
-      const char *v = argv[++i];
-      if (!strcmp(a, "--model")) model_path = v;
-      else if (!strcmp(a, "--backend")) {
-        if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
-          ssae_cli_error(CMD, "--backend wants auto, cpu or cuda, not '%s'", v);
-          free(inputs);
-          return SSAE_EXIT_USAGE;
-        }
-        backend = v;
-      } else if (!strcmp(a, "--channel")) {
-        ssae_err err = {{0}};
-        if (ssae_audio_parse_channel(v, &channel, &err) || channel == SSAE_CHANNEL_ALL) {
-          ssae_cli_error(CMD, "--channel: %s", channel == SSAE_CHANNEL_ALL
-                                                   ? "'all' is not supported here: give an "
-                                                     "index from 0 or 'mix'"
-                                                   : err.msg);
-          free(inputs);
-          return SSAE_EXIT_USAGE;
-        }
-      } else if (!strcmp(a, "--windows")) windows_path = v;
-      else if (!strcmp(a, "--format")) {
-        if (!strcmp(v, "json")) json = 1;
-        else if (!strcmp(v, "tsv")) json = 0;
-        else {
-          ssae_cli_error(CMD, "--format wants tsv or json, not '%s'", v);
-          free(inputs);
-          return SSAE_EXIT_USAGE;
-        }
-      } else if (ssae_cli_parse_int(CMD, "--jobs", v, 1, 256, &jobs)) {
-        free(inputs);
-        return SSAE_EXIT_USAGE;
-      }
-    } else if (a[0] == '-' && a[1] && strcmp(a, "-")) {
-      ssae_cli_error(CMD, "unknown option '%s' (see ssae score --help)", a);
-      free(inputs);
-      return SSAE_EXIT_USAGE;
-    } else {
-      inputs[nfirst++] = argv[i];
+/* The main thread's side: waits for the files in input order, scores in
+ * batches the ones their worker did not score, prints every result, and
+ * lets the workers run ahead. Returns 0, or -1 when some file failed. */
+static int consume(job *j, ssae_backend *be, out_state *out) {
+  const size_t n = j->n;
+  ssae_err err = {{0}};
+  float *batch = NULL, *scores = NULL;
+  size_t batch_cap = 0;
+  int status = 0;
+  size_t i = 0;
+  while (i < n) {
+    /* Files [i, e) that are ready, up to a batch's worth of windows. */
+    pthread_mutex_lock(&j->mu);
+    while (j->slots[i].state == 0) pthread_cond_wait(&j->ready, &j->mu);
+    size_t e = i, total = 0;
+    while (e < n && j->slots[e].state != 0 &&
+           (e == i || total + j->slots[e].fs.n_windows <= BATCH_WINDOWS)) {
+      total += j->slots[e].fs.n_windows;
+      e++;
     }
-  }
-  if (!nfirst) {
-    ssae_cli_error(CMD, "no input files (see ssae score --help)");
-    free(inputs);
-    return SSAE_EXIT_USAGE;
-  }
+    pthread_mutex_unlock(&j->mu);
 
+    /* Files that still need scores (not scored by their worker): their
+     * frames end to end, one run of frames for the backend, which reads
+     * every window in place. The F-1 windows that straddle two files are
+     * scored too and skipped (about 1 % more work). */
+    size_t M = (size_t)j->m->d.n_mels, nfr = 0;
+    for (size_t k = i; k < e; k++)
+      if (j->slots[k].state == 1 && !j->slots[k].fs.scores) nfr += j->slots[k].fs.n_frames;
+    if (nfr > batch_cap) {
+      free(batch);
+      free(scores);
+      batch = malloc(nfr * M * sizeof *batch);
+      scores = malloc(nfr * sizeof *scores);
+      batch_cap = nfr;
+      if (!batch || !scores) {
+        ssae_cli_error(CMD, "out of memory for %zu frames", nfr);
+        status = -1;
+        break;
+      }
+    }
+    size_t off = 0;
+    for (size_t k = i; k < e; k++) {
+      const ssae_file_scores *fs = &j->slots[k].fs;
+      if (j->slots[k].state != 1 || fs->scores) continue;
+      memcpy(batch + off * M, fs->frames, fs->n_frames * M * sizeof *batch);
+      off += fs->n_frames;
+    }
+    int run_failed = off && ssae_backend_run_frames(be, batch, off, scores, &err);
+    if (run_failed) ssae_cli_error(CMD, "the model failed: %s", err.msg);
+    off = 0;
+    for (size_t k = i; k < e; k++) {
+      slot *s = &j->slots[k];
+      if (s->state == 2 || (run_failed && !s->fs.scores)) {
+        progress(out, 1);
+        if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
+        status = -1;
+        out->failed++;
+      } else if (s->fs.scores) {
+        emit(out, j->paths[k], s, s->fs.scores);
+        emit_windows(out, j->paths[k], s, s->fs.scores, j->m);
+      } else {
+        emit(out, j->paths[k], s, scores + off);
+        emit_windows(out, j->paths[k], s, scores + off, j->m);
+        off += s->fs.n_frames;
+      }
+      ssae_file_scores_release(&s->fs);
+      free(s->error);
+      s->error = NULL;
+      out->done++;
+    }
+    if (!out->tty || out->quiet) fflush(stdout);
+    pthread_mutex_lock(&j->mu);
+    j->consumed = e;
+    pthread_cond_broadcast(&j->room);
+    pthread_mutex_unlock(&j->mu);
+    i = e;
+    progress(out, 0);
+  }
+  free(batch);
+  free(scores);
+  return status;
+}
+
+/* Scores every input and prints them in order; 0, or 1 when some failed. */
+static int run(const opts *o, char **inputs, int n_inputs) {
   ssae_err err = {{0}};
   char **paths = NULL;
   size_t n = 0;
-  if (ssae_cli_collect(inputs, nfirst, &paths, &n, &err)) {
+  if (ssae_cli_collect(inputs, n_inputs, &paths, &n, &err)) {
     ssae_cli_error(CMD, "%s", err.msg);
-    free(inputs);
     return SSAE_EXIT_INPUT;
   }
-  free(inputs);
   if (!n) {
     ssae_cli_error(CMD, "no audio files found");
     return SSAE_EXIT_INPUT;
   }
-  ssae_model *m = ssae_model_open(model_path, &err);
+  ssae_model *m = ssae_model_open(o->model, &err);
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);
     ssae_cli_free_paths(paths, n);
     return SSAE_EXIT_INPUT;
   }
-  ssae_backend *be = ssae_backend_new(m, backend, BATCH_WINDOWS, &err);
+  ssae_backend *be = ssae_backend_new(m, o->backend, BATCH_WINDOWS, &err);
   if (!be) {
     ssae_cli_error(CMD, "%s", err.msg);
     ssae_model_free(m);
@@ -291,33 +328,31 @@ int ssae_cmd_score(int argc, char **argv) {
   if (*ssae_backend_note(be)) ssae_cli_error(CMD, "using the CPU: %s", ssae_backend_note(be));
   ssae_backend_set_fallback_cb(be, on_fallback, NULL);
 
-  out_state o = {.json = json, .tty = ssae_cli_stderr_tty(), .quiet = quiet,
-                 .threshold = m->threshold, .total = n, .t0 = now()};
+  out_state out = {.json = !strcmp(o->format, "json"), .tty = ssae_cli_stderr_tty(),
+                   .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now()};
   int status = SSAE_EXIT_OK;
-  if (windows_path) {
-    o.wf = fopen(windows_path, "w");
-    if (!o.wf) {
-      ssae_cli_error(CMD, "%s: cannot write: %s", windows_path, strerror(errno));
+  if (o->windows) {
+    out.wf = fopen(o->windows, "w");
+    if (!out.wf) {
+      ssae_cli_error(CMD, "%s: cannot write: %s", o->windows, strerror(errno));
       ssae_backend_free(be);
       ssae_model_free(m);
       ssae_cli_free_paths(paths, n);
       return SSAE_EXIT_INPUT;
     }
-    fprintf(o.wf, "path\twindow\ttime\tscore\n");
+    fprintf(out.wf, "path\twindow\ttime\tscore\n");
   }
 
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  int nw = jobs ? (int)jobs : ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
+  int nw = o->jobs ? o->jobs : ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
   if ((size_t)nw > n) nw = (int)n;
-  job j = {.paths = paths, .n = n, .m = m, .channel = channel,
+  job j = {.paths = paths, .n = n, .m = m, .channel = o->channel,
            .ahead = (size_t)nw * 4 + 8,
            /* On the CPU each worker scores its own files, right after their
             * features, on one thread: no batch copies, no hand-over. */
            .score_in_workers = ssae_backend_cpu_direct(be)};
   j.slots = calloc(n, sizeof *j.slots);
   pthread_t *tids = calloc((size_t)nw, sizeof *tids);
-  float *batch = NULL, *scores = NULL;
-  size_t batch_cap = 0;
   int started = 0;
   if (!j.slots || !tids || pthread_mutex_init(&j.mu, NULL)) {
     ssae_cli_error(CMD, "out of memory");
@@ -334,77 +369,8 @@ int ssae_cmd_score(int argc, char **argv) {
     goto joined;
   }
 
-  size_t i = 0;
-  while (i < n) {
-    /* Files [i, e) that are ready, up to a batch's worth of windows. */
-    pthread_mutex_lock(&j.mu);
-    while (j.slots[i].state == 0) pthread_cond_wait(&j.ready, &j.mu);
-    size_t e = i, total = 0;
-    while (e < n && j.slots[e].state != 0 &&
-           (e == i || total + j.slots[e].fs.n_windows <= BATCH_WINDOWS)) {
-      total += j.slots[e].fs.n_windows;
-      e++;
-    }
-    pthread_mutex_unlock(&j.mu);
-
-    /* Files that still need scores (not scored by their worker): their
-     * frames end to end, one run of frames for the backend, which reads
-     * every window in place. The F-1 windows that straddle two files are
-     * scored too and skipped (about 1 % more work). */
-    size_t M = (size_t)m->d.n_mels, nfr = 0;
-    for (size_t k = i; k < e; k++)
-      if (j.slots[k].state == 1 && !j.slots[k].fs.scores) nfr += j.slots[k].fs.n_frames;
-    if (nfr > batch_cap) {
-      free(batch);
-      free(scores);
-      batch = malloc(nfr * M * sizeof *batch);
-      scores = malloc(nfr * sizeof *scores);
-      batch_cap = nfr;
-      if (!batch || !scores) {
-        ssae_cli_error(CMD, "out of memory for %zu frames", nfr);
-        status = SSAE_EXIT_INPUT;
-        break;
-      }
-    }
-    size_t off = 0;
-    for (size_t k = i; k < e; k++) {
-      const ssae_file_scores *fs = &j.slots[k].fs;
-      if (j.slots[k].state != 1 || fs->scores) continue;
-      memcpy(batch + off * M, fs->frames, fs->n_frames * M * sizeof *batch);
-      off += fs->n_frames;
-    }
-    int run_failed = off && ssae_backend_run_frames(be, batch, off, scores, &err);
-    if (run_failed) ssae_cli_error(CMD, "the model failed: %s", err.msg);
-    off = 0;
-    for (size_t k = i; k < e; k++) {
-      slot *s = &j.slots[k];
-      if (s->state == 2 || (run_failed && !s->fs.scores)) {
-        progress(&o, 1);
-        if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
-        status = SSAE_EXIT_INPUT;
-        o.failed++;
-      } else if (s->fs.scores) {
-        emit(&o, paths[k], s, s->fs.scores);
-        emit_windows(&o, paths[k], s, s->fs.scores, m);
-      } else {
-        emit(&o, paths[k], s, scores + off);
-        emit_windows(&o, paths[k], s, scores + off, m);
-        off += s->fs.n_frames;
-      }
-      ssae_file_scores_release(&s->fs);
-      free(s->error);
-      s->error = NULL;
-      o.done++;
-    }
-    if (!o.tty || o.quiet) fflush(stdout);
-    pthread_mutex_lock(&j.mu);
-    j.consumed = e;
-    pthread_cond_broadcast(&j.room);
-    pthread_mutex_unlock(&j.mu);
-    i = e;
-    progress(&o, 0);
-  }
-  progress(&o, 1);
+  if (consume(&j, be, &out)) status = SSAE_EXIT_INPUT;
+  progress(&out, 1);
 
 joined:
   pthread_mutex_lock(&j.mu);
@@ -423,15 +389,24 @@ done:
     }
   free(j.slots);
   free(tids);
-  free(batch);
-  free(scores);
-  if (o.wf && fclose(o.wf) != 0) {
-    ssae_cli_error(CMD, "%s: write failed", windows_path);
+  if (out.wf && fclose(out.wf) != 0) {
+    ssae_cli_error(CMD, "%s: write failed", o->windows);
     status = SSAE_EXIT_INPUT;
   }
-  if (o.failed) ssae_cli_error(CMD, "%zu of %zu files failed", o.failed, n);
+  if (out.failed) ssae_cli_error(CMD, "%zu of %zu files failed", out.failed, n);
   ssae_backend_free(be);
   ssae_model_free(m);
   ssae_cli_free_paths(paths, n);
   return status;
+}
+
+int ssae_cmd_score(int argc, char **argv) {
+  opts o = {.backend = "auto", .format = "tsv"};
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  if (!args.n_pos) rc = ssae_cli_usage_error(&command, "no input files");
+  else rc = run(&o, args.pos, args.n_pos);
+  ssae_cli_args_free(&args);
+  return rc;
 }

@@ -1,10 +1,16 @@
 /* ssae train: trains a model on recordings of a machine running normally,
- * calibrates the decision threshold, writes the model file. */
+ * calibrates the decision threshold, writes the model file.
+ *
+ * parse (the option table) -> gather (features of every file, validation
+ * split) -> train (ssae_train_run on the backend ssae_train_backend_new
+ * picks) -> calibrate (gamma fit of the training files' scores) -> save
+ * (provenance, ssae_model_save). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,60 +20,115 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_opts.h"
 #include "ssae_audio.h"
 #include "ssae_config.h"
 #include "ssae_logmel.h"
 #include "ssae_model.h"
 #include "ssae_train.h"
-#if SSAE_HAVE_CUDA
-#include "ssae_cuda_train.h"
-#endif
 
 static const char *const CMD = "train";
 
-static void usage(FILE *f) {
-  fprintf(f,
-"usage: ssae train -o MODEL [options] FILE|DIR...\n\n"
-"Trains a model on recordings of a machine running normally (directories are\n"
-"searched recursively), sets the decision threshold from a gamma fit of the\n"
-"training files' scores, and writes MODEL (safetensors) for score, monitor,\n"
-"jack and the LV2 plugin. Ctrl-C stops after the current batch and still\n"
-"writes a valid model.\n\n"
-"training:\n"
-"  -o, --output MODEL      model file to write (checked before training)\n"
-"  --epochs N              passes over the training windows (default 100)\n"
-"  --batch N               windows per Adam step (default 512)\n"
-"  --lr X                  Adam learning rate (default 0.001)\n"
-"  --weight-decay X        L2 penalty added to the gradient, as torch (default 0)\n"
-"  --seed N                initialisation, validation split, shuffling (default 0)\n"
-"  --val FRAC              fraction of the files held out for validation (default 0.1)\n"
-"  --patience N            stop after N epochs without a better validation loss\n"
-"                          and keep the best weights (default 0: off)\n"
-"  --percentile P          threshold at this quantile of the fitted gamma (default 0.9)\n"
-"  --backend auto|cpu|cuda where to train (default auto: CUDA when a device is\n"
-"                          present and passes a start-up self-test against the\n"
-"                          CPU, else cpu)\n"
-"  --threads N             CPU threads (default 0 = all cores)\n"
-"  -q, --quiet             no progress output\n"
-"model:\n"
-"  --latent N              latent dimension L (default 32)\n"
-"  --slice-latent N        per-slice latent dimension S (default 64)\n"
-"features (stored in the model, used by everything that loads it):\n"
-"  --channel N|mix         channel index from 0 (default 0) or the mean of all\n"
-"  --sample-rate HZ        resample to this rate (default 16000)\n"
-"  --n-fft N               frame length = FFT size (default 1024)\n"
-"  --hop N                 samples between frames (default 512)\n"
-"  --n-mels N              mel bands (default 64)\n"
-"  --frames N              frames per window (default 5)\n"
-"  --fmin HZ, --fmax HZ    band edges (default 0 and sample-rate/2)\n"
-"  --pad-mode reflect|constant   centre padding (default reflect)\n"
-"  --mel-scale slaney|htk  (default slaney)\n"
-"  --mel-norm slaney|none  (default slaney)\n"
-"  --power X               spectrum exponent (default 2)\n"
-"  -h, --help              this text\n\n"
-"Exit status: 0 model written, 1 some input failed (a model is still written\n"
-"from the usable files when there are any), 2 usage error.\n");
+/* ---- options ------------------------------------------------------------ */
+
+typedef struct opts {
+  const char *output, *backend;
+  int epochs, batch, patience, threads, quiet, latent, slice_latent, channel;
+  double lr, weight_decay, val, percentile;
+  uint64_t seed;
+  ssae_feat_cfg feat;
+} opts;
+
+static int parse_seed(const ssae_cli_opt *o, const char *v, void *dest, ssae_err *err) {
+  (void)o;
+  char *end;
+  errno = 0;
+  unsigned long long s = strtoull(v, &end, 10);
+  if (errno || end == v || *end || v[0] == '-')
+    return ssae_err_set(err, "'%s' is not a whole number >= 0", v);
+  *(uint64_t *)dest = (uint64_t)s;
+  return 0;
 }
+
+static void show_seed(const ssae_cli_opt *o, const void *dest, char *buf, size_t len) {
+  (void)o;
+  snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)dest);
+}
+
+#define O(f) .offset = offsetof(opts, f)
+#define FEAT(flag, key, mv, text)                                                   \
+  {.kind = SSAE_CLI_CUSTOM, .name = flag, O(feat), .metavar = mv, .help = text,    \
+   .parse = ssae_cli_parse_feature, .show = ssae_cli_show_feature, .arg = key}
+
+static const ssae_cli_opt options[] = {
+    {.kind = SSAE_CLI_HEADING, .help = "training:"},
+    {.kind = SSAE_CLI_STRING, .name = "--output", .short_name = 'o', O(output),
+     .metavar = "MODEL", .help = "model file to write (checked before training)", .def = ""},
+    {.kind = SSAE_CLI_INT, .name = "--epochs", O(epochs), .metavar = "N", .min = 1,
+     .max = 1000000, .help = "passes over the training windows"},
+    {.kind = SSAE_CLI_INT, .name = "--batch", O(batch), .metavar = "N", .min = 1,
+     .max = 1 << 20, .help = "windows per Adam step"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--lr", O(lr), .metavar = "X", .min = 1e-12, .max = 10,
+     .help = "Adam learning rate"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--weight-decay", O(weight_decay), .metavar = "X",
+     .min = 0, .max = 10, .help = "L2 penalty added to the gradient, as torch"},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--seed", O(seed), .metavar = "N",
+     .help = "initialisation, validation split, shuffling", .parse = parse_seed,
+     .show = show_seed},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--val", O(val), .metavar = "FRAC", .min = 0, .max = 0.9,
+     .help = "fraction of the files held out for validation"},
+    {.kind = SSAE_CLI_INT, .name = "--patience", O(patience), .metavar = "N", .min = 0,
+     .max = 1000000,
+     .help = "stop after N epochs without a better validation loss and keep the best "
+             "weights; 0: off"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--percentile", O(percentile), .metavar = "P",
+     .min = 1e-6, .max = 1 - 1e-9, .help = "threshold at this quantile of the fitted gamma"},
+    {.kind = SSAE_CLI_CHOICE, .name = "--backend", O(backend), .choices = ssae_cli_backends,
+     .help = "where to train; auto: CUDA when a device is present and passes a start-up "
+             "self-test against the CPU, else cpu"},
+    {.kind = SSAE_CLI_INT, .name = "--threads", O(threads), .metavar = "N", .min = 0,
+     .max = 256, .help = "CPU threads; 0: all cores"},
+    {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', O(quiet),
+     .help = "no progress output"},
+    {.kind = SSAE_CLI_HEADING, .help = "model:"},
+    {.kind = SSAE_CLI_INT, .name = "--latent", O(latent), .metavar = "N", .min = 1, .max = 4096,
+     .help = "latent dimension L"},
+    {.kind = SSAE_CLI_INT, .name = "--slice-latent", O(slice_latent), .metavar = "N", .min = 1,
+     .max = 4096, .help = "per-slice latent dimension S"},
+    {.kind = SSAE_CLI_HEADING,
+     .help = "features (stored in the model, used by everything that loads it):"},
+    {.kind = SSAE_CLI_CUSTOM, .name = "--channel", O(channel), .metavar = "N|mix",
+     .help = "channel index from 0, or the mean of all channels",
+     .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
+    FEAT("--sample-rate", "sample_rate", "HZ", "resample to this rate"),
+    FEAT("--n-fft", "n_fft", "N", "frame length = FFT size"),
+    FEAT("--hop", "hop_length", "N", "samples between frames"),
+    FEAT("--n-mels", "n_mels", "N", "mel bands"),
+    FEAT("--frames", "frames", "N", "frames per window"),
+    FEAT("--fmin", "fmin", "HZ", "lowest band edge"),
+    {.kind = SSAE_CLI_CUSTOM, .name = "--fmax", O(feat), .metavar = "HZ",
+     .help = "highest band edge", .def = "sample-rate/2", .parse = ssae_cli_parse_feature,
+     .arg = "fmax"},
+    FEAT("--pad-mode", "pad_mode", "reflect|constant", "centre padding"),
+    FEAT("--mel-scale", "mel_scale", "slaney|htk", "mel scale"),
+    FEAT("--mel-norm", "mel_norm", "slaney|none", "mel filter normalisation"),
+    FEAT("--power", "power", "X", "spectrum exponent"),
+    {0}};
+
+static const ssae_cli_cmd command = {
+    .name = "train",
+    .usage = "usage: ssae train -o MODEL [options] FILE|DIR...",
+    .about = "Trains a model on recordings of a machine running normally (directories are\n"
+             "searched recursively), sets the decision threshold from a gamma fit of the\n"
+             "training files' scores, and writes MODEL (safetensors) for score, monitor,\n"
+             "jack and the LV2 plugin. Ctrl-C stops after the current batch and still\n"
+             "writes a valid model.",
+    .epilogue = "Exit status: 0 model written, 1 some input failed (a model is still written\n"
+                "from the usable files when there are any), 2 usage error.",
+    .opts = options,
+    .positional = 1,
+    .unquoted_unknown = 1,
+};
 
 /* ---- Ctrl-C ------------------------------------------------------------- */
 
@@ -270,442 +331,400 @@ static void params_to_model(ssae_model *m, const size_t *off, const float *p) {
     memcpy(t[i], p + off[i], (off[i + 1] - off[i]) * sizeof(float));
 }
 
-typedef struct feat_flag {
-  const char *flag, *key;
-} feat_flag;
+/* ---- data: features of every file, validation split ---------------------- */
 
-static const feat_flag feat_flags[] = {
-    {"--sample-rate", "sample_rate"}, {"--n-fft", "n_fft"},   {"--hop", "hop_length"},
-    {"--n-mels", "n_mels"},           {"--frames", "frames"}, {"--fmin", "fmin"},
-    {"--fmax", "fmax"},               {"--pad-mode", "pad_mode"},
-    {"--mel-scale", "mel_scale"},     {"--mel-norm", "mel_norm"},
-    {"--power", "power"},             {NULL, NULL}};
+typedef struct train_data {
+  char **paths;
+  size_t n_paths;
+  clip *clips;
+  size_t *order;           /* usable clips: training files, then validation files */
+  size_t n_train_files, n_val_files;
+  float *frames;           /* every usable file's frames, end to end */
+  size_t *train_off, *val_off;
+  ssae_window_set train, val;
+  uint64_t hash;           /* FNV-1a of the training frames */
+} train_data;
 
-/* The training backend: cpu, cuda (an error without a device), or auto:
- * CUDA when a device is there and its gradients and scores agree with the
- * CPU's on a test batch, else the CPU (saying why). */
-static int open_backend(ssae_train_backend *be, const char *which, const ssae_dims *dims,
-                        int threads, int quiet, ssae_err *err) {
-#if SSAE_HAVE_CUDA
-  if (!strcmp(which, "cuda") || (!strcmp(which, "auto") && ssae_cuda_train_available())) {
-    if (ssae_train_backend_cuda(be, dims, err) == 0 &&
-        ssae_train_backend_selftest(be, dims, err) == 0) {
-      if (!quiet) fprintf(stderr, "training on the GPU (CUDA)\n");
-      return 0;
-    }
-    ssae_train_backend_free(be);
-    if (!strcmp(which, "cuda")) return ssae_err_prefix(err, "--backend cuda");
-    if (!quiet) fprintf(stderr, "training on the CPU: %s\n", err->msg);
-  }
-#endif
-  (void)quiet;
-  (void)which;
-  return ssae_train_backend_cpu(be, dims, threads, err);
+static void data_free(train_data *td) {
+  if (td->clips)
+    for (size_t i = 0; i < td->n_paths; i++) free(td->clips[i].frames);
+  free(td->clips);
+  free(td->order);
+  free(td->frames);
+  free(td->train_off);
+  free(td->val_off);
+  ssae_cli_free_paths(td->paths, td->n_paths);
+  memset(td, 0, sizeof *td);
 }
 
-/* ---- the command -------------------------------------------------------- */
-
-int ssae_cmd_train(int argc, char **argv) {
-  ssae_train_cfg tc;
-  ssae_train_cfg_default(&tc);
-  ssae_feat_cfg feat;
-  ssae_feat_cfg_default(&feat);
-  ssae_dims dims;
-  ssae_dims_default(&dims);
-  const char *out = NULL, *backend = "auto";
-  double val_frac = 0.1, percentile = 0.9;
-  long threads = 0;
-  int quiet = 0, channel = 0;
-  char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-  int n_inputs = 0;
-  ssae_err err = {{0}};
-  if (!inputs) return SSAE_EXIT_INPUT;
-
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(stdout);
-      free(inputs);
-      return SSAE_EXIT_OK;
-    }
-    if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-      quiet = 1;
-      continue;
-    }
-    if (a[0] != '-' || !strcmp(a, "-")) {
-      inputs[n_inputs++] = argv[i];
-      continue;
-    }
-    if (!strcmp(a, "--")) {
-      while (++i < argc) inputs[n_inputs++] = argv[i];
-      break;
-    }
-    /* every other option takes a value: --flag V or --flag=V */
-    char flag[64];
-    const char *v;
-    const char *eq = strchr(a, '=');
-    if (eq && eq - a < (long)sizeof flag) {
-      snprintf(flag, sizeof flag, "%.*s", (int)(eq - a), a);
-      v = eq + 1;
-    } else {
-      snprintf(flag, sizeof flag, "%s", a);
-      if (i + 1 >= argc) {
-        ssae_cli_error(CMD, "%s needs a value (ssae train --help)", a);
-        goto usage_fail;
-      }
-      v = argv[++i];
-    }
-    long n;
-    int bad = 0;
-    if (!strcmp(flag, "-o") || !strcmp(flag, "--output")) out = v;
-    else if (!strcmp(flag, "--epochs")) {
-      bad = ssae_cli_parse_int(CMD, flag, v, 1, 1000000, &n);
-      tc.epochs = (int)n;
-    } else if (!strcmp(flag, "--batch")) {
-      bad = ssae_cli_parse_int(CMD, flag, v, 1, 1 << 20, &n);
-      tc.batch = (int)n;
-    } else if (!strcmp(flag, "--patience")) {
-      bad = ssae_cli_parse_int(CMD, flag, v, 0, 1000000, &n);
-      tc.patience = (int)n;
-    } else if (!strcmp(flag, "--seed")) {
-      char *end;
-      errno = 0;
-      unsigned long long s = strtoull(v, &end, 10);
-      if (errno || end == v || *end || v[0] == '-') {
-        ssae_cli_error(CMD, "--seed: '%s' is not a whole number >= 0", v);
-        bad = -1;
-      }
-      tc.seed = (uint64_t)s;
-    } else if (!strcmp(flag, "--lr"))
-      bad = ssae_cli_parse_double(CMD, flag, v, 1e-12, 10, &tc.adam.lr);
-    else if (!strcmp(flag, "--weight-decay"))
-      bad = ssae_cli_parse_double(CMD, flag, v, 0, 10, &tc.adam.weight_decay);
-    else if (!strcmp(flag, "--val"))
-      bad = ssae_cli_parse_double(CMD, flag, v, 0, 0.9, &val_frac);
-    else if (!strcmp(flag, "--percentile")) {
-      bad = ssae_cli_parse_double(CMD, flag, v, 1e-6, 1 - 1e-9, &percentile);
-    } else if (!strcmp(flag, "--threads"))
-      bad = ssae_cli_parse_int(CMD, flag, v, 0, 256, &threads);
-    else if (!strcmp(flag, "--latent")) {
-      bad = ssae_cli_parse_int(CMD, flag, v, 1, 4096, &n);
-      dims.latent = (int)n;
-    } else if (!strcmp(flag, "--slice-latent")) {
-      bad = ssae_cli_parse_int(CMD, flag, v, 1, 4096, &n);
-      dims.slice_latent = (int)n;
-    } else if (!strcmp(flag, "--backend")) {
-      if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
-        ssae_cli_error(CMD, "--backend: '%s' is not auto, cpu or cuda", v);
-        bad = -1;
-      }
-      backend = v;
-    } else if (!strcmp(flag, "--channel")) {
-      if (ssae_audio_parse_channel(v, &channel, &err) || channel == SSAE_CHANNEL_ALL) {
-        ssae_cli_error(CMD, "--channel: %s", channel == SSAE_CHANNEL_ALL
-                                                 ? "'all' is not for training; give an index or mix"
-                                                 : err.msg);
-        bad = -1;
-      }
-    } else {
-      const feat_flag *ff = feat_flags;
-      while (ff->flag && strcmp(ff->flag, flag)) ff++;
-      if (!ff->flag) {
-        ssae_cli_error(CMD, "unknown option %s (ssae train --help)", flag);
-        goto usage_fail;
-      }
-      if (ssae_feat_cfg_set(&feat, ff->key, v, &err) != 1) {
-        ssae_cli_error(CMD, "%s: %s", flag, err.msg);
-        bad = -1;
-      }
-    }
-    if (bad) goto usage_fail;
-  }
-  if (!out) {
-    ssae_cli_error(CMD, "no output: give the model file with -o MODEL (ssae train --help)");
-    goto usage_fail;
-  }
-  if (n_inputs == 0) {
-    ssae_cli_error(CMD, "no input: give recordings of normal operation (FILE|DIR...)");
-    goto usage_fail;
-  }
-  if (ssae_feat_cfg_validate(&feat, &err)) {
-    ssae_cli_error(CMD, "feature settings: %s", err.msg);
-    goto usage_fail;
-  }
-#if !SSAE_HAVE_CUDA
-  if (!strcmp(backend, "cuda")) {
-    ssae_cli_error(CMD, "--backend cuda: CUDA training is not built into this ssae; use "
-                        "--backend cpu (or auto)");
-    goto usage_fail;
-  }
-#endif
-  dims.n_mels = feat.n_mels;
-  dims.frames = feat.frames;
-  if (check_output(out)) {
-    free(inputs);
-    return SSAE_EXIT_INPUT;
-  }
-  int status = SSAE_EXIT_OK;
-  char **paths = NULL;
-  size_t n_paths = 0;
-  if (ssae_cli_collect(inputs, n_inputs, &paths, &n_paths, &err)) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    free(inputs);
-    return SSAE_EXIT_INPUT;
-  }
-  free(inputs);
-  if (n_paths == 0) {
-    ssae_cli_error(CMD, "no audio files found in the given directories (looked for .wav, "
-                        ".flac, .ogg, .aiff, ...)");
-    ssae_cli_free_paths(paths, n_paths);
-    return SSAE_EXIT_INPUT;
-  }
-
-  int tty = ssae_cli_stderr_tty();
-  if (threads == 0) {
-    long nc = sysconf(_SC_NPROCESSORS_ONLN);
-    threads = nc > 0 ? nc : 1;
-  }
-  clip *clips = calloc(n_paths, sizeof *clips);
-  ssae_model *model = NULL;
-  float *params = NULL, *scores = NULL, *xb = NULL;
-  size_t *train_off = NULL, *val_off = NULL, *order = NULL;
-  float *frames = NULL;
-  double *file_scores = NULL;
-  ssae_train_backend be;
-  memset(&be, 0, sizeof be);
-  if (!clips) goto oom;
-  /* before the features: a missing GPU is reported at once */
-  if (open_backend(&be, backend, &dims, (int)threads, quiet, &err)) goto fail;
-  if (!quiet) fprintf(stderr, "computing features of %zu file%s...\n", n_paths, n_paths == 1 ? "" : "s");
-  loader ld = {clips, n_paths, &feat, channel, PTHREAD_MUTEX_INITIALIZER, 0};
-  for (size_t i = 0; i < n_paths; i++) clips[i].path = paths[i];
-  load_all(&ld, (int)threads);
-
-  /* usable files; the bad ones are reported and left out */
-  size_t n_ok = 0;
-  for (size_t i = 0; i < n_paths; i++) {
-    if (clips[i].ok) n_ok++;
-    else {
-      ssae_cli_error(CMD, "%s", clips[i].err.msg);
-      status = SSAE_EXIT_INPUT;
-    }
-  }
-  if (n_ok == 0) {
-    ssae_cli_error(CMD, "no usable training files (%zu given)", n_paths);
-    status = SSAE_EXIT_INPUT;
-    goto done;
-  }
-
-  /* validation split by file, drawn from the seed */
-  order = malloc(n_paths * sizeof *order);
-  if (!order) goto oom;
+/* The usable clips in order: drawn from the seed into training and
+ * validation files, each part back in path order so that the data do not
+ * depend on the draw's order. */
+static int split(const opts *o, train_data *td, size_t n_ok) {
+  size_t *order = td->order = malloc(n_ok * sizeof *order);
+  if (!order) return -1;
   size_t k = 0;
-  for (size_t i = 0; i < n_paths; i++)
-    if (clips[i].ok) order[k++] = i;
+  for (size_t i = 0; i < td->n_paths; i++)
+    if (td->clips[i].ok) order[k++] = i;
   ssae_rng rng;
-  ssae_rng_seed(&rng, tc.seed ^ 0x76616c6964617465ULL);
+  ssae_rng_seed(&rng, o->seed ^ 0x76616c6964617465ULL);
   for (size_t i = n_ok - 1; i > 0; i--) {
     size_t j = (size_t)ssae_rng_below(&rng, (uint64_t)i + 1), t = order[i];
     order[i] = order[j];
     order[j] = t;
   }
-  size_t n_val_files = (size_t)floor(val_frac * (double)n_ok + 0.5);
-  if (val_frac > 0 && n_val_files == 0 && n_ok >= 2) n_val_files = 1;
-  if (n_val_files >= n_ok) n_val_files = n_ok - 1;
-  /* train files first (in path order), then validation files */
-  size_t n_train_files = n_ok - n_val_files;
-  {
-    /* sort each part back into path order so the data do not depend on the split's draw order */
-    for (size_t a = 0; a < 2; a++) {
-      size_t lo = a ? n_train_files : 0, hi = a ? n_ok : n_train_files;
-      for (size_t i = lo + 1; i < hi; i++)
-        for (size_t j = i; j > lo && order[j - 1] > order[j]; j--) {
-          size_t t = order[j];
-          order[j] = order[j - 1];
-          order[j - 1] = t;
-        }
-    }
+  size_t n_val = (size_t)floor(o->val * (double)n_ok + 0.5);
+  if (o->val > 0 && n_val == 0 && n_ok >= 2) n_val = 1;
+  if (n_val >= n_ok) n_val = n_ok - 1;
+  td->n_val_files = n_val;
+  td->n_train_files = n_ok - n_val;
+  for (size_t a = 0; a < 2; a++) {
+    size_t lo = a ? td->n_train_files : 0, hi = a ? n_ok : td->n_train_files;
+    for (size_t i = lo + 1; i < hi; i++)
+      for (size_t j = i; j > lo && order[j - 1] > order[j]; j--) {
+        size_t t = order[j];
+        order[j] = order[j - 1];
+        order[j - 1] = t;
+      }
   }
-  size_t M = (size_t)feat.n_mels, Fw = (size_t)feat.frames, fm = M * Fw;
+  return 0;
+}
+
+/* All frames end to end and the window offsets of both sets. */
+static int lay_out(const opts *o, train_data *td) {
+  const size_t M = (size_t)o->feat.n_mels, n_ok = td->n_train_files + td->n_val_files;
   size_t total_frames = 0, n_train_w = 0, n_val_w = 0;
   for (size_t i = 0; i < n_ok; i++) {
-    total_frames += clips[order[i]].n_frames;
-    if (i < n_train_files) n_train_w += clips[order[i]].n_windows;
-    else n_val_w += clips[order[i]].n_windows;
+    const clip *c = &td->clips[td->order[i]];
+    total_frames += c->n_frames;
+    if (i < td->n_train_files) n_train_w += c->n_windows;
+    else n_val_w += c->n_windows;
   }
-  frames = malloc(total_frames * M * sizeof *frames);
-  train_off = malloc((n_train_w ? n_train_w : 1) * sizeof *train_off);
-  val_off = malloc((n_val_w ? n_val_w : 1) * sizeof *val_off);
-  if (!frames || !train_off || !val_off) goto oom;
+  td->frames = malloc(total_frames * M * sizeof *td->frames);
+  td->train_off = malloc((n_train_w ? n_train_w : 1) * sizeof *td->train_off);
+  td->val_off = malloc((n_val_w ? n_val_w : 1) * sizeof *td->val_off);
+  if (!td->frames || !td->train_off || !td->val_off) return -1;
   uint64_t hash = 0xcbf29ce484222325ULL;
   size_t pos = 0, tw = 0, vw = 0;
   for (size_t i = 0; i < n_ok; i++) {
-    clip *c = &clips[order[i]];
-    memcpy(frames + pos * M, c->frames, c->n_frames * M * sizeof *frames);
-    if (i < n_train_files) hash = fnv1a(hash, c->frames, c->n_frames * M * sizeof *frames);
+    clip *c = &td->clips[td->order[i]];
+    memcpy(td->frames + pos * M, c->frames, c->n_frames * M * sizeof *td->frames);
+    if (i < td->n_train_files) hash = fnv1a(hash, c->frames, c->n_frames * M * sizeof(float));
     free(c->frames);
     c->frames = NULL;
     for (size_t w = 0; w < c->n_windows; w++) {
-      if (i < n_train_files) train_off[tw++] = (pos + w) * M;
-      else val_off[vw++] = (pos + w) * M;
+      if (i < td->n_train_files) td->train_off[tw++] = (pos + w) * M;
+      else td->val_off[vw++] = (pos + w) * M;
     }
     pos += c->n_frames;
   }
-  ssae_window_set train = {frames, train_off, n_train_w}, val = {frames, val_off, n_val_w};
-  if (!quiet)
+  td->hash = hash;
+  td->train = (ssae_window_set){td->frames, td->train_off, n_train_w};
+  td->val = (ssae_window_set){td->frames, td->val_off, n_val_w};
+  return 0;
+}
+
+/* Features of every file (in parallel), the split, the window sets. Bad
+ * files are reported and left out (*status 1). Returns 0, or -1 after
+ * printing why nothing can be trained. */
+static int gather(const opts *o, int threads, train_data *td, int *status) {
+  const size_t n_paths = td->n_paths;
+  if (!o->quiet)
+    fprintf(stderr, "computing features of %zu file%s...\n", n_paths, n_paths == 1 ? "" : "s");
+  if (!(td->clips = calloc(n_paths, sizeof *td->clips))) goto oom;
+  loader ld = {td->clips, n_paths, &o->feat, o->channel, PTHREAD_MUTEX_INITIALIZER, 0};
+  for (size_t i = 0; i < n_paths; i++) td->clips[i].path = td->paths[i];
+  load_all(&ld, threads);
+  size_t n_ok = 0;
+  for (size_t i = 0; i < n_paths; i++) {
+    if (td->clips[i].ok) n_ok++;
+    else {
+      ssae_cli_error(CMD, "%s", td->clips[i].err.msg);
+      *status = SSAE_EXIT_INPUT;
+    }
+  }
+  if (n_ok == 0) {
+    ssae_cli_error(CMD, "no usable training files (%zu given)", n_paths);
+    return -1;
+  }
+  if (split(o, td, n_ok) || lay_out(o, td)) goto oom;
+  if (!o->quiet)
     fprintf(stderr, "%zu training file%s (%zu windows), %zu validation file%s (%zu windows)\n",
-            n_train_files, n_train_files == 1 ? "" : "s", n_train_w, n_val_files,
-            n_val_files == 1 ? "" : "s", n_val_w);
+            td->n_train_files, td->n_train_files == 1 ? "" : "s", td->train.n,
+            td->n_val_files, td->n_val_files == 1 ? "" : "s", td->val.n);
+  return 0;
+oom:
+  ssae_cli_error(CMD, "out of memory");
+  return -1;
+}
 
-  /* model and initial weights */
-  if (!(model = ssae_model_new(&dims, &err))) goto fail;
-  model->feat = feat;
-  ssae_model_init(model, tc.seed);
-  size_t off[SSAE_N_TENSORS + 1];
-  ssae_param_offsets(&dims, off);
-  params = malloc(off[SSAE_N_TENSORS] * sizeof *params);
-  if (!params) goto oom;
-  params_from_model(model, off, params);
+/* ---- training ------------------------------------------------------------ */
 
-
+/* Trains params (the model's initial weights) in place; Ctrl-C stops after
+ * the current batch. */
+static int train(const opts *o, const ssae_dims *dims, const ssae_train_cfg *tc,
+                 const ssae_train_backend *be, const train_data *td, float *params,
+                 ssae_train_result *res, ssae_err *err) {
   struct sigaction sa, old_sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   g_stop = 0;
   sigaction(SIGINT, &sa, &old_sa);
-  progress pg = {tty, quiet, -1, 0, 0};
-  ssae_train_result res;
-  int trc = ssae_train_run(&dims, &tc, &be, params, &train, &val, &g_stop, on_progress, &pg,
-                           &res, &err);
+  progress pg = {ssae_cli_stderr_tty(), o->quiet, -1, 0, 0};
+  int rc = ssae_train_run(dims, tc, be, params, &td->train, &td->val, &g_stop, on_progress,
+                          &pg, res, err);
   progress_end(&pg);
   sigaction(SIGINT, &old_sa, NULL);
-  if (trc) goto fail;
-  if (res.interrupted && !quiet)
-    fprintf(stderr, "interrupted in epoch %d: writing the model trained so far\n", res.epochs_run);
-  if (res.early_stopped && !quiet)
+  if (rc) return -1;
+  if (res->interrupted && !o->quiet)
+    fprintf(stderr, "interrupted in epoch %d: writing the model trained so far\n",
+            res->epochs_run);
+  if (res->early_stopped && !o->quiet)
     fprintf(stderr, "early stop after epoch %d: keeping the weights of epoch %d\n",
-            res.epochs_run, res.best_epoch);
+            res->epochs_run, res->best_epoch);
+  return 0;
+}
 
-  /* threshold: gamma fit to the training files' scores */
-  params_to_model(model, off, params);
-  if (ssae_model_update(model, &err)) goto fail;
-  if (be.set_params(be.ctx, params, &err)) goto fail;
-  size_t cap = (size_t)tc.batch;
-  scores = malloc(cap * sizeof *scores);
-  xb = malloc(cap * fm * sizeof *xb);
-  file_scores = malloc(n_train_files * sizeof *file_scores);
-  if (!scores || !xb || !file_scores) goto oom;
-  double *win_scores = NULL;
-  size_t n_win_scores = 0;
+/* ---- threshold ------------------------------------------------------------ */
+
+typedef struct calibration {
+  double shape, scale, threshold;
+  const char *method;
+} calibration;
+
+/* Mean scores of the windows [first, first + n) of the training set, in
+ * batches of cap (xb: cap windows, scores: cap floats). */
+static int score_windows(const ssae_train_backend *be, const train_data *td, size_t fm,
+                         size_t first, size_t n, size_t cap, float *xb, float *scores,
+                         double *out, ssae_err *err) {
+  for (size_t i = 0; i < n; i += cap) {
+    size_t k = n - i < cap ? n - i : cap;
+    for (size_t j = 0; j < k; j++)
+      memcpy(xb + j * fm, td->frames + td->train_off[first + i + j], fm * sizeof *xb);
+    if (be->scores(be->ctx, xb, k, scores, err)) return -1;
+    for (size_t j = 0; j < k; j++) out[i + j] = scores[j];
+  }
+  return 0;
+}
+
+/* The threshold: a gamma fit (location 0) of the training files' mean
+ * scores, or of their window scores when that fit fails (one training
+ * file, or identical scores), at the percentile. be holds the weights. */
+static int calibrate(const opts *o, const ssae_train_backend *be, const train_data *td,
+                     int batch, calibration *cal, ssae_err *err) {
+  const size_t fm = (size_t)o->feat.n_mels * (size_t)o->feat.frames, cap = (size_t)batch;
+  size_t max_w = td->train.n;
+  float *scores = malloc(cap * sizeof *scores), *xb = malloc(cap * fm * sizeof *xb);
+  double *file_scores = malloc(td->n_train_files * sizeof *file_scores);
+  double *win = malloc((max_w ? max_w : 1) * sizeof *win);
+  int rc = -1;
+  if (!scores || !xb || !file_scores || !win) {
+    ssae_err_set(err, "out of memory");
+    goto done;
+  }
   size_t wi = 0;
-  for (size_t f = 0; f < n_train_files; f++) {
-    size_t nw = clips[order[f]].n_windows;
+  for (size_t f = 0; f < td->n_train_files; f++) {
+    size_t nw = td->clips[td->order[f]].n_windows;
+    if (score_windows(be, td, fm, wi, nw, cap, xb, scores, win, err)) goto done;
     double s = 0;
-    for (size_t i = 0; i < nw; i += cap) {
-      size_t kk = nw - i < cap ? nw - i : cap;
-      for (size_t j = 0; j < kk; j++)
-        memcpy(xb + j * fm, frames + train_off[wi + i + j], fm * sizeof *xb);
-      if (be.scores(be.ctx, xb, kk, scores, &err)) goto fail;
-      for (size_t j = 0; j < kk; j++) s += scores[j];
-    }
-    wi += nw;
+    for (size_t j = 0; j < nw; j++) s += win[j];
     file_scores[f] = s / (double)nw;
+    wi += nw;
   }
-  double shape = NAN, scale = NAN, threshold;
-  const char *method = "gamma_mle_loc0_file_scores";
-  if (ssae_gamma_fit(file_scores, n_train_files, &shape, &scale, &err)) {
-    /* one training file (or identical scores): fit its window scores */
-    method = "gamma_mle_loc0_window_scores";
-    win_scores = malloc(n_train_w * sizeof *win_scores);
-    if (!win_scores) goto oom;
-    for (size_t i = 0; i < n_train_w; i += cap) {
-      size_t kk = n_train_w - i < cap ? n_train_w - i : cap;
-      for (size_t j = 0; j < kk; j++)
-        memcpy(xb + j * fm, frames + train_off[i + j], fm * sizeof *xb);
-      if (be.scores(be.ctx, xb, kk, scores, &err)) {
-        free(win_scores);
-        goto fail;
-      }
-      for (size_t j = 0; j < kk; j++) win_scores[n_win_scores++] = scores[j];
-    }
-    int frc = ssae_gamma_fit(win_scores, n_win_scores, &shape, &scale, &err);
-    free(win_scores);
-    if (frc) {
-      ssae_err_prefix(&err, "threshold");
-      goto fail;
+  cal->shape = cal->scale = NAN;
+  cal->method = "gamma_mle_loc0_file_scores";
+  if (ssae_gamma_fit(file_scores, td->n_train_files, &cal->shape, &cal->scale, err)) {
+    cal->method = "gamma_mle_loc0_window_scores";
+    if (score_windows(be, td, fm, 0, td->train.n, cap, xb, scores, win, err)) goto done;
+    if (ssae_gamma_fit(win, td->train.n, &cal->shape, &cal->scale, err)) {
+      ssae_err_prefix(err, "threshold");
+      goto done;
     }
   }
-  threshold = scale * ssae_gamma_p_inv(shape, percentile);
-  model->threshold = threshold;
+  cal->threshold = cal->scale * ssae_gamma_p_inv(cal->shape, o->percentile);
+  rc = 0;
+done:
+  free(scores);
+  free(xb);
+  free(file_scores);
+  free(win);
+  return rc;
+}
 
-  /* provenance */
+/* ---- the model file ------------------------------------------------------- */
+
+/* Threshold and provenance into the model's metadata, then the file. */
+static int save(const opts *o, const ssae_train_cfg *tc, const train_data *td,
+                const ssae_train_result *res, const calibration *cal, const char *backend,
+                ssae_model *model, ssae_err *err) {
+  model->threshold = cal->threshold;
   char date[32];
   time_t now = time(NULL);
   struct tm tmv;
   gmtime_r(&now, &tmv);
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
   char hbuf[24], seedbuf[24];
-  snprintf(hbuf, sizeof hbuf, "%016llx", (unsigned long long)hash);
-  snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)tc.seed);
-  if (ssae_model_meta_set(model, "threshold_method", method, &err) ||
-      meta_num(model, "threshold_percentile", percentile, &err) ||
-      meta_num(model, "gamma_shape", shape, &err) ||
-      meta_num(model, "gamma_loc", 0.0, &err) ||
-      meta_num(model, "gamma_scale", scale, &err) ||
-      meta_int(model, "train_files", (long long)n_train_files, &err) ||
-      meta_int(model, "val_files", (long long)n_val_files, &err) ||
-      meta_int(model, "train_windows", (long long)n_train_w, &err) ||
-      meta_int(model, "val_windows", (long long)n_val_w, &err) ||
-      ssae_model_meta_set(model, "train_data_fnv1a64", hbuf, &err) ||
-      meta_int(model, "epochs", (long long)res.epochs_run, &err) ||
-      meta_int(model, "epochs_requested", (long long)tc.epochs, &err) ||
-      meta_int(model, "batch", (long long)tc.batch, &err) ||
-      meta_num(model, "lr", tc.adam.lr, &err) ||
-      meta_num(model, "weight_decay", tc.adam.weight_decay, &err) ||
-      ssae_model_meta_set(model, "optimizer", "adam(0.9,0.999,1e-8)", &err) ||
-      ssae_model_meta_set(model, "seed", seedbuf, &err) ||
-      meta_num(model, "final_loss", res.loss, &err) ||
-      (n_val_w && meta_num(model, "val_loss", res.val_loss, &err)) ||
-      ssae_model_meta_set(model, "train_backend", be.name, &err) ||
+  snprintf(hbuf, sizeof hbuf, "%016llx", (unsigned long long)td->hash);
+  snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)tc->seed);
+  if (ssae_model_meta_set(model, "threshold_method", cal->method, err) ||
+      meta_num(model, "threshold_percentile", o->percentile, err) ||
+      meta_num(model, "gamma_shape", cal->shape, err) ||
+      meta_num(model, "gamma_loc", 0.0, err) ||
+      meta_num(model, "gamma_scale", cal->scale, err) ||
+      meta_int(model, "train_files", (long long)td->n_train_files, err) ||
+      meta_int(model, "val_files", (long long)td->n_val_files, err) ||
+      meta_int(model, "train_windows", (long long)td->train.n, err) ||
+      meta_int(model, "val_windows", (long long)td->val.n, err) ||
+      ssae_model_meta_set(model, "train_data_fnv1a64", hbuf, err) ||
+      meta_int(model, "epochs", (long long)res->epochs_run, err) ||
+      meta_int(model, "epochs_requested", (long long)tc->epochs, err) ||
+      meta_int(model, "batch", (long long)tc->batch, err) ||
+      meta_num(model, "lr", tc->adam.lr, err) ||
+      meta_num(model, "weight_decay", tc->adam.weight_decay, err) ||
+      ssae_model_meta_set(model, "optimizer", "adam(0.9,0.999,1e-8)", err) ||
+      ssae_model_meta_set(model, "seed", seedbuf, err) ||
+      meta_num(model, "final_loss", res->loss, err) ||
+      (td->val.n && meta_num(model, "val_loss", res->val_loss, err)) ||
+      ssae_model_meta_set(model, "train_backend", backend, err) ||
       ssae_model_meta_set(model, "train_stopped",
-                          res.interrupted ? "interrupted"
-                          : res.early_stopped ? "early_stop" : "completed", &err) ||
-      ssae_model_meta_set(model, "ssae_version", SSAE_VERSION, &err) ||
-      ssae_model_meta_set(model, "train_date", date, &err))
+                          res->interrupted ? "interrupted"
+                          : res->early_stopped ? "early_stop" : "completed", err) ||
+      ssae_model_meta_set(model, "ssae_version", SSAE_VERSION, err) ||
+      ssae_model_meta_set(model, "train_date", date, err))
+    return -1;
+  return ssae_model_save(model, o->output, err);
+}
+
+/* ---- the command ---------------------------------------------------------- */
+
+/* The training backend before the features, so that a missing GPU is
+ * reported at once. */
+static int open_backend(const opts *o, const ssae_dims *dims, int threads,
+                        ssae_train_backend *be, ssae_err *err) {
+  ssae_err note = {{0}};
+  if (ssae_train_backend_new(be, o->backend, dims, threads, &note, err)) {
+    if (!strcmp(o->backend, "cuda")) ssae_err_prefix(err, "--backend cuda");
+    return -1;
+  }
+  if (!o->quiet && !strcmp(be->name, "cuda")) fprintf(stderr, "training on the GPU (CUDA)\n");
+  if (!o->quiet && note.msg[0]) fprintf(stderr, "training on the CPU: %s\n", note.msg);
+  return 0;
+}
+
+static int run(const opts *o, char **inputs, int n_inputs) {
+  ssae_train_cfg tc;
+  ssae_train_cfg_default(&tc);
+  tc.epochs = o->epochs;
+  tc.batch = o->batch;
+  tc.patience = o->patience;
+  tc.seed = o->seed;
+  tc.adam.lr = o->lr;
+  tc.adam.weight_decay = o->weight_decay;
+  ssae_dims dims;
+  ssae_dims_default(&dims);
+  dims.latent = o->latent;
+  dims.slice_latent = o->slice_latent;
+  dims.n_mels = o->feat.n_mels;
+  dims.frames = o->feat.frames;
+  int threads = o->threads;
+  if (threads == 0) {
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = nc > 0 ? (int)nc : 1;
+  }
+  if (check_output(o->output)) return SSAE_EXIT_INPUT;
+
+  ssae_err err = {{0}};
+  train_data td;
+  memset(&td, 0, sizeof td);
+  if (ssae_cli_collect(inputs, n_inputs, &td.paths, &td.n_paths, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    return SSAE_EXIT_INPUT;
+  }
+  if (td.n_paths == 0) {
+    ssae_cli_error(CMD, "no audio files found in the given directories (looked for .wav, "
+                        ".flac, .ogg, .aiff, ...)");
+    data_free(&td);
+    return SSAE_EXIT_INPUT;
+  }
+  int status = SSAE_EXIT_OK;
+  ssae_train_backend be;
+  memset(&be, 0, sizeof be);
+  ssae_model *model = NULL;
+  float *params = NULL;
+  if (open_backend(o, &dims, threads, &be, &err)) goto fail;
+  if (gather(o, threads, &td, &status)) {
+    status = SSAE_EXIT_INPUT;
+    goto done;
+  }
+  /* the model and its initial weights */
+  if (!(model = ssae_model_new(&dims, &err))) goto fail;
+  model->feat = o->feat;
+  ssae_model_init(model, tc.seed);
+  size_t off[SSAE_N_TENSORS + 1];
+  ssae_param_offsets(&dims, off);
+  if (!(params = malloc(off[SSAE_N_TENSORS] * sizeof *params))) {
+    ssae_err_set(&err, "out of memory");
     goto fail;
-  if (ssae_model_save(model, out, &err)) goto fail;
+  }
+  params_from_model(model, off, params);
+  ssae_train_result res;
+  calibration cal;
+  if (train(o, &dims, &tc, &be, &td, params, &res, &err)) goto fail;
+  params_to_model(model, off, params);
+  if (ssae_model_update(model, &err) || be.set_params(be.ctx, params, &err) ||
+      calibrate(o, &be, &td, tc.batch, &cal, &err) ||
+      save(o, &tc, &td, &res, &cal, be.name, model, &err))
+    goto fail;
   char vbuf[32] = "-";
-  if (n_val_w) snprintf(vbuf, sizeof vbuf, "%.6g", res.val_loss);
+  if (td.val.n) snprintf(vbuf, sizeof vbuf, "%.6g", res.val_loss);
   printf("%s: %zu files, %zu windows, %d epoch%s, loss %.6g, val loss %s, threshold %.6g "
          "(gamma shape %.4g scale %.4g, p %.3g)\n",
-         out, n_train_files, n_train_w, res.epochs_run, res.epochs_run == 1 ? "" : "s", res.loss,
-         vbuf, threshold, shape, scale, percentile);
+         o->output, td.n_train_files, td.train.n, res.epochs_run,
+         res.epochs_run == 1 ? "" : "s", res.loss, vbuf, cal.threshold, cal.shape, cal.scale,
+         o->percentile);
   goto done;
-
-oom:
-  ssae_err_set(&err, "out of memory");
 fail:
   ssae_cli_error(CMD, "%s", err.msg);
   status = SSAE_EXIT_INPUT;
 done:
   ssae_train_backend_free(&be);
   ssae_model_free(model);
-  if (clips)
-    for (size_t i = 0; i < n_paths; i++) free(clips[i].frames);
-  free(clips);
   free(params);
-  free(scores);
-  free(xb);
-  free(file_scores);
-  free(train_off);
-  free(val_off);
-  free(order);
-  free(frames);
-  ssae_cli_free_paths(paths, n_paths);
+  data_free(&td);
   return status;
+}
 
-usage_fail:
-  free(inputs);
-  return SSAE_EXIT_USAGE;
+int ssae_cmd_train(int argc, char **argv) {
+  ssae_train_cfg tc;
+  ssae_train_cfg_default(&tc);
+  ssae_dims dims;
+  ssae_dims_default(&dims);
+  opts o = {.backend = "auto", .epochs = tc.epochs, .batch = tc.batch, .patience = tc.patience,
+            .seed = tc.seed, .lr = tc.adam.lr, .weight_decay = tc.adam.weight_decay,
+            .val = 0.1, .percentile = 0.9, .latent = dims.latent,
+            .slice_latent = dims.slice_latent};
+  ssae_feat_cfg_default(&o.feat);
+  ssae_cli_args args;
+  int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
+  if (rc != SSAE_CLI_CONTINUE) return rc;
+  ssae_err err = {{0}};
+  if (!o.output) {
+    ssae_cli_error(CMD, "no output: give the model file with -o MODEL (ssae train --help)");
+    rc = SSAE_EXIT_USAGE;
+  } else if (args.n_pos == 0) {
+    ssae_cli_error(CMD, "no input: give recordings of normal operation (FILE|DIR...)");
+    rc = SSAE_EXIT_USAGE;
+  } else if (ssae_feat_cfg_validate(&o.feat, &err)) {
+    ssae_cli_error(CMD, "feature settings: %s", err.msg);
+    rc = SSAE_EXIT_USAGE;
+  } else if (!ssae_train_backend_built(o.backend)) {
+    ssae_cli_error(CMD, "--backend %s: CUDA training is not built into this ssae; use "
+                        "--backend cpu (or auto)", o.backend);
+    rc = SSAE_EXIT_USAGE;
+  } else {
+    rc = run(&o, args.pos, args.n_pos);
+  }
+  ssae_cli_args_free(&args);
+  return rc;
 }

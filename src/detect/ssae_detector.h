@@ -14,11 +14,13 @@
  * (a failed batch) carries no evidence either way and leaves the state as
  * it is; without a finite threshold nothing is judged and no alarm is on.
  *
- * Time convention (doc/SPEC.md): a window's time is the end of its last
- * frame's hop, (window index + frames) * hop seconds after the stream's
- * start, the moment it can first be judged; an alarm starts at the time
- * of the window that turned it on and ends at the time of the window that
- * turned it off. */
+ * Time convention (doc/SPEC.md, section 4): a window's time is the end of
+ * its last frame, the moment its last sample has arrived and it can first
+ * be judged (ssae_window_time in ssae_silence.h: for the default features,
+ * centred frames with n_fft = 2 hop, (window index + frames) * hop seconds
+ * after the stream's start); an alarm starts at the time of the window
+ * that turned it on and ends at the time of the window that turned it off.
+ * Events, `ssae report` and its picture all use it. */
 #ifndef SSAE_DETECTOR_H
 #define SSAE_DETECTOR_H
 
@@ -34,6 +36,9 @@ extern "C" {
 #define SSAE_DETECTOR_SMOOTHING_S 0.1
 #define SSAE_DETECTOR_ON_COUNT 3
 #define SSAE_DETECTOR_OFF_COUNT 5
+/* A default as text, for help messages: SSAE_DETECTOR_TEXT(SSAE_DETECTOR_ON_COUNT) is "3". */
+#define SSAE_DETECTOR_TEXT(x) SSAE_DETECTOR_TEXT_(x)
+#define SSAE_DETECTOR_TEXT_(x) #x
 
 typedef struct ssae_detector_params {
   double threshold;   /* NAN (or <= 0): none given; callers substitute the

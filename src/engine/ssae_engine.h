@@ -38,6 +38,7 @@
 
 #include "ssae_err.h"
 #include "ssae_model.h"
+#include "ssae_realtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -163,10 +164,10 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
  * final STATUS event, frees everything. Accepts NULL. */
 void ssae_engine_free(ssae_engine *e);
 
-int ssae_engine_channels(const ssae_engine *e);
+SSAE_REALTIME int ssae_engine_channels(const ssae_engine *e);
 /* The rate the front end runs at (the model's sample_rate). */
-int ssae_engine_model_rate(const ssae_engine *e);
-int ssae_engine_window_floats(const ssae_engine *e); /* F*M */
+SSAE_REALTIME int ssae_engine_model_rate(const ssae_engine *e);
+SSAE_REALTIME int ssae_engine_window_floats(const ssae_engine *e); /* F*M */
 
 /* ---- audio thread ---- */
 
@@ -174,29 +175,29 @@ int ssae_engine_window_floats(const ssae_engine *e); /* F*M */
  * samples (in[c] may be NULL: silence). Audio-thread safe: no allocation,
  * no locks, no waiting, no system calls (one clock_gettime, which is a
  * vDSO call), bounded work. Never blocks: a full ring drops windows. */
-void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n);
+SSAE_REALTIME void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n);
 
 /* Same with interleaved input (stride = channels). Audio-thread safe. */
-void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
-                                     size_t n);
+SSAE_REALTIME void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
+                                                   size_t n);
 
 /* Input groups (ssae_engine_cfg.groups). process() and flush() above do
  * every group on the calling thread; these do one, so that each group can
  * have its own audio thread (at most one thread per group at a time).
  * in[i] is channel first + i of the group. Audio-thread safe, like
  * process() and flush(). */
-int ssae_engine_groups(const ssae_engine *e);
-void ssae_engine_group_channels(const ssae_engine *e, int g, int *first,
-                                int *count);
-void ssae_engine_process_group(ssae_engine *e, int g, const float *const *in,
-                               size_t n);
-void ssae_engine_flush_group(ssae_engine *e, int g);
+SSAE_REALTIME int ssae_engine_groups(const ssae_engine *e);
+SSAE_REALTIME void ssae_engine_group_channels(const ssae_engine *e, int g, int *first,
+                                              int *count);
+SSAE_REALTIME void ssae_engine_process_group(ssae_engine *e, int g, const float *const *in,
+                                             size_t n);
+SSAE_REALTIME void ssae_engine_flush_group(ssae_engine *e, int g);
 
 /* End of input: emits the frames that need the end padding (SPEC: offline
  * and streaming are one path), so that a file played through the engine
  * gives exactly the windows of `ssae score`. Audio-thread safe; call it from
  * the thread that calls process(). The channels then start a new stream. */
-void ssae_engine_flush(ssae_engine *e);
+SSAE_REALTIME void ssae_engine_flush(ssae_engine *e);
 
 /* Per-channel state published by the worker. The fields are one consistent
  * set (score, smoothed, threshold, alarm, windows and latency of the same
@@ -212,13 +213,13 @@ typedef struct ssae_channel_state {
   uint64_t dropped;  /* windows of this channel dropped (ring full) */
   float latency_ms;  /* last window's last sample -> score */
 } ssae_channel_state;
-void ssae_engine_channel_get(const ssae_engine *e, int ch,
-                             ssae_channel_state *out);
+SSAE_REALTIME void ssae_engine_channel_get(const ssae_engine *e, int ch,
+                                           ssae_channel_state *out);
 
 /* Lock-free parameter update (any thread, audio thread included); the worker
  * applies it at its next batch. */
-void ssae_engine_set_params(ssae_engine *e, const ssae_engine_params *p);
-void ssae_engine_get_params(const ssae_engine *e, ssae_engine_params *p);
+SSAE_REALTIME void ssae_engine_set_params(ssae_engine *e, const ssae_engine_params *p);
+SSAE_REALTIME void ssae_engine_get_params(const ssae_engine *e, ssae_engine_params *p);
 
 /* ---- other threads (never the audio thread) ---- */
 

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "ssae_err.h"
+#include "ssae_realtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,38 +28,38 @@ typedef struct ssae_ring ssae_ring;
 ssae_ring *ssae_ring_new(size_t capacity, size_t item_size, ssae_err *err);
 void ssae_ring_free(ssae_ring *r);
 
-size_t ssae_ring_capacity(const ssae_ring *r);
-size_t ssae_ring_item_size(const ssae_ring *r);
+SSAE_REALTIME size_t ssae_ring_capacity(const ssae_ring *r);
+SSAE_REALTIME size_t ssae_ring_item_size(const ssae_ring *r);
 
 /* ---- producer side (one thread). Audio-thread safe: no allocation, no
  * locks, no system calls, O(1). ---- */
 
 /* The slot the next item goes into, or NULL when the ring is full. Fill it,
  * then ssae_ring_commit(). */
-void *ssae_ring_write_slot(ssae_ring *r);
-void ssae_ring_commit(ssae_ring *r);
+SSAE_REALTIME void *ssae_ring_write_slot(ssae_ring *r);
+SSAE_REALTIME void ssae_ring_commit(ssae_ring *r);
 /* Copies item_size bytes in. Returns 0, or -1 when full (nothing written). */
-int ssae_ring_push(ssae_ring *r, const void *item);
+SSAE_REALTIME int ssae_ring_push(ssae_ring *r, const void *item);
 
 /* ---- consumer side (one thread). Also lock-free and allocation-free. ---- */
 
 /* The oldest item, or NULL when empty. Read it, then ssae_ring_release(). */
-const void *ssae_ring_read_slot(ssae_ring *r);
-void ssae_ring_release(ssae_ring *r);
+SSAE_REALTIME const void *ssae_ring_read_slot(ssae_ring *r);
+SSAE_REALTIME void ssae_ring_release(ssae_ring *r);
 /* Item i after the oldest unreleased one (i = 0: that one), or NULL when
  * fewer than i + 1 are readable: a consumer may take items in place and
  * keep them (e.g. while a device copies them) past later reads, then
  * release the oldest n at once (one release store). */
-const void *ssae_ring_peek(ssae_ring *r, size_t i);
-void ssae_ring_release_n(ssae_ring *r, size_t n);
+SSAE_REALTIME const void *ssae_ring_peek(ssae_ring *r, size_t i);
+SSAE_REALTIME void ssae_ring_release_n(ssae_ring *r, size_t n);
 /* Copies the oldest item out. Returns 0, or -1 when empty. */
-int ssae_ring_pop(ssae_ring *r, void *item);
+SSAE_REALTIME int ssae_ring_pop(ssae_ring *r, void *item);
 
 /* The slot array (capacity x stride bytes, slot i of the index at
  * (index & (capacity-1)) * stride), e.g. to page-lock it for a device. */
 void *ssae_ring_memory(const ssae_ring *r, size_t *bytes, size_t *stride);
 /* Items readable now (exact for the consumer, a lower bound elsewhere). */
-size_t ssae_ring_count(const ssae_ring *r);
+SSAE_REALTIME size_t ssae_ring_count(const ssae_ring *r);
 
 #ifdef __cplusplus
 }

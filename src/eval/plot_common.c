@@ -93,3 +93,19 @@ void ssae_plot_cleanup(void) {
   cairo_debug_reset_static_data();
   FcFini();
 }
+
+void ssae_colormap(double v, double rgb[3]) {
+  /* viridis at 0, 0.1, ..., 1 */
+  static const unsigned char stops[11][3] = {
+      {0x44, 0x01, 0x54}, {0x48, 0x24, 0x75}, {0x41, 0x44, 0x87}, {0x35, 0x5f, 0x8d},
+      {0x2a, 0x78, 0x8e}, {0x21, 0x91, 0x8c}, {0x22, 0xa8, 0x84}, {0x44, 0xbf, 0x70},
+      {0x7a, 0xd1, 0x51}, {0xbd, 0xdf, 0x26}, {0xfd, 0xe7, 0x25}};
+  if (!(v > 0)) v = 0; /* NAN too */
+  if (v > 1) v = 1;
+  double p = v * 10.0;
+  int i = (int)p;
+  if (i > 9) i = 9;
+  double f = p - i;
+  for (int c = 0; c < 3; c++)
+    rgb[c] = ((1.0 - f) * stops[i][c] + f * stops[i + 1][c]) / 255.0;
+}

@@ -1,62 +1,327 @@
 #include "ssae_filescore.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ssae_audio.h"
 #include "ssae_logmel.h"
+#include "ssae_silence.h"
 
 void ssae_file_scores_release(ssae_file_scores *s) {
   if (!s) return;
   free(s->frames);
   free(s->scores);
+  free(s->silent);
   memset(s, 0, sizeof *s);
+}
+
+/* ---- reading: the file streamed through the model's front end ----
+ *
+ * The audio comes in blocks (ssae_audio_read) and goes through the
+ * streaming log-mel front end, which gives the same frames for any block
+ * sizes (SPEC section 1), so memory holds the frames (or, when only the
+ * scores are wanted, one batch of them), never the signal: a 1-hour file
+ * costs its 28 MB of frames or less, not 700 MB of samples. */
+
+#define PCM_BLOCK 16384
+
+/* One front end per thread, kept for the next file with the same settings
+ * (setting one up costs as much as the frames of a 10 s clip); freed when
+ * the thread ends. */
+typedef struct cached_lm {
+  ssae_logmel *lm;
+  ssae_feat_cfg cfg;
+} cached_lm;
+
+static pthread_key_t lm_key;
+static pthread_once_t lm_once = PTHREAD_ONCE_INIT;
+static int lm_key_ok;
+
+static void lm_release(void *p) {
+  cached_lm *c = p;
+  if (!c) return;
+  ssae_logmel_free(c->lm);
+  free(c);
+}
+static void lm_key_init(void) { lm_key_ok = pthread_key_create(&lm_key, lm_release) == 0; }
+
+#if defined(__GNUC__)
+/* As dsp/ssae_logmel.c's cache: the key goes with the library when a host
+ * unloads it, so that no thread ends into unmapped code. */
+__attribute__((destructor)) static void lm_unload(void) {
+  if (!lm_key_ok) return;
+  lm_release(pthread_getspecific(lm_key));
+  pthread_setspecific(lm_key, NULL);
+  pthread_key_delete(lm_key);
+  lm_key_ok = 0;
+}
+#endif
+
+static int same_cfg(const ssae_feat_cfg *a, const ssae_feat_cfg *b) {
+  return a->sample_rate == b->sample_rate && a->n_fft == b->n_fft &&
+         a->hop_length == b->hop_length && a->center == b->center &&
+         a->pad_mode == b->pad_mode && a->n_mels == b->n_mels && a->fmin == b->fmin &&
+         a->fmax == b->fmax && a->mel_scale == b->mel_scale && a->mel_norm == b->mel_norm &&
+         a->power == b->power && a->frames == b->frames;
+}
+
+typedef struct frame_reader {
+  ssae_audio_stream *as;
+  ssae_logmel *lm;
+  int lm_owned;
+  int n_mels;
+  float *pcm;    /* PCM_BLOCK samples */
+  float *frames; /* the frames one process or flush call can give */
+  size_t samples;
+  int flushed;
+  ssae_silence sil; /* digital silence in what was read */
+  size_t flagged;   /* windows with a silent flag in out->silent */
+  size_t silent_cap;
+} frame_reader;
+
+static void reader_close(frame_reader *r) {
+  ssae_audio_close(r->as);
+  if (r->lm_owned) ssae_logmel_free(r->lm);
+  free(r->pcm);
+  free(r->frames);
+  memset(r, 0, sizeof *r);
+}
+
+static ssae_logmel *front_end(const ssae_feat_cfg *cfg, int *owned, ssae_err *err) {
+  pthread_once(&lm_once, lm_key_init);
+  cached_lm *c = lm_key_ok ? pthread_getspecific(lm_key) : NULL;
+  *owned = 0;
+  if (c && c->lm && same_cfg(&c->cfg, cfg)) {
+    ssae_logmel_reset(c->lm);
+    return c->lm;
+  }
+  ssae_logmel *lm = ssae_logmel_new(cfg, err);
+  if (!lm) return NULL;
+  if (!c && lm_key_ok && (c = calloc(1, sizeof *c)) && pthread_setspecific(lm_key, c)) {
+    free(c);
+    c = NULL;
+  }
+  if (!c) {
+    *owned = 1;
+    return lm;
+  }
+  ssae_logmel_free(c->lm);
+  c->lm = lm;
+  c->cfg = *cfg;
+  return lm;
+}
+
+static int reader_open(frame_reader *r, const ssae_model *m, const char *path, int channel,
+                       ssae_file_scores *out, ssae_err *err) {
+  memset(r, 0, sizeof *r);
+  if (channel == SSAE_CHANNEL_ALL)
+    return ssae_err_set(err, "%s: scoring needs one stream: a channel index or mix", path);
+  if (!(r->as = ssae_audio_open(path, channel, m->feat.sample_rate, NULL, err))) return -1;
+  const ssae_audio_info *ai = ssae_audio_stream_info(r->as);
+  out->file_rate = ai->file_rate;
+  out->file_channels = ai->file_channels;
+  r->n_mels = m->feat.n_mels;
+  if (!(r->lm = front_end(&m->feat, &r->lm_owned, err))) {
+    reader_close(r);
+    return ssae_err_prefix(err, "%s", path);
+  }
+  size_t most = ssae_logmel_max_frames(r->lm, PCM_BLOCK), fl = ssae_logmel_max_frames(r->lm, 0);
+  if (fl > most) most = fl;
+  r->pcm = malloc(sizeof *r->pcm * PCM_BLOCK);
+  r->frames = malloc(sizeof *r->frames * most * (size_t)r->n_mels);
+  if (!r->pcm || !r->frames) {
+    reader_close(r);
+    return ssae_err_set(err, "%s: out of memory", path);
+  }
+  return 0;
+}
+
+/* The next frames into r->frames: their count, 0 at the end, -1. */
+static long reader_next(frame_reader *r, ssae_err *err) {
+  for (;;) {
+    if (r->flushed) return 0;
+    long long got = ssae_audio_read(r->as, r->pcm, PCM_BLOCK, err);
+    if (got < 0) return -1;
+    size_t nf;
+    if (got == 0) {
+      r->flushed = 1;
+      nf = ssae_logmel_flush(r->lm, r->frames);
+    } else {
+      ssae_silence_scan(&r->sil, r->samples, r->pcm, (size_t)got);
+      r->samples += (size_t)got;
+      nf = ssae_logmel_process(r->lm, r->pcm, (size_t)got, r->frames);
+    }
+    if (nf) return (long)nf;
+  }
+}
+
+/* The silent flags of the windows that total frames complete, as the
+ * engine flags them (ssae_silence.h): the samples up to their ends are
+ * scanned (or all of them, after the flush). */
+static int flag_windows(frame_reader *r, const ssae_model *m, const char *path, size_t total,
+                        ssae_file_scores *out, ssae_err *err) {
+  const size_t F = (size_t)m->d.frames;
+  if (total < F || total - F + 1 <= r->flagged) return 0;
+  size_t n = total - F + 1;
+  if (n > r->silent_cap) {
+    size_t nc = r->silent_cap ? 2 * r->silent_cap : 1024;
+    while (nc < n) nc *= 2;
+    unsigned char *p = realloc(out->silent, nc);
+    if (!p) return ssae_err_set(err, "%s: out of memory for %zu window flags", path, nc);
+    out->silent = p;
+    r->silent_cap = nc;
+  }
+  ssae_silence_flag_windows(&r->sil, &m->feat, r->flagged, n - r->flagged,
+                            out->silent + r->flagged);
+  r->flagged = n;
+  return 0;
+}
+
+static int too_short(const ssae_model *m, const char *path, size_t nf, ssae_err *err) {
+  return ssae_err_set(err, "%s: too short: %zu frames, a window needs %d (%.3f s)", path, nf,
+                      m->d.frames,
+                      (double)(m->d.frames - 1) * m->feat.hop_length / m->feat.sample_rate);
 }
 
 int ssae_file_frames(const ssae_model *m, const char *path, int channel,
                      ssae_file_scores *out, ssae_err *err) {
   memset(out, 0, sizeof *out);
-  if (channel == SSAE_CHANNEL_ALL)
-    return ssae_err_set(err, "%s: scoring needs one stream: a channel index or mix", path);
-  ssae_audio a;
-  if (ssae_audio_load(path, channel, m->feat.sample_rate, &a, err)) return -1;
-  out->file_rate = a.file_rate;
-  out->file_channels = a.file_channels;
-  out->seconds = (double)a.frames / a.rate;
-  int rc = ssae_logmel_compute(&m->feat, a.data, a.frames, &out->frames, &out->n_frames, err);
-  ssae_audio_release(&a);
-  if (rc) return ssae_err_prefix(err, "%s", path);
+  frame_reader r;
+  if (reader_open(&r, m, path, channel, out, err)) return -1;
+  const size_t M = (size_t)r.n_mels;
+  size_t cap = 0;
+  long k;
+  while ((k = reader_next(&r, err)) > 0) {
+    if (out->n_frames + (size_t)k > cap) {
+      size_t nc = cap ? 2 * cap : 4096;
+      while (nc < out->n_frames + (size_t)k) nc *= 2;
+      float *f = realloc(out->frames, sizeof *f * nc * M);
+      if (!f) {
+        k = ssae_err_set(err, "%s: out of memory for %zu log-mel frames", path, nc);
+        break;
+      }
+      out->frames = f;
+      cap = nc;
+    }
+    memcpy(out->frames + out->n_frames * M, r.frames, sizeof *r.frames * (size_t)k * M);
+    out->n_frames += (size_t)k;
+    if (flag_windows(&r, m, path, out->n_frames, out, err)) {
+      k = -1;
+      break;
+    }
+  }
+  out->seconds = (double)r.samples / m->feat.sample_rate;
+  reader_close(&r);
+  if (k < 0) {
+    ssae_file_scores_release(out);
+    return -1;
+  }
   if (out->n_frames < (size_t)m->d.frames) {
     size_t nf = out->n_frames;
     ssae_file_scores_release(out);
-    return ssae_err_set(err, "%s: too short: %zu frames, a window needs %d (%.3f s)", path, nf,
-                        m->d.frames,
-                        (double)(m->d.frames - 1) * m->feat.hop_length / m->feat.sample_rate);
+    return too_short(m, path, nf, err);
   }
   out->n_mels = m->d.n_mels;
   out->n_windows = out->n_frames - (size_t)m->d.frames + 1;
   return 0;
 }
 
+/* Appends the scores of the n windows of frames (n + F - 1 frames). */
+static int score_batch(const ssae_model *m, ssae_backend *b, const char *path,
+                       const float *frames, size_t n, ssae_file_scores *out, size_t *cap,
+                       ssae_err *err) {
+  if (out->n_windows + n > *cap) {
+    size_t nc = *cap ? 2 * *cap : 1024;
+    while (nc < out->n_windows + n) nc *= 2;
+    float *s = realloc(out->scores, sizeof *s * nc);
+    if (!s) return ssae_err_set(err, "%s: out of memory for %zu window scores", path, nc);
+    out->scores = s;
+    *cap = nc;
+  }
+  if (ssae_backend_run_frames(b, frames, n + (size_t)m->d.frames - 1,
+                              out->scores + out->n_windows, err))
+    return ssae_err_prefix(err, "%s", path);
+  out->n_windows += n;
+  return 0;
+}
+
+/* Scores while reading, batch_max windows per call as the whole-file loop
+ * did (the same batches, so the same scores), keeping one batch of frames. */
+static int score_streaming(const ssae_model *m, ssae_backend *b, size_t batch_max,
+                           const char *path, int channel, ssae_file_scores *out,
+                           ssae_err *err) {
+  memset(out, 0, sizeof *out);
+  frame_reader r;
+  if (reader_open(&r, m, path, channel, out, err)) return -1;
+  const size_t M = (size_t)r.n_mels, F = (size_t)m->d.frames, span = batch_max + F - 1;
+  float *buf = malloc(sizeof *buf * span * M);
+  size_t have = 0, total = 0, cap = 0;
+  long k = buf ? 0 : ssae_err_set(err, "%s: out of memory", path);
+  while (buf && (k = reader_next(&r, err)) > 0) {
+    total += (size_t)k;
+    if (flag_windows(&r, m, path, total, out, err)) {
+      k = -1;
+      break;
+    }
+    const float *p = r.frames;
+    while (k > 0) {
+      size_t take = span - have < (size_t)k ? span - have : (size_t)k;
+      memcpy(buf + have * M, p, sizeof *buf * take * M);
+      have += take;
+      p += take * M;
+      k -= (long)take;
+      if (have == span) {
+        if (score_batch(m, b, path, buf, batch_max, out, &cap, err)) {
+          k = -1;
+          break;
+        }
+        memmove(buf, buf + batch_max * M, sizeof *buf * (F - 1) * M);
+        have = F - 1;
+      }
+    }
+    if (k < 0) break;
+  }
+  out->seconds = (double)r.samples / m->feat.sample_rate;
+  reader_close(&r);
+  if (k == 0 && total < F) k = too_short(m, path, total, err);
+  if (k == 0 && have >= F && score_batch(m, b, path, buf, have - F + 1, out, &cap, err)) k = -1;
+  free(buf);
+  if (k < 0) {
+    ssae_file_scores_release(out);
+    return -1;
+  }
+  out->n_frames = total;
+  out->n_mels = m->d.n_mels;
+  return 0;
+}
+
 int ssae_file_score(const ssae_model *m, ssae_backend *b, size_t batch_max, const char *path,
                     int channel, int keep_frames, ssae_file_scores *out, ssae_err *err) {
-  if (ssae_file_frames(m, path, channel, out, err)) return -1;
   if (!batch_max) batch_max = 256;
-  size_t F = (size_t)m->d.frames, n_win = out->n_windows;
-  out->scores = malloc(n_win * sizeof *out->scores);
-  if (!out->scores) {
-    ssae_file_scores_release(out);
-    return ssae_err_set(err, "%s: out of memory for %zu window scores", path, n_win);
-  }
-  /* The backend reads the windows from the frames in place; batch_max
-   * windows per call are batch_max + F - 1 frames. */
-  for (size_t i = 0; i < n_win; i += batch_max) {
-    size_t n = n_win - i < batch_max ? n_win - i : batch_max;
-    if (ssae_backend_run_frames(b, out->frames + i * (size_t)m->d.n_mels, n + F - 1,
-                                out->scores + i, err)) {
+  size_t n_win;
+  if (!keep_frames) {
+    if (score_streaming(m, b, batch_max, path, channel, out, err)) return -1;
+    n_win = out->n_windows;
+  } else {
+    if (ssae_file_frames(m, path, channel, out, err)) return -1;
+    size_t F = (size_t)m->d.frames;
+    n_win = out->n_windows;
+    out->scores = malloc(n_win * sizeof *out->scores);
+    if (!out->scores) {
       ssae_file_scores_release(out);
-      return ssae_err_prefix(err, "%s", path);
+      return ssae_err_set(err, "%s: out of memory for %zu window scores", path, n_win);
+    }
+    /* The backend reads the windows from the frames in place; batch_max
+     * windows per call are batch_max + F - 1 frames. */
+    for (size_t i = 0; i < n_win; i += batch_max) {
+      size_t n = n_win - i < batch_max ? n_win - i : batch_max;
+      if (ssae_backend_run_frames(b, out->frames + i * (size_t)m->d.n_mels, n + F - 1,
+                                  out->scores + i, err)) {
+        ssae_file_scores_release(out);
+        return ssae_err_prefix(err, "%s", path);
+      }
     }
   }
   double sum = 0.0;

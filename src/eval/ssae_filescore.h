@@ -20,6 +20,9 @@ typedef struct ssae_file_scores {
   size_t n_frames;
   int n_mels;
   float *scores;     /* n_windows window scores */
+  unsigned char *silent; /* n_windows flags: 1 where the window touches
+                            digital silence (ssae_silence.h), as the engine
+                            flags it; for ssae_detector_run */
   size_t n_windows;
   double file_score; /* mean of the window scores */
   double seconds;    /* audio length at the model's rate */
@@ -36,8 +39,8 @@ int ssae_file_score(const ssae_model *m, ssae_backend *b, size_t batch_max,
 void ssae_file_scores_release(ssae_file_scores *s);
 
 /* The first half of ssae_file_score: loads path and computes its log-mel
- * frames, without scoring: frames (always), n_frames, n_mels, n_windows,
- * seconds, file_rate, file_channels; scores NULL. A file shorter than one
+ * frames, without scoring: frames (always), silent, n_frames, n_mels,
+ * n_windows, seconds, file_rate, file_channels; scores NULL. A file shorter than one
  * window is an error. For callers that batch many files (ssae score on a
  * GPU). */
 int ssae_file_frames(const ssae_model *m, const char *path, int channel,

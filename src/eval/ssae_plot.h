@@ -2,8 +2,8 @@
  *
  * The format follows the output name: .png or .svg. Both functions return
  * the layout they drew with, so that callers (and tests) know where each
- * panel is. Only built when cairo is found (SSAE_HAVE_CAIRO); the detector
- * and colormap helpers are always available. Not for the audio thread. */
+ * panel is. Only built when cairo is found (SSAE_HAVE_CAIRO). Not for the
+ * audio thread. */
 #ifndef SSAE_PLOT_H
 #define SSAE_PLOT_H
 
@@ -15,17 +15,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- the detector, as the real-time engine runs it ---- */
-
-/* Exponential smoothing with time constant smoothing_s (seconds of audio;
- * one window step is hop_s), then hysteresis: the alarm goes on after
- * on_count smoothed scores above the threshold in a row, off after off_count
- * at or below it. smoothed and alarm hold n values each. A NAN threshold
- * never alarms. */
-void ssae_detect(const float *scores, size_t n, double hop_s, double smoothing_s,
-                 double threshold, int on_count, int off_count, float *smoothed,
-                 unsigned char *alarm);
 
 /* Perceptually uniform colormap (viridis), v in [0, 1] (clamped). */
 void ssae_colormap(double v, double rgb[3]);
@@ -46,12 +35,19 @@ typedef struct ssae_report_data {
   double fmin, fmax;      /* band edges in Hz */
   int htk;                /* 1: HTK mel scale, 0: Slaney */
   double seconds;         /* length of the audio */
-  /* Window scores, their smoothed line and alarm flags (n_windows each);
-   * window w spans frames w .. w + frames_per_window - 1. */
+  /* Window scores, their smoothed line (NAN where the detector has no
+   * evidence: digital silence) and alarm flags (n_windows each), from
+   * ssae_detector_run; window w spans frames w .. w + frames_per_window - 1
+   * and its scores are drawn at the middle of those frames. */
   const float *scores, *smoothed;
   const unsigned char *alarm;
   size_t n_windows;
   int frames_per_window;
+  /* Window 0's time (ssae_window_time): window w's is window_t0 + w hops.
+   * An alarm span is drawn from the time of the window that turned the
+   * alarm on to that of the window that turned it off (the end of the
+   * last window when none did), as the monitor's events time it. */
+  double window_t0;
   double threshold;       /* NAN: none */
   double file_score;      /* mean window score */
   const char *subtitle;   /* model / channel line; may be NULL */

@@ -200,6 +200,27 @@ static void time_ticks(cairo_t *cr, const ssae_report_layout *l, const ssae_rect
   }
 }
 
+/* The next alarm span from window *i on: its pixel columns (clamped to the
+ * panels), from the time of the window that turned the alarm on to that of
+ * the window that turned it off, or of the last window when none did (the
+ * detector's time convention, as in the monitor's events). Returns 0 when
+ * no span is left. */
+static int next_alarm_span(const ssae_report_data *d, const ssae_report_layout *l, size_t *i,
+                           double *x0, double *x1) {
+  double hop_s = (double)d->hop_length / d->sample_rate;
+  size_t k = *i;
+  while (k < d->n_windows && !d->alarm[k]) k++;
+  if (k == d->n_windows) return 0;
+  size_t j = k;
+  while (j < d->n_windows && d->alarm[j]) j++;
+  double t_on = d->window_t0 + (double)k * hop_s;
+  double t_off = d->window_t0 + (double)(j < d->n_windows ? j : d->n_windows - 1) * hop_s;
+  *x0 = fmax(ssae_report_time_x(l, t_on), l->spec.x);
+  *x1 = fmin(ssae_report_time_x(l, t_off), l->spec.x + l->spec.w);
+  *i = j;
+  return 1;
+}
+
 static void draw_scores(cairo_t *cr, const ssae_report_data *d, const ssae_report_layout *l,
                         double s) {
   const ssae_rect *r = &l->scores;
@@ -212,19 +233,11 @@ static void draw_scores(cairo_t *cr, const ssae_report_data *d, const ssae_repor
   cairo_clip(cr);
   /* Alarm spans: shaded in the score panel and marked by a bar over the
    * spectrogram. */
-  for (size_t i = 0; i < d->n_windows;) {
-    if (!d->alarm[i]) {
-      i++;
-      continue;
-    }
-    size_t j = i;
-    while (j < d->n_windows && d->alarm[j]) j++;
-    double x0 = ssae_report_time_x(l, i * hop_s + centre - 0.5 * hop_s);
-    double x1 = ssae_report_time_x(l, (j - 1) * hop_s + centre + 0.5 * hop_s);
+  double x0, x1;
+  for (size_t i = 0; next_alarm_span(d, l, &i, &x0, &x1);) {
     cairo_set_source_rgb(cr, SSAE_PLOT_ALARM_RGB);
     cairo_rectangle(cr, x0, r->y, x1 - x0, r->h);
     cairo_fill(cr);
-    i = j;
   }
   /* Grid at the decades (and 2, 5 when the axis spans little). */
   double span = l->score_hi - l->score_lo;
@@ -250,11 +263,18 @@ static void draw_scores(cairo_t *cr, const ssae_report_data *d, const ssae_repor
       cairo_line_to(cr, ssae_report_time_x(l, i * hop_s + centre),
                     ssae_report_score_y(l, d->scores[i]));
     cairo_stroke(cr);
+    /* The smoothed line breaks where the detector has no evidence (digital
+     * silence) and starts afresh after it. */
     cairo_set_source_rgb(cr, 0.08, 0.20, 0.50);
     cairo_set_line_width(cr, 2.0 * s);
-    for (size_t i = 0; i < d->n_windows; i++)
+    for (size_t i = 0; i < d->n_windows; i++) {
+      if (!isfinite(d->smoothed[i])) {
+        cairo_new_sub_path(cr);
+        continue;
+      }
       cairo_line_to(cr, ssae_report_time_x(l, i * hop_s + centre),
                     ssae_report_score_y(l, d->smoothed[i]));
+    }
     cairo_stroke(cr);
   }
   cairo_restore(cr);
@@ -318,21 +338,11 @@ static void draw_scores(cairo_t *cr, const ssae_report_data *d, const ssae_repor
 
 static void draw_alarm_bar(cairo_t *cr, const ssae_report_data *d, const ssae_report_layout *l,
                            double s) {
-  double hop_s = (double)d->hop_length / d->sample_rate;
-  double centre = 0.5 * (d->frames_per_window - 1) * hop_s;
-  for (size_t i = 0; i < d->n_windows;) {
-    if (!d->alarm[i]) {
-      i++;
-      continue;
-    }
-    size_t j = i;
-    while (j < d->n_windows && d->alarm[j]) j++;
-    double x0 = ssae_report_time_x(l, i * hop_s + centre - 0.5 * hop_s);
-    double x1 = ssae_report_time_x(l, (j - 1) * hop_s + centre + 0.5 * hop_s);
+  double x0, x1;
+  for (size_t i = 0; next_alarm_span(d, l, &i, &x0, &x1);) {
     cairo_set_source_rgb(cr, SSAE_PLOT_THRESHOLD_RGB);
     cairo_rectangle(cr, x0, l->spec.y - 7 * s, x1 - x0, 5 * s);
     cairo_fill(cr);
-    i = j;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ssae_backend_cpu.h"
 #include "ssae_config.h"
 #include "ssae_cpu.h"
 
@@ -45,6 +46,11 @@ typedef struct backend_slot {
   int nsp;
   size_t n;
   int async, failed;
+  /* ssae_backend_stream_submit: sp are stream windows, of these channels
+   * and continuity */
+  int stream;
+  const uint32_t *channel;
+  const unsigned char *cont;
   char msg[SSAE_ERR_LEN];
 } backend_slot;
 
@@ -66,6 +72,11 @@ struct ssae_backend {
   float *win;
   size_t win_cap, max_batch;
   backend_slot slot[SSAE_BACKEND_SLOTS];
+  /* ssae_backend_stream_open: the CPU's per-channel code caches (used
+   * whenever the CPU scores stream windows); stream_batch: the batch bound
+   * given at creation, the CPU's largest call. */
+  ssae_cpu_streams *streams;
+  size_t stream_batch;
 };
 
 /* Known input at log-mel scale (-100 ... +20 dB) with structure across mel
@@ -179,6 +190,7 @@ ssae_backend *ssae_backend_new_threads(const ssae_model *m, const char *which,
   }
   b->m = m;
   b->cpu_threads = cpu_threads;
+  b->stream_batch = max_batch;
   const char *env = getenv("SSAE_BACKEND_FAIL_AT");
   if (env && *env) b->fail_at = strtoul(env, NULL, 10);
   if (!strcmp(which, "auto")) {
@@ -217,6 +229,7 @@ void ssae_backend_free(ssae_backend *b) {
   if (!b) return;
   if (b->impl) b->ops->destroy(b->impl);
   if (b->cpu) ssae_backend_cpu.destroy(b->cpu);
+  ssae_cpu_streams_free(b->streams);
   free(b->win);
   free(b);
 }
@@ -228,6 +241,7 @@ static int fall_back(ssae_backend *b, const char *why, ssae_err *err) {
     return ssae_err_prefix(err, "backend %s failed (%s) and the CPU could not take over",
                            b->ops->name, why);
   b->fell_back = 1;
+  if (b->streams) ssae_cpu_streams_forget(b->streams, NULL, 0);
   if (b->cb) {
     char msg[SSAE_ERR_LEN + 64];
     snprintf(msg, sizeof msg, "backend %s failed: %s; switched to the CPU", b->ops->name,
@@ -258,6 +272,15 @@ int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores, f
   return ssae_backend_cpu.run(b->cpu, x, n, scores, recon, err);
 }
 
+/* The CPU that scores stream windows through the caches now, caches
+ * fitted; NULL when none does (another backend, a test hook armed, no
+ * stream, no memory for the caches). */
+static ssae_cpu *stream_cpu(ssae_backend *b) {
+  if (!b->streams || !ssae_backend_cpu_direct(b)) return NULL;
+  ssae_cpu *cpu = b->fell_back ? b->cpu : b->impl;
+  return ssae_cpu_streams_fit(b->streams, cpu) ? NULL : cpu;
+}
+
 void ssae_backend_warm(ssae_backend *b, const float *x, size_t n, float *scores) {
   if (!b || !x || !scores || !n) return;
   ssae_err e = {{0}};
@@ -265,6 +288,14 @@ void ssae_backend_warm(ssae_backend *b, const float *x, size_t n, float *scores)
     (void)ssae_backend_cpu.run(b->cpu, x, n, scores, NULL, &e);
   else
     (void)b->ops->run(b->impl, x, n, scores, NULL, &e);
+  ssae_cpu *cpu = stream_cpu(b);
+  if (cpu) {
+    const int nc = ssae_cpu_streams_channels(b->streams);
+    const size_t wf = (size_t)b->m->d.frames * (size_t)b->m->d.n_mels;
+    const ssae_span sp = {x, n < (size_t)nc ? n : (size_t)nc, wf};
+    (void)ssae_cpu_streams_score(b->streams, cpu, &sp, 1, sp.n, NULL, NULL, wf, scores);
+    ssae_cpu_streams_forget(b->streams, NULL, 0);
+  }
 }
 
 float *ssae_backend_input_buffer(ssae_backend *b, int slot, size_t *cap) {
@@ -282,7 +313,7 @@ int ssae_backend_submit(ssae_backend *b, int slot, const float *x, size_t n, ssa
   s->sp = NULL;
   s->nsp = 0;
   s->n = n;
-  s->async = s->failed = 0;
+  s->async = s->failed = s->stream = 0;
   if (b->fell_back || !b->ops->submit || !n) return 0;
   b->runs++;
   ssae_err e = {{0}};
@@ -312,7 +343,18 @@ int ssae_backend_collect(ssae_backend *b, int slot, float *scores, ssae_err *err
     if (fall_back(b, s->msg, err)) return -1;
   }
   /* Not submitted to the backend (none asynchronous, or after a fall
-   * back: then the CPU): scored now. */
+   * back: then the CPU): scored now; stream windows on the CPU through
+   * its caches. */
+  if (s->stream) {
+    ssae_cpu *cpu = stream_cpu(b);
+    if (cpu && ssae_cpu_streams_score(b->streams, cpu, s->sp, s->nsp, s->n, s->channel,
+                                      s->cont,
+                                      (size_t)b->m->d.frames * (size_t)b->m->d.n_mels,
+                                      scores) == 0)
+      return 0;
+    /* Scored below, without the caches. */
+    ssae_cpu_streams_forget(b->streams, s->channel, s->n);
+  }
   if (s->sp) {
     /* The windows in place: each span laid out contiguously is one call;
      * otherwise a window at a time. */
@@ -356,11 +398,82 @@ int ssae_backend_submit_spans(ssae_backend *b, int slot, const ssae_span *sp, in
   s->sp = sp;
   s->nsp = nsp;
   s->n = n;
-  s->async = s->failed = 0;
+  s->async = s->failed = s->stream = 0;
   if (!ssae_backend_spans_direct(b) || !n) return 0;
   b->runs++;
   ssae_err e = {{0}};
   if (hook_fails(b, &e) || b->ops->submit_spans(b->impl, slot, sp, nsp, n, &e)) {
+    s->failed = 1;
+    snprintf(s->msg, sizeof s->msg, "%s", e.msg);
+  } else {
+    s->async = 1;
+  }
+  return 0;
+}
+
+int ssae_backend_stream_open(ssae_backend *b, int channels, ssae_err *err) {
+  if (!b) return ssae_err_set(err, "backend: no backend for the stream");
+  if (b->streams) return ssae_err_set(err, "backend: stream already open");
+  const size_t call_max = b->stream_batch ? b->stream_batch : 256;
+  if (!(b->streams = ssae_cpu_streams_new(channels, call_max, err))) return -1;
+  /* The caches now, when the CPU will use them (else when it takes over). */
+  if (ssae_backend_cpu_direct(b) &&
+      ssae_cpu_streams_fit(b->streams, b->fell_back ? b->cpu : b->impl))
+    return ssae_err_set(err, "backend: out of memory for %d channels' code caches", channels);
+  return 0;
+}
+
+/* 1 when slot s of n windows goes to the backend asynchronously. */
+static int slot_async(ssae_backend *b, int slot, size_t n) {
+  if (b->fell_back || !b->ops->submit || !b->ops->input_buffer) return 0;
+  size_t cap = 0;
+  return b->ops->input_buffer(b->impl, slot, &cap) != NULL && cap >= n;
+}
+
+int ssae_backend_stream_async(const ssae_backend *b, size_t n) {
+  if (!b) return 0;
+  for (int s = 0; s < SSAE_BACKEND_SLOTS; s++)
+    if (!slot_async((ssae_backend *)b, s, n)) return 0;
+  return 1;
+}
+
+int ssae_backend_stream_submit(ssae_backend *b, int slot, const ssae_span *sp, int nsp,
+                               size_t n, const uint32_t *channel, const unsigned char *cont,
+                               ssae_err *err) {
+  if (!b || !b->streams || slot < 0 || slot >= SSAE_BACKEND_SLOTS || nsp < 0 || (!sp && nsp) ||
+      (n && (!channel || !cont)))
+    return ssae_err_set(err, "backend: bad arguments to stream_submit");
+  const size_t wf = (size_t)b->m->d.frames * (size_t)b->m->d.n_mels;
+  const uint32_t nc = (uint32_t)ssae_cpu_streams_channels(b->streams);
+  size_t total = 0;
+  for (int i = 0; i < nsp; i++) {
+    if ((!sp[i].x && sp[i].n) || (sp[i].n > 1 && sp[i].pitch < wf))
+      return ssae_err_set(err, "backend: span %d overlaps itself (pitch %zu < %zu floats)", i,
+                          sp[i].pitch, wf);
+    total += sp[i].n;
+  }
+  if (total != n) return ssae_err_set(err, "backend: spans hold %zu windows, not %zu", total, n);
+  for (size_t i = 0; i < n; i++)
+    if (channel[i] >= nc)
+      return ssae_err_set(err, "backend: channel %u of a stream of %u", channel[i], nc);
+  backend_slot *s = &b->slot[slot];
+  s->x = NULL;
+  s->sp = sp;
+  s->nsp = nsp;
+  s->n = n;
+  s->async = s->failed = 0;
+  s->stream = 1;
+  s->channel = channel;
+  s->cont = cont;
+  /* A laid-out batch goes to the backend's submit; windows elsewhere to
+   * its span reader; else (the CPU) collect scores them. */
+  const int laid_out = nsp == 1 && sp[0].pitch == wf;
+  if (!n || !slot_async(b, slot, n) || (!laid_out && !b->ops->submit_spans)) return 0;
+  ssae_cpu_streams_forget(b->streams, channel, n); /* the device scores them */
+  b->runs++;
+  ssae_err e = {{0}};
+  if (hook_fails(b, &e) || (laid_out ? b->ops->submit(b->impl, slot, sp[0].x, n, &e)
+                                     : b->ops->submit_spans(b->impl, slot, sp, nsp, n, &e))) {
     s->failed = 1;
     snprintf(s->msg, sizeof s->msg, "%s", e.msg);
   } else {
@@ -418,21 +531,6 @@ int ssae_backend_run_frames(ssae_backend *b, const float *frames, size_t n_frame
 
 int ssae_backend_cpu_direct(const ssae_backend *b) {
   return (b->fell_back || b->ops == &ssae_backend_cpu) && !b->fail_next && !b->fail_at;
-}
-
-size_t ssae_backend_codes_len(const ssae_backend *b) {
-  if (!b || !ssae_backend_cpu_direct(b)) return 0;
-  return ssae_cpu_codes_len(b->fell_back ? b->cpu : b->impl);
-}
-
-int ssae_backend_score_cached(ssae_backend *b, const float *x, size_t n,
-                              double *const *codes, const unsigned char *cont,
-                              float *scores, ssae_err *err) {
-  if (!b || !ssae_backend_cpu_direct(b))
-    return ssae_err_set(err, "cached scoring needs the CPU backend");
-  if (ssae_cpu_score_cached(b->fell_back ? b->cpu : b->impl, x, n, codes, cont, scores))
-    return ssae_err_set(err, "cpu: bad arguments to the cached forward pass");
-  return 0;
 }
 
 const char *ssae_backend_name(const ssae_backend *b) {

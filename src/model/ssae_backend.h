@@ -6,6 +6,7 @@
 #define SSAE_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ssae_err.h"
 #include "ssae_model.h"
@@ -86,24 +87,18 @@ int ssae_backend_run_frames(ssae_backend *b, const float *frames, size_t n_frame
 
 /* Runs n windows at x through b once, scores discarded (scores: n floats
  * of scratch), so that first-use costs (page faults, cold code, lazy
- * device set-up) are paid before real-time work starts. Not a run: no test
- * hook fires and a failure does not fall back (a real fault shows again at
- * the next run, which falls back and reports it). */
+ * device set-up) are paid before real-time work starts. With a stream
+ * open (below) they also go through its path as the first windows of
+ * channels 0, 1, ... (as many as there are channels), which then start
+ * afresh. Not a run: no test hook fires and a failure does not fall back
+ * (a real fault shows again at the next run, which falls back and
+ * reports it). */
 void ssae_backend_warm(ssae_backend *b, const float *x, size_t n, float *scores);
 
 /* 1 when b runs on the CPU and no test hook is armed: a caller may then
  * score on ssae_cpu objects of its own (one per thread, ssae_cpu.h) with
  * the same results as through b. */
 int ssae_backend_cpu_direct(const ssae_backend *b);
-/* While ssae_backend_cpu_direct(b): the CPU's ssae_cpu_score_cached
- * (ssae_cpu.h: windows of streams whose last F-1 codes the caller keeps,
- * each new frame encoded once), on the calling thread. codes_len is the
- * size of one stream's cache in doubles (0 when not direct); score_cached
- * returns -1 with a message when not direct or on bad arguments. */
-size_t ssae_backend_codes_len(const ssae_backend *b);
-int ssae_backend_score_cached(ssae_backend *b, const float *x, size_t n,
-                              double *const *codes, const unsigned char *cont,
-                              float *scores, ssae_err *err);
 
 /* Asynchronous runs (a GPU scores one batch while the caller prepares the
  * next): input_buffer gives slot s's own buffer (pinned memory on the GPU)
@@ -134,6 +129,35 @@ int ssae_backend_collect(ssae_backend *b, int slot, float *scores, ssae_err *err
 int ssae_backend_submit_spans(ssae_backend *b, int slot, const ssae_span *sp, int nsp,
                               size_t n, ssae_err *err);
 int ssae_backend_spans_direct(const ssae_backend *b);
+/* Streams: the real-time engine's one path. b scores windows of
+ * `channels` streams (channels 0 .. channels-1); with each batch comes,
+ * per window, its channel and whether it follows the channel's previous
+ * window by one frame (its first F-1 frames are that window's last F-1;
+ * 0: the channel's first window, or after a drop or a restart). Submitted
+ * with ssae_backend_stream_submit, collected with ssae_backend_collect,
+ * like the slots above. Each backend does with the continuity what it
+ * can: the CPU keeps every channel's slice codes (one cache per channel,
+ * inside b, allocated and touched here, made anew when the CPU takes over
+ * or the code size changes) and encodes only a window's new frame,
+ * bit-identical to scoring it afresh; a device that reads spans in place
+ * (spans_direct) copies them from where they lie and ignores it.
+ * Opens once per backend, before the first stream submit (allocates; not
+ * on the audio thread). Returns 0, or -1 (out of memory, channels < 1). */
+int ssae_backend_stream_open(ssae_backend *b, int channels, ssae_err *err);
+/* Slot s on nsp spans of stream windows, n in all; channel[i] and cont[i]
+ * belong to the i-th window (the spans' windows in order; channels below
+ * the open count). One laid-out span (pitch F*M, e.g. slot s's input
+ * buffer) goes to the backend's submit, spans elsewhere to its span
+ * reader; without either (the CPU, after a fall back) the slot's collect
+ * scores them, on the CPU through the caches. The spans, the arrays and
+ * the windows stay unchanged until the collect, which falls back like
+ * ssae_backend_collect: no window is lost, and the CPU that takes over
+ * starts every channel afresh. */
+int ssae_backend_stream_submit(ssae_backend *b, int slot, const ssae_span *sp, int nsp,
+                               size_t n, const uint32_t *channel, const unsigned char *cont,
+                               ssae_err *err);
+int ssae_backend_stream_async(const ssae_backend *b, size_t n);
+
 /* Page-locks [p, p + bytes) for the device copies of b's kind, for the
  * process (it outlives b; a later backend of the same kind benefits).
  * Returns 0, or -1 when b's kind has no such thing or it failed: copies

@@ -144,6 +144,18 @@ int ssae_train_backend_cpu(ssae_train_backend *be, const ssae_dims *d,
                            int threads, ssae_err *err);
 void ssae_train_backend_free(ssae_train_backend *be);
 
+/* The training backend by name (ssae_train_select.c): "cpu"; "cuda" (-1
+ * with the reason when there is no usable device: no silent fall back);
+ * "auto": CUDA when a device is present and passes the self-test below,
+ * else the CPU, with the reason CUDA was passed over in note (NULL
+ * allowed; "" when it was not). threads: the CPU backend's (0 = all
+ * cores). On success be->name says which one runs. */
+int ssae_train_backend_new(ssae_train_backend *be, const char *which, const ssae_dims *d,
+                           int threads, ssae_err *note, ssae_err *err);
+/* 1 when `which` names a training backend this build has ("auto", "cpu",
+ * and "cuda" when built with CUDA). */
+int ssae_train_backend_built(const char *which);
+
 /* Start-up self-test of a backend against the CPU one: gradient and window
  * scores of a fixed random batch (log-mel scale) at fixed random weights
  * agree per tensor to 1e-3 relative (float32 kernels agree to about 1e-6).

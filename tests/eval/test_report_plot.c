@@ -9,7 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ssae_detector.h"
+#include "ssae_features.h"
 #include "ssae_plot.h"
+#include "ssae_silence.h"
 
 static int failures;
 #define CHECK(c, ...)                   \
@@ -60,17 +63,32 @@ int main(void) {
 
   enum { M = 64, T = 313, F = 5, W = T - F + 1 };
   static float frames[T * M], scores[W], smoothed[W];
-  static unsigned char alarm[W];
+  static unsigned char alarm[W], silent[W];
   /* Low bands at -60 dB, high bands at 0 dB; frames 150..159 loud in the
    * low bands too. */
   for (int t = 0; t < T; t++)
     for (int m = 0; m < M; m++)
       frames[t * M + m] = (m >= M / 2 || (t >= 150 && t < 160)) ? 0.0f : -60.0f;
-  for (int w = 0; w < W; w++) scores[w] = (w >= 100 && w < 200) ? 0.2f : 0.01f;
+  /* Windows 260..269 touch digital silence: no smoothed score there. */
+  for (int w = 0; w < W; w++) {
+    scores[w] = (w >= 100 && w < 200) ? 0.2f : 0.01f;
+    silent[w] = w >= 260 && w < 270;
+  }
   double hop_s = 512.0 / 16000.0, thr = 0.05;
-  ssae_detect(scores, W, hop_s, 0.1, thr, 3, 5, smoothed, alarm);
+  ssae_detector_params dp;
+  ssae_detector_params_default(&dp);
+  dp.threshold = thr;
+  ssae_detector_run(&dp, hop_s, scores, silent, W, smoothed, alarm);
   CHECK(!alarm[99] && alarm[110] && alarm[199] && !alarm[215], "detector spans");
   CHECK(!alarm[100] && !alarm[101], "alarm needs 3 smoothed scores above");
+  CHECK(isnan(smoothed[265]) && isfinite(smoothed[270]), "no smoothed score in silence");
+  size_t w_on = 0, w_off = 0;
+  for (size_t w = 1; w < W; w++) {
+    if (alarm[w] && !alarm[w - 1]) w_on = w;
+    if (!alarm[w] && alarm[w - 1]) w_off = w;
+  }
+  ssae_feat_cfg feat;
+  ssae_feat_cfg_default(&feat);
 
   ssae_report_data d = {0};
   d.name = "synthetic.wav";
@@ -87,6 +105,7 @@ int main(void) {
   d.alarm = alarm;
   d.n_windows = W;
   d.frames_per_window = F;
+  d.window_t0 = ssae_window_time(&feat, 0);
   d.threshold = thr;
   d.file_score = 0.07;
   d.subtitle = "model: test";
@@ -153,6 +172,30 @@ int main(void) {
   }
   CHECK(shaded >= 5, "alarm shading: %d of 7", shaded);
   CHECK(white >= 5, "no shading outside the alarm: %d of 7", white);
+  /* The shading runs from the time of the window that turned the alarm on
+   * to that of the one that turned it off (the events' times). */
+  double x_on = ssae_report_time_x(&l, ssae_window_time(&feat, w_on));
+  double x_off = ssae_report_time_x(&l, ssae_window_time(&feat, w_off));
+  int edges = 0;
+  for (int k = -3; k <= 3; k++) {
+    pixel(&p, x_on + 2, ya + k, rgb);
+    edges += near(rgb, SSAE_PLOT_ALARM_RGB, 0.02);
+    pixel(&p, x_on - 2, ya + k, rgb);
+    edges += near(rgb, 1, 1, 1, 0.02);
+    pixel(&p, x_off - 2, ya + k, rgb);
+    edges += near(rgb, SSAE_PLOT_ALARM_RGB, 0.02);
+    pixel(&p, x_off + 2, ya + k, rgb);
+    edges += near(rgb, 1, 1, 1, 0.02);
+  }
+  CHECK(edges >= 24, "alarm span edges at windows %zu and %zu: %d of 28", w_on, w_off, edges);
+  /* No smoothed line over the silent windows. */
+  int gap_dark = 0;
+  double xg = ssae_report_time_x(&l, (265 + 2) * hop_s);
+  for (double y = l.scores.y + 1; y < l.scores.y + l.scores.h - 1; y++) {
+    pixel(&p, xg, y, rgb);
+    gap_dark += near(rgb, 0.08, 0.20, 0.50, 0.1);
+  }
+  CHECK(gap_dark == 0, "smoothed line drawn over digital silence (%d pixels)", gap_dark);
   /* The smoothed score's line is above the threshold in the span. */
   int dark = 0;
   double xs = ssae_report_time_x(&l, (150 + 2) * hop_s), ys = ssae_report_score_y(&l, 0.2);

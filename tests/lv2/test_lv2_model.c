@@ -18,6 +18,7 @@
 #include <lv2/state/state.h>
 
 #include "lv2_host.h"
+#include "ssae_detector.h"
 #include "ssae_model.h"
 
 #define RATE 16000
@@ -131,6 +132,12 @@ int main(int argc, char **argv) {
   lv2h h;
   CHECK(lv2h_open(&h, "urn:ssae:lv2:mono", RATE, 1) == 0, "cannot load the plugin");
   h.quiet = 1;
+  /* The host starts the ports at ssae.ttl's defaults: the detector's. */
+  CHECK(*lv2h_ctl(&h, "smoothing") == (float)SSAE_DETECTOR_SMOOTHING_S &&
+            *lv2h_ctl(&h, "alarm_on") == SSAE_DETECTOR_ON_COUNT &&
+            *lv2h_ctl(&h, "alarm_off") == SSAE_DETECTOR_OFF_COUNT,
+        "mono port defaults %g %g %g are not the detector's", *lv2h_ctl(&h, "smoothing"),
+        *lv2h_ctl(&h, "alarm_on"), *lv2h_ctl(&h, "alarm_off"));
   *lv2h_ctl(&h, "threshold") = 0.0f; /* the model's */
 
   /* The default model, from the bundle. */

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "lv2_host.h"
+#include "ssae_detector.h"
 
 #define RATE 16000
 #define SECONDS 24
@@ -54,30 +55,24 @@ static size_t read_windows(const char *path, double **out) {
   return n;
 }
 
-/* The detector of SPEC section 5 / the engine, applied to the reference
- * scores: EMA with alpha = 1 - exp(-hop/rate/tau), started at the first
- * score; alarm on after `on` smoothed scores above the threshold, off after
- * `off` at or below. */
+/* The one detector (ssae_detector_run), applied offline to the reference
+ * scores: what the plugin's engine must publish window for window. */
 static void detector(ref *r, double thr, double tau, int on, int off) {
+  float *score = (float *)malloc(r->n * sizeof(float));
+  float *ema = (float *)malloc(r->n * sizeof(float));
+  unsigned char *alarm = (unsigned char *)malloc(r->n);
   r->ema = (double *)malloc(r->n * sizeof(double));
   r->alarm = (int *)malloc(r->n * sizeof(int));
-  double alpha = tau > 0 ? 1.0 - exp(-(double)HOP / RATE / tau) : 1.0;
-  double ema = 0;
-  int above = 0, below = 0, alarm = 0;
+  for (size_t i = 0; i < r->n; i++) score[i] = (float)r->score[i];
+  ssae_detector_params p = {thr, tau, on, off};
+  ssae_detector_run(&p, (double)HOP / RATE, score, NULL, r->n, ema, alarm);
   for (size_t i = 0; i < r->n; i++) {
-    ema = i == 0 ? r->score[0] : ema + alpha * (r->score[i] - ema);
-    if (ema > thr) {
-      above++;
-      below = 0;
-      if (!alarm && above >= on) alarm = 1;
-    } else {
-      below++;
-      above = 0;
-      if (alarm && below >= off) alarm = 0;
-    }
-    r->ema[i] = ema;
-    r->alarm[i] = alarm;
+    r->ema[i] = ema[i];
+    r->alarm[i] = alarm[i];
   }
+  free(score);
+  free(ema);
+  free(alarm);
 }
 
 static int close_to(double a, double b) {

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "lv2_host.h"
+#include "ssae_detector.h"
 
 #define RATE 48000
 #define SECONDS 16
@@ -33,6 +34,12 @@ static result run(const char *model, const float *l, const float *r, size_t n,
   lv2h h;
   CHECK(lv2h_open(&h, "urn:ssae:lv2:stereo", RATE, 1) == 0,
         "cannot load the stereo plugin");
+  /* The host starts the ports at ssae.ttl's defaults: the detector's. */
+  CHECK(*lv2h_ctl(&h, "smoothing") == (float)SSAE_DETECTOR_SMOOTHING_S &&
+            *lv2h_ctl(&h, "alarm_on") == SSAE_DETECTOR_ON_COUNT &&
+            *lv2h_ctl(&h, "alarm_off") == SSAE_DETECTOR_OFF_COUNT,
+        "stereo port defaults %g %g %g are not the detector's", *lv2h_ctl(&h, "smoothing"),
+        *lv2h_ctl(&h, "alarm_on"), *lv2h_ctl(&h, "alarm_off"));
   CHECK(lv2h_load_model(&h, model), "the plugin did not load %s", model);
   *lv2h_ctl(&h, "threshold") = thr;
   *lv2h_ctl(&h, "smoothing") = 0.2f;

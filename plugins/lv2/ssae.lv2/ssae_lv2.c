@@ -14,6 +14,7 @@
 #include <lv2/core/lv2_util.h>
 #include <lv2/patch/patch.h>
 
+#include "ssae_detector.h"
 #include "ssae_lv2.h"
 
 static void map_uris(LV2_URID_Map *map, ssae_lv2_uris *u) {
@@ -157,13 +158,18 @@ static float port_value(const float *port, float fallback, float lo, float hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* The engine judges the scores with the detector (ssae_detector.h); an
+ * unconnected port means its default, the same as ssae.ttl's lv2:default
+ * and `ssae monitor`'s. */
 static void update_params(ssae_lv2 *self, ssae_engine *engine) {
   ssae_engine_params p;
   float thr = port_value(self->threshold, 0.0f, 0.0f, 1e30f);
   p.threshold = thr > 0.0f ? (double)thr : NAN;
-  p.smoothing_s = port_value(self->smoothing, 1.0f, 0.0f, 60.0f);
-  p.on_count = (int)lrintf(port_value(self->alarm_on, 3.0f, 1.0f, 1000.0f));
-  p.off_count = (int)lrintf(port_value(self->alarm_off, 10.0f, 1.0f, 1000.0f));
+  p.smoothing_s = port_value(self->smoothing, (float)SSAE_DETECTOR_SMOOTHING_S, 0.0f, 60.0f);
+  p.on_count =
+      (int)lrintf(port_value(self->alarm_on, (float)SSAE_DETECTOR_ON_COUNT, 1.0f, 1000.0f));
+  p.off_count =
+      (int)lrintf(port_value(self->alarm_off, (float)SSAE_DETECTOR_OFF_COUNT, 1.0f, 1000.0f));
   p.enabled = port_value(self->enable, 1.0f, 0.0f, 1.0f) > 0.5f;
   if (self->params_valid && same_params(&p, &self->params)) return;
   ssae_engine_set_params(engine, &p);

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "ssae_err.h"
+#include "ssae_realtime.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,16 +25,16 @@ ssae_resampler *ssae_resampler_new(long in_rate, long out_rate, size_t max_in,
 void ssae_resampler_free(ssae_resampler *r);
 
 /* Upper bound on the output of one call with n input samples. */
-size_t ssae_resampler_max_out(const ssae_resampler *r, size_t n);
+SSAE_REALTIME size_t ssae_resampler_max_out(const ssae_resampler *r, size_t n);
 
 /* n <= max_in samples in; writes the output samples to out (at least
  * ssae_resampler_max_out(n) floats) and returns how many. Audio-thread
  * safe. */
-size_t ssae_resampler_process(ssae_resampler *r, const float *in, size_t n,
-                              float *out);
+SSAE_REALTIME size_t ssae_resampler_process(ssae_resampler *r, const float *in, size_t n,
+                                            float *out);
 
 /* Forgets the history (a new stream). Audio-thread safe. */
-void ssae_resampler_reset(ssae_resampler *r);
+SSAE_REALTIME void ssae_resampler_reset(ssae_resampler *r);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-#include "ssae_jack_client.h"
+#include "ssae_io_jack.h"
 
 #include <errno.h>
 #include <jack/jack.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct ssae_jack {
+struct ssae_io_jack {
   jack_client_t *client;
   int n, passthrough;
   int first; /* the engine channel of this client's first input */
@@ -19,13 +19,14 @@ struct ssae_jack {
   _Atomic unsigned rate_engine; /* the rate the engine runs at */
   _Atomic unsigned bufsize;
   _Atomic int shutdown;
+  int active; /* between start and stop (main thread) */
   char reason[256];
 };
 
 /* Audio thread: analysis, passthrough, control outputs. No allocation, no
  * locks, no system calls. */
 static int on_process(jack_nframes_t nframes, void *arg) {
-  ssae_jack *j = arg;
+  ssae_io_jack *j = arg;
   for (int c = 0; c < j->n; c++)
     j->inbuf[c] = jack_port_get_buffer(j->in[c], nframes);
   if (atomic_load_explicit(&j->rate_now, memory_order_relaxed) ==
@@ -53,21 +54,22 @@ static int on_process(jack_nframes_t nframes, void *arg) {
   return 0;
 }
 
+/* JACK's thread for server notifications (not the audio thread). */
 static int on_srate(jack_nframes_t rate, void *arg) {
-  ssae_jack *j = arg;
+  ssae_io_jack *j = arg;
   atomic_store(&j->rate_now, (unsigned)rate);
   return 0;
 }
 
 static int on_bufsize(jack_nframes_t n, void *arg) {
-  ssae_jack *j = arg;
+  ssae_io_jack *j = arg;
   /* The engine splits large blocks itself: nothing to reallocate. */
   atomic_store(&j->bufsize, (unsigned)n);
   return 0;
 }
 
 static void on_shutdown(jack_status_t code, const char *reason, void *arg) {
-  ssae_jack *j = arg;
+  ssae_io_jack *j = arg;
   (void)code;
   /* Called from a JACK thread; the main loop reports it. */
   snprintf(j->reason, sizeof j->reason, "%s", reason ? reason : "no reason given");
@@ -76,13 +78,13 @@ static void on_shutdown(jack_status_t code, const char *reason, void *arg) {
 
 static void jack_quiet(const char *msg) { (void)msg; }
 
-ssae_jack *ssae_jack_open(const char *name, int first, int inputs, int passthrough,
+ssae_io_jack *ssae_io_jack_new(const char *name, int first, int inputs, int passthrough,
                           ssae_err *err) {
   if (inputs < 1 || inputs > 256 || first < 0) {
     ssae_err_set(err, "a JACK client has 1..256 inputs (got %d)", inputs);
     return NULL;
   }
-  ssae_jack *j = calloc(1, sizeof *j);
+  ssae_io_jack *j = calloc(1, sizeof *j);
   if (!j) {
     ssae_err_set(err, "out of memory");
     return NULL;
@@ -98,7 +100,7 @@ ssae_jack *ssae_jack_open(const char *name, int first, int inputs, int passthrou
   j->inbuf = calloc((size_t)inputs, sizeof *j->inbuf);
   if (!j->in || !j->out || !j->score || !j->alarm || !j->inbuf) {
     ssae_err_set(err, "out of memory");
-    ssae_jack_close(j);
+    ssae_io_jack_free(j);
     return NULL;
   }
   /* libjack prints its own connection attempts; our message says it all. */
@@ -112,7 +114,7 @@ ssae_jack *ssae_jack_open(const char *name, int first, int inputs, int passthrou
                  "(e.g. jackd -d alsa, or jackd -d dummy) first",
                  (unsigned)status,
                  (status & JackServerFailed) ? ": no server running" : "");
-    ssae_jack_close(j);
+    ssae_io_jack_free(j);
     return NULL;
   }
   char pn[64];
@@ -135,7 +137,7 @@ ssae_jack *ssae_jack_open(const char *name, int first, int inputs, int passthrou
     if (!j->in[c] || !j->score[c] || !j->alarm[c] || (passthrough && !j->out[c])) {
       ssae_err_set(err, "cannot register JACK ports for channel %d (the server's port "
                         "limit? jackd -p)", num);
-      ssae_jack_close(j);
+      ssae_io_jack_free(j);
       return NULL;
     }
   }
@@ -147,18 +149,18 @@ ssae_jack *ssae_jack_open(const char *name, int first, int inputs, int passthrou
   return j;
 }
 
-double ssae_jack_rate(const ssae_jack *j) {
-  return (double)atomic_load(&((ssae_jack *)j)->rate_engine);
+double ssae_io_jack_rate(const ssae_io_jack *j) {
+  return (double)atomic_load(&((ssae_io_jack *)j)->rate_engine);
 }
-const char *ssae_jack_name(const ssae_jack *j) {
+const char *ssae_io_jack_name(const ssae_io_jack *j) {
   return jack_get_client_name(j->client);
 }
-unsigned ssae_jack_buffer_size(const ssae_jack *j) {
-  return atomic_load(&((ssae_jack *)j)->bufsize);
+unsigned ssae_io_jack_buffer_size(const ssae_io_jack *j) {
+  return atomic_load(&((ssae_io_jack *)j)->bufsize);
 }
-const char *ssae_jack_shutdown_reason(const ssae_jack *j) { return j->reason; }
+const char *ssae_io_jack_shutdown_reason(const ssae_io_jack *j) { return j->reason; }
 
-int ssae_jack_start(ssae_jack *j, ssae_engine *e, int group, ssae_err *err) {
+int ssae_io_jack_start(ssae_io_jack *j, ssae_engine *e, int group, ssae_err *err) {
   if (group >= 0) {
     int first, count;
     ssae_engine_group_channels(e, group, &first, &count);
@@ -176,10 +178,11 @@ int ssae_jack_start(ssae_jack *j, ssae_engine *e, int group, ssae_err *err) {
   jack_on_info_shutdown(j->client, on_shutdown, j);
   if (jack_activate(j->client))
     return ssae_err_set(err, "cannot activate the JACK client");
+  j->active = 1;
   return 0;
 }
 
-int ssae_jack_connect(ssae_jack *j, const char *port, int index, ssae_err *err) {
+int ssae_io_jack_connect(ssae_io_jack *j, const char *port, int index, ssae_err *err) {
   if (index < 0 || index >= j->n)
     return ssae_err_set(err, "--connect %s: only %d input(s) (--inputs)", port,
                         j->n);
@@ -195,7 +198,7 @@ int ssae_jack_connect(ssae_jack *j, const char *port, int index, ssae_err *err) 
   return 0;
 }
 
-int ssae_jack_poll(ssae_jack *j, ssae_err *err) {
+int ssae_io_jack_poll(ssae_io_jack *j, ssae_err *err) {
   if (atomic_load(&j->shutdown)) return 1;
   unsigned r = atomic_load(&j->rate_now);
   if (r != atomic_load(&j->rate_engine) && r > 0) {
@@ -207,12 +210,17 @@ int ssae_jack_poll(ssae_jack *j, ssae_err *err) {
   return 0;
 }
 
-void ssae_jack_close(ssae_jack *j) {
+void ssae_io_jack_stop(ssae_io_jack *j) {
+  if (!j || !j->active) return;
+  /* After a server shutdown there is nothing to deactivate. */
+  if (!atomic_load(&j->shutdown)) jack_deactivate(j->client);
+  j->active = 0;
+}
+
+void ssae_io_jack_free(ssae_io_jack *j) {
   if (!j) return;
-  if (j->client) {
-    if (!atomic_load(&j->shutdown)) jack_deactivate(j->client);
-    jack_client_close(j->client);
-  }
+  ssae_io_jack_stop(j);
+  if (j->client) jack_client_close(j->client);
   free(j->in);
   free(j->out);
   free(j->score);

@@ -1,0 +1,57 @@
+/* The JACK client behind `ssae jack`: N input ports into the real-time
+ * engine, optional passthrough outputs, and per channel two control-signal
+ * outputs at audio rate: the smoothed score and the alarm gate (0/1).
+ *
+ * Threads: every function here is for the main thread. The client's
+ * process callback runs on JACK's audio thread (it calls only the engine's
+ * audio-thread-safe functions and fills the output ports); its sample-rate,
+ * buffer-size and shutdown callbacks run on JACK's notification thread and
+ * only set atomics that ssae_io_jack_poll reads. Lifecycle: new (ports
+ * registered, not active) -> start (callbacks installed, client active) ->
+ * stop (deactivated: the process callback no longer runs) -> free. */
+#ifndef SSAE_IO_JACK_H
+#define SSAE_IO_JACK_H
+
+#include "ssae_engine.h"
+#include "ssae_err.h"
+
+typedef struct ssae_io_jack ssae_io_jack;
+
+/* Opens the client (not yet active) and registers its ports for engine
+ * channels first .. first + inputs - 1: in_N, [out_N], score_N, alarm_N for
+ * N = first + 1 .. first + inputs (first 0 for a client of its own; several
+ * clients can share one engine, one input group each). */
+ssae_io_jack *ssae_io_jack_new(const char *name, int first, int inputs, int passthrough,
+                          ssae_err *err);
+/* The server's sample rate and the client's actual name. */
+double ssae_io_jack_rate(const ssae_io_jack *j);
+const char *ssae_io_jack_name(const ssae_io_jack *j);
+
+/* Installs the callbacks and activates the client; the process callback
+ * feeds e (audio-thread path): every channel (group -1), or input group
+ * `group` of e, whose channels must be this client's. JACK runs clients
+ * that do not depend on each other in parallel: one client per group spreads
+ * the feature work over cores. */
+int ssae_io_jack_start(ssae_io_jack *j, ssae_engine *e, int group, ssae_err *err);
+
+/* Connects a source port to this client's input `index` (0-based). */
+int ssae_io_jack_connect(ssae_io_jack *j, const char *port, int index, ssae_err *err);
+
+/* Main-thread housekeeping, call every few tens of ms: applies sample-rate
+ * changes to the engine. Returns 1 once the server has gone away (msg then
+ * holds its reason), 0 otherwise, -1 on an error (in err). */
+int ssae_io_jack_poll(ssae_io_jack *j, ssae_err *err);
+
+/* Current buffer size (follows the server's changes). */
+unsigned ssae_io_jack_buffer_size(const ssae_io_jack *j);
+const char *ssae_io_jack_shutdown_reason(const ssae_io_jack *j);
+
+/* Deactivates the client: once this returns the process callback no
+ * longer runs and the engine may go (also after the server went away). */
+void ssae_io_jack_stop(ssae_io_jack *j);
+
+/* Stops when still active and closes. Accepts NULL and half-built
+ * clients. */
+void ssae_io_jack_free(ssae_io_jack *j);
+
+#endif

@@ -1,0 +1,274 @@
+/* Private to the engine: its state, split by the thread that writes it,
+ * and the functions its files call in each other. The engine is four
+ * files, one per thread:
+ *
+ *   ssae_engine.c           control thread: life cycle, configuration,
+ *                           the public getters, parameters, model swap
+ *                           request, input-rate change (pause protocol)
+ *   ssae_engine_frontend.c  audio thread(s): resample, log-mel, window,
+ *                           silence scan, ring push (one thread per group)
+ *   ssae_engine_worker.c    worker thread: take from the rings, batch,
+ *                           submit to the backend, collect; model swap
+ *                           taking effect
+ *   ssae_engine_publish.c   worker thread, writer side of what others
+ *                           read: detector, lock-free per-channel
+ *                           results, events, latency statistics; and
+ *                           the readers' getters (any thread)
+ *
+ * Data path: audio thread -> (ring per group) -> worker -> backend ->
+ * worker -> detector -> published results and events. */
+#ifndef SSAE_ENGINE_INTERNAL_H
+#define SSAE_ENGINE_INTERNAL_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "ssae_silence.h"
+#include "ssae_backend.h"
+#include "ssae_detector.h"
+#include "ssae_engine.h"
+#include "ssae_logmel.h"
+#include "ssae_logmel_multi.h"
+#include "ssae_resample.h"
+#include "ssae_ring.h"
+
+/* Header of a ring item; the window's F*M floats follow at ITEM_HDR.
+ * Written by the audio thread, read by the worker. */
+#define ITEM_GAP 1u /* the window touches digital silence */
+typedef struct item_hdr {
+  uint32_t channel;
+  uint32_t flags;
+  uint64_t window;     /* index in its channel since the engine started */
+  uint64_t end_sample; /* model-rate sample position of the window's end */
+  int64_t t_ns;        /* CLOCK_MONOTONIC when its last sample arrived */
+} item_hdr;
+#define ITEM_HDR 32
+
+/* ---- front end: one channel. Written by its group's audio thread only
+ * (and by the control thread while the pause protocol holds the audio
+ * thread out: creation, set_input_rate). made/dropped are also read by
+ * the worker, drain and stats readers (relaxed). */
+typedef struct front {
+  ssae_resampler *rs; /* NULL when the input runs at the model's rate */
+  ssae_window *win;
+  uint64_t frame_base;  /* frames before the current stream */
+  uint64_t frames;      /* frames of the current stream */
+  uint64_t samples;     /* model-rate samples fed since the engine started */
+  uint64_t next_window; /* window index */
+  ssae_silence sil;     /* digital silence in the samples fed */
+  _Atomic uint64_t made;
+  _Atomic uint64_t dropped;
+} front;
+
+/* ---- front end: one input group, the channels one audio thread feeds,
+ * with everything that thread writes (scratch, ring, counters), so that
+ * several audio threads (sound cards, JACK clients) can feed one engine
+ * without sharing anything but the worker. Written by that audio thread;
+ * the ring's consumer side and dropped_all belong to the worker;
+ * in_process is the audio thread's half of the pause protocol. */
+typedef struct group {
+  ssae_engine *e;
+  int c0, nc; /* channels c0 .. c0 + nc - 1 */
+  /* The group's log-mel streams, one set of tables: the frames that
+   * complete in a block are computed eight channels at a time, and each
+   * comes back through on_frame. */
+  ssae_logmel_multi *lmm;
+  ssae_ring *ring;
+  int64_t blk_t; /* now_ns() of the block being processed */
+  int warming;   /* warm_fronts: frames only fill the windows */
+  int was_enabled;
+  float *rs_out, *scratch_win, *deint, *zeros;
+  size_t rs_cap;
+  _Atomic int in_process; /* Dekker pair with pause_req (seq_cst) */
+  /* The group's drops together, for the worker's drop report after each
+   * batch: one load instead of one per channel (at thousands of channels,
+   * thousands of cache lines that the audio thread writes). */
+  _Atomic uint64_t dropped_all;
+  char pad[64]; /* the next group's audio thread writes the next one */
+} group;
+
+/* ---- published: one channel's results. Written by the worker only
+ * (publish), read by any thread (ssae_engine_channel_get, the audio
+ * thread included) without waiting.
+ *
+ * The results go out through a latch (two copies and a sequence counter, as
+ * Linux's seqcount_latch): the writer bumps seq to odd and rewrites copy 0
+ * while readers use copy 1, then bumps seq to even and rewrites copy 1 while
+ * readers use copy 0. A reader never sees a torn set and never waits for a
+ * writer that is preempted mid-update: it retries only when the writer has
+ * finished a copy in the meantime. The fields are atomics (relaxed) only so
+ * that a reader racing the writer is defined behaviour; the latch is what
+ * makes a reader's set consistent. */
+typedef struct pub {
+  _Atomic float score, smoothed, threshold, latency_ms;
+  _Atomic int alarm;
+  _Atomic uint64_t scored;
+} pub;
+typedef struct chan_pub {
+  _Atomic uint32_t seq;
+  pub copy[2];
+} chan_pub;
+
+/* ---- worker: one channel's detector and bookkeeping. Written and read
+ * by the worker only. */
+typedef struct chan_work {
+  ssae_detector det;
+  double shown;         /* smoothed score published: the detector's, kept
+                           through a reset until the next evidence */
+  uint64_t scored;      /* windows scored */
+  uint64_t last_window; /* index of the last window scored */
+  double last_t;        /* its time (seconds of audio) */
+  uint64_t last_end;    /* end_sample of the last window taken (0: none):
+                           the continuity the backend is told */
+} chan_work;
+
+#define LAT_FINE 10000  /* 1 us buckets up to 10 ms */
+#define LAT_COARSE 9900 /* 100 us buckets from 10 ms to 1 s */
+
+/* ---- worker: the batches and the backend. Written and read by the
+ * worker only, except where a field says otherwise. */
+typedef struct worker_state {
+  pthread_t thread;
+  int thread_started; /* control thread */
+  ssae_backend *backend;
+  const ssae_model *model;
+  double model_threshold;
+  chan_work *ch;
+  /* Two batches, so that the GPU scores one while the worker takes the
+   * next out of the rings. bx[s]: where batch s is laid out: the backend's
+   * own input buffer of slot s when it has one (the GPU's pinned memory: no
+   * staging copy), else batch_x[s]. chan[s]/cont[s]: each window's channel
+   * and continuity, for the backend (ssae_span). */
+  float *batch_x[2], *batch_scores[2], *bx[2];
+  item_hdr *batch_hdr[2];
+  uint32_t *chan[2];
+  unsigned char *cont[2];
+  size_t max_batch;
+  /* spans[s]/nsp[s]: batch s as the backend gets it: one run laid out in
+   * bx[s], or in place (the GPU, rings page-locked) runs of consecutive
+   * ring slots that the device's copy engine reads where they lie; the
+   * worker copies only each window's header, and the slots are released
+   * when the batch's scores are in. taken[g]: group g's slots taken but
+   * not released; rel[s][g]: those of batch s. Copying 4096 windows per
+   * period out of the rings cost the worker ~1 ms (BENCHMARKS.md, engine
+   * round 6). */
+  int in_place;
+  ssae_span *spans[2];
+  int nsp[2];
+  int submit_rc[2]; /* batch s's submit (bad arguments: its collect is skipped) */
+  ssae_err submit_err[2];
+  size_t *taken, *rel[2];
+  const ssae_backend_ops **pin_ops; /* per group: who page-locked its ring
+                                       (control thread) */
+  int cleared; /* alarms cleared since analysis was paused */
+  uint64_t dropped_reported;
+  uint64_t status_scored, status_dropped; /* counters of the last STATUS
+                                             (the control thread's after
+                                             the worker stopped) */
+  int status_sent;
+  double next_status_t;
+  double last_t; /* latest window time; published as audio_s */
+} worker_state;
+
+/* ---- shared atomics: lock-free, any thread. */
+typedef struct shared_state {
+  _Atomic int stop;      /* control -> worker */
+  _Atomic int pause_req; /* control -> audio threads (pause protocol) */
+  /* Detector parameters: written by any thread (set_params, the audio
+   * thread included), read by the worker at each window and by the audio
+   * threads (enabled). */
+  _Atomic double p_threshold, p_smoothing;
+  _Atomic int p_on, p_off, p_enabled;
+  /* Counters written by the worker, read by stats readers and drain. */
+  _Atomic uint64_t scored_total;
+  _Atomic uint64_t batches;
+  _Atomic uint64_t t_take, t_score, t_publish; /* ns, worker stages */
+  _Atomic double audio_s;
+  /* ssae_backend_name() of the backend in use (worker): a static string,
+   * so that a reader may keep the pointer after the backend changes. */
+  _Atomic(const char *) backend_name;
+} shared_state;
+
+/* ---- latency histogram: written by the worker, read by stats readers,
+ * both under mu. */
+typedef struct lat_stats {
+  pthread_mutex_t mu;
+  uint64_t hist[LAT_FINE + LAT_COARSE + 1];
+  uint64_t n;
+  double max_ms;
+} lat_stats;
+
+/* ---- model swap: the swapping thread hands a backend to the worker
+ * under mu; the worker takes it between batches and signals cv. */
+typedef struct swap_state {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  _Atomic(ssae_backend *) pending_backend;
+  const ssae_model *pending_model;
+} swap_state;
+
+struct ssae_engine {
+  /* Set at creation (control thread), read-only afterwards except in_rate
+   * (set_input_rate, under the pause protocol). */
+  ssae_engine_cfg cfg;
+  ssae_feat_cfg feat;
+  int C, wf; /* channels, floats per window */
+  int G;     /* input groups */
+  double in_rate;
+  size_t max_block;
+  int mu_ok; /* which of the mutexes and the condition exist */
+
+  front *fr; /* C, audio threads */
+  group *g;  /* G, audio threads */
+  chan_pub *pub; /* C, worker -> any thread */
+  worker_state w;
+  shared_state sh;
+  lat_stats lat;
+  swap_state swap;
+};
+
+/* ---- small helpers ---- */
+
+static inline int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void sleep_ns(int64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+  }
+}
+
+/* A counter that one thread (the worker) adds to and others read. */
+static inline void add_ns(_Atomic uint64_t *a, int64_t ns) {
+  atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + (uint64_t)ns,
+                        memory_order_relaxed);
+}
+
+/* ---- ssae_engine_frontend.c: built and warmed by the control thread
+ * while no audio thread is inside (creation, set_input_rate) ---- */
+int engine_build_resamplers(ssae_engine *e, double rate, ssae_err *err);
+void engine_warm_fronts(ssae_engine *e);
+void engine_on_frame(void *user, int i, const float *frame);
+/* Channel i of group gr starts a new stream. */
+void engine_stream_restart(group *gr, int i);
+
+/* ---- ssae_engine_worker.c ---- */
+void *engine_worker_main(void *arg);
+/* Control thread, before the worker starts. */
+int engine_worker_setup(ssae_engine *e, ssae_err *err);
+void engine_worker_free(ssae_engine *e);
+
+/* ---- ssae_engine_publish.c (worker thread) ---- */
+void engine_publish_init(ssae_engine *e, double threshold);
+void engine_publish_batch(ssae_engine *e, int b, size_t n, int rc, const ssae_err *err);
+void engine_clear_alarms(ssae_engine *e);
+void engine_emit_counters(ssae_engine *e, ssae_event_type type, double t);
+void engine_on_fallback(void *user, const char *msg);
+
+#endif
