@@ -21,13 +21,13 @@
  * scored while the next is taken from the rings, and the rings are
  * page-locked so that the GPU's copy engine reads the windows where they
  * lie: the worker copies only their headers), and runs the detector per
- * channel: exponential
- * smoothing with a time constant, a threshold (the model's or the user's) and
- * hysteresis (alarm on after on_count smoothed scores above the threshold,
- * off after off_count below). Windows that touch digital silence (a run of
- * at least 64 exact zeros at the model's rate: an unconnected port, the end
- * of a stream, a muted device) are scored but not judged: they reset the
- * detector and end an alarm. Per-channel results are published lock-free,
+ * channel (ssae_detector.h, the one the plugin and the offline commands
+ * use): exponential smoothing with a time constant, a threshold (the
+ * model's or the user's) and hysteresis (alarm on after on_count smoothed
+ * scores above the threshold, off after off_count below). Windows that
+ * touch digital silence (a run of at least 64 exact zeros at the model's
+ * rate: an unconnected port, the end of a stream, a muted device) are
+ * scored but not judged: they reset the detector and end an alarm. Per-channel results are published lock-free,
  * one consistent set per window (ssae_engine_channel_get, audio-thread safe),
  * and as events through a callback that runs on the worker thread. */
 #ifndef SSAE_ENGINE_H
@@ -60,7 +60,8 @@ typedef struct ssae_engine_params {
                          starts afresh on resume */
 } ssae_engine_params;
 
-/* threshold NAN, smoothing 0.1 s, on 3, off 5, enabled. */
+/* The detector's defaults (ssae_detector_params_default: threshold NAN,
+ * smoothing 0.1 s, on 3, off 5), enabled. */
 void ssae_engine_params_default(ssae_engine_params *p);
 
 typedef enum ssae_event_type {

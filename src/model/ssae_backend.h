@@ -1,7 +1,10 @@
 /* Backend table: one struct of function pointers per backend (CUDA, CPU;
  * the CPU is always present and always last). ssae_backend runs a batch on
  * the chosen backend and, if that backend fails, reports it once, switches to
- * the CPU and reruns the batch: no window is lost. */
+ * the CPU and reruns the batch: no window is lost. Streams (below) are the
+ * real-time engine's path: batches of windows of many channels, each
+ * window with its channel and continuity, scored by whichever backend runs
+ * (the CPU keeping per-channel codes inside ssae_backend). */
 #ifndef SSAE_BACKEND_H
 #define SSAE_BACKEND_H
 
@@ -156,6 +159,12 @@ int ssae_backend_stream_open(ssae_backend *b, int channels, ssae_err *err);
 int ssae_backend_stream_submit(ssae_backend *b, int slot, const ssae_span *sp, int nsp,
                                size_t n, const uint32_t *channel, const unsigned char *cont,
                                ssae_err *err);
+/* 1 when both slots of up to n windows are scored while the caller goes
+ * on (the GPU, whose slots' input buffers hold n windows): the caller may
+ * take the next batch before collecting one, and lays batches out in the
+ * slots' input buffers (ssae_backend_input_buffer); 0 when the collect
+ * does the work (the CPU, also after a fall back): collect right after
+ * the submit. */
 int ssae_backend_stream_async(const ssae_backend *b, size_t n);
 
 /* Page-locks [p, p + bytes) for the device copies of b's kind, for the
