@@ -243,8 +243,8 @@ static void test_read_only(void) {
   int why;
   if (geteuid() == 0) {
     /* Root writes through mode bits: a read-only bind mount instead. */
-    if (mount(dir, dir, NULL, MS_BIND, NULL) != 0 ||
-        mount(NULL, dir, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) != 0) {
+    if (mount(dir, dir, "none", MS_BIND, NULL) != 0 ||
+        mount("none", dir, "none", MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) != 0) {
       printf("skipped: read-only directory case (cannot bind-mount read-only: %s)\n",
              strerror(errno));
       umount(dir);
