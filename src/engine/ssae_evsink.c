@@ -78,7 +78,12 @@ int ssae_evsink_check(ssae_evsink *s, ssae_err *err) {
   return rc;
 }
 
-uint64_t ssae_evsink_lost(const ssae_evsink *s) { return s->events.lost + s->out.lost; }
+uint64_t ssae_evsink_lost(ssae_evsink *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t n = s->events.lost + s->out.lost;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
 
 int ssae_evsink_close(ssae_evsink *s, ssae_err *err) {
   if (!s) return 0;

@@ -44,7 +44,7 @@ int ssae_evsink_free(ssae_evsink *s);
 int ssae_evsink_check(ssae_evsink *s, ssae_err *err);
 
 /* Event lines (to the events file and to stdout) that were not written. */
-uint64_t ssae_evsink_lost(const ssae_evsink *s);
+uint64_t ssae_evsink_lost(ssae_evsink *s);
 
 /* The engine callback: pass as cfg.on_event with the sink as user. */
 void ssae_evsink_on_event(void *user, const ssae_event *ev);
