@@ -254,7 +254,7 @@ ssae_audio_stream *ssae_audio_open(const char *path, int channel, int target_rat
                                                                           : -1;
   check_cut_header(s);
   if (s->warning.msg[0] && s->opts.strict) {
-    *err = s->warning;
+    if (err) *err = s->warning;
     goto fail;
   }
   if (!(s->in = malloc(sizeof *s->in * BLOCK * (size_t)ch)) ||
@@ -416,7 +416,7 @@ static int check_count(ssae_audio_stream *s, ssae_err *err) {
   stream_warn(s, "%s: the file holds fewer frames than its header says (%s): the file was cut",
               d);
   if (s->opts.strict) {
-    *err = s->warning;
+    if (err) *err = s->warning;
     return -1;
   }
   return 0;
@@ -437,7 +437,7 @@ long long ssae_audio_read(ssae_audio_stream *s, float *out, size_t max, ssae_err
     size_t k = s->pend_n - s->pend_pos;
     if (k > max - got) k = max - got;
     if (s->rs && s->eof && s->out_frames + k >= s->out_limit) {
-      k = (size_t)(s->out_limit - s->out_frames);
+      k = s->out_frames < s->out_limit ? (size_t)(s->out_limit - s->out_frames) : 0;
       s->ended = 1;
       if (check_count(s, err)) return -1;
     }

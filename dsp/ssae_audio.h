@@ -76,7 +76,7 @@ ssae_audio_stream *ssae_audio_open(const char *path, int channel, int target_rat
                                    const ssae_audio_opts *opts, ssae_err *err);
 const ssae_audio_info *ssae_audio_stream_info(const ssae_audio_stream *s);
 
-/* Reads the next frames (at most max per stream, resampled and selected or
+/* Reads the next frames (at most max > 0 per stream, resampled and selected or
  * mixed exactly as ssae_audio_load does) into out, planar: stream c at
  * out + c * max. Returns the frames written, 0 at the end of the file, -1
  * with a message naming the file. The frames of successive reads joined

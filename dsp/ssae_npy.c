@@ -1,13 +1,12 @@
 #include "ssae_npy.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
-#include <unistd.h>
+
+#include "ssae_outfile.h"
 
 static const char magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -47,37 +46,13 @@ int ssae_npy_write_f32(const char *path, const float *data, const size_t *shape,
   memcpy(head + 10, dict, (size_t)len);
   memset(head + 10 + len, ' ', pad);
   head[10 + hlen - 1] = '\n';
-  /* One writev for header and data: no stdio buffer, the fewest system
-   * calls (a features run writes one file per input). */
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) return ssae_err_set(err, "%s: cannot write: %s", path, strerror(errno));
-  struct iovec iov[2] = {{head, 10 + hlen}, {(void *)data, count * sizeof *data}};
-  int ok = 1, n_iov = count ? 2 : 1;
-  struct iovec *v = iov;
-  while (ok && n_iov > 0) {
-    ssize_t w = writev(fd, v, n_iov);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      ok = 0;
-      break;
-    }
-    while (n_iov > 0 && (size_t)w >= v->iov_len) {
-      w -= (ssize_t)v->iov_len;
-      v++;
-      n_iov--;
-    }
-    if (n_iov > 0) {
-      v->iov_base = (char *)v->iov_base + w;
-      v->iov_len -= (size_t)w;
-    }
-  }
-  int e = errno;
-  if (close(fd) != 0 && ok) ok = 0, e = errno;
-  if (!ok) {
-    remove(path);
-    return ssae_err_set(err, "%s: write failed: %s", path, strerror(e ? e : EIO));
-  }
-  return 0;
+  /* The output discipline (temporary, checked, fsync, rename): a failed
+   * write names the file and the reason and leaves no partial array. */
+  ssae_outfile *f = ssae_outfile_open(path, err);
+  if (!f) return -1;
+  ssae_outfile_write(f, head, 10 + hlen);
+  ssae_outfile_write(f, data, count * sizeof *data);
+  return ssae_outfile_commit(f, err);
 }
 
 int ssae_npy_read_f32(const char *path, float **data, size_t *shape, int *ndim, ssae_err *err) {

@@ -1,19 +1,28 @@
 #include "ssae_evsink.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ssae_outfile.h"
+
 #define SINK_MAX_CH 4096
 
+/* Events go to checked streams, flushed line by line, because others read
+ * them while they grow (a file being tailed, a pipe): a write that fails is
+ * counted as a lost line and the first failure is kept for the report. The
+ * window TSV is a result file: written through the output discipline and
+ * committed when the sink closes. */
 struct ssae_evsink {
   ssae_evsink_cfg cfg;
-  FILE *events;
-  int events_is_stdout;
-  FILE *windows;
+  FILE *events_fp;      /* the events file we opened (not stdout) */
+  ssae_stream events;   /* the events file or stdout; fp NULL: none */
+  ssae_stream out;      /* stdout beside an events file (events_stdout) */
+  ssae_outfile *windows;
   pthread_mutex_t mu;
-  int write_failed;
+  int windows_failed;
   uint64_t alarms_total;
   uint64_t alarms[SINK_MAX_CH];
 };
@@ -30,45 +39,73 @@ ssae_evsink *ssae_evsink_new(const ssae_evsink_cfg *cfg, ssae_err *err) {
   pthread_mutex_init(&s->mu, NULL);
   if (cfg->events_path) {
     if (!strcmp(cfg->events_path, "-")) {
-      s->events = stdout;
-      s->events_is_stdout = 1;
-    } else if (!(s->events = fopen(cfg->events_path, "w"))) {
-      ssae_err_set(err, "cannot write events file %s", cfg->events_path);
+      ssae_stream_init(&s->events, stdout, "stdout", 1);
+    } else if (!(s->events_fp = fopen(cfg->events_path, "w"))) {
+      ssae_err_set(err, "%s: cannot write the events file: %s", cfg->events_path,
+                   strerror(errno));
       ssae_evsink_free(s);
       return NULL;
+    } else {
+      ssae_stream_init(&s->events, s->events_fp, cfg->events_path, 1);
     }
   }
+  if (cfg->events_stdout && s->events.fp != stdout) ssae_stream_init(&s->out, stdout, "stdout", 1);
   if (cfg->windows_path) {
-    if (!(s->windows = fopen(cfg->windows_path, "w"))) {
-      ssae_err_set(err, "cannot write windows file %s", cfg->windows_path);
+    if (!(s->windows = ssae_outfile_open(cfg->windows_path, err))) {
       ssae_evsink_free(s);
       return NULL;
     }
-    fprintf(s->windows, "path\twindow\ttime\tscore\n");
+    ssae_outfile_printf(s->windows, "path\twindow\ttime\tscore\n");
   }
   return s;
 }
 
-int ssae_evsink_free(ssae_evsink *s) {
+/* The failure of the event streams, with the lines lost so far. */
+static int stream_failure(const ssae_evsink *s, ssae_err *err) {
+  const ssae_stream *st = s->events.failed ? &s->events : s->out.failed ? &s->out : NULL;
+  if (!st) return 0;
+  return ssae_err_set(err, "%s: write failed: %s (%llu event line%s lost)", st->name,
+                      strerror(st->err_no), (unsigned long long)st->lost,
+                      st->lost == 1 ? "" : "s");
+}
+
+int ssae_evsink_check(ssae_evsink *s, ssae_err *err) {
+  pthread_mutex_lock(&s->mu);
+  int rc = stream_failure(s, err);
+  if (!rc && s->windows_failed)
+    rc = ssae_err_set(err, "%s: write failed", s->cfg.windows_path);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+uint64_t ssae_evsink_lost(ssae_evsink *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t n = s->events.lost + s->out.lost;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+int ssae_evsink_close(ssae_evsink *s, ssae_err *err) {
   if (!s) return 0;
-  int rc = s->write_failed ? -1 : 0;
-  if (s->events && !s->events_is_stdout && fclose(s->events)) rc = -1;
-  if (s->windows && fclose(s->windows)) rc = -1;
-  if (s->cfg.events_stdout || s->events_is_stdout) fflush(stdout);
+  ssae_err e = {{0}}, closing = {{0}};
+  /* Flushes whatever is buffered; a failure shows in the stream's state. */
+  if (s->events.fp) ssae_stream_check(&s->events, &e);
+  if (s->out.fp) ssae_stream_check(&s->out, &e);
+  int rc = stream_failure(s, err);
+  if (s->events_fp && fclose(s->events_fp) != 0 && !rc)
+    rc = ssae_err_set(err, "%s: write failed: %s", s->cfg.events_path, strerror(errno));
+  if (s->windows && ssae_outfile_commit(s->windows, &closing) && !rc)
+    rc = ssae_err_set(err, "%s", closing.msg);
   pthread_mutex_destroy(&s->mu);
   free(s);
   return rc;
 }
 
+int ssae_evsink_free(ssae_evsink *s) { return ssae_evsink_close(s, NULL); }
+
 static void out_line(ssae_evsink *s, const char *line, int n) {
-  if (s->events) {
-    if (fwrite(line, 1, (size_t)n, s->events) != (size_t)n || fflush(s->events))
-      s->write_failed = 1;
-  }
-  if (s->cfg.events_stdout && !s->events_is_stdout) {
-    fwrite(line, 1, (size_t)n, stdout);
-    fflush(stdout);
-  }
+  if (s->events.fp) ssae_stream_write(&s->events, line, (size_t)n);
+  if (s->out.fp) ssae_stream_write(&s->out, line, (size_t)n);
 }
 
 void ssae_evsink_on_event(void *user, const ssae_event *ev) {
@@ -81,9 +118,9 @@ void ssae_evsink_on_event(void *user, const ssae_event *ev) {
                      ? (double)(ev->window + (uint64_t)(s->cfg.frames / 2)) *
                            s->cfg.hop_length / s->cfg.sample_rate
                      : 0;
-      if (fprintf(s->windows, "%s\t%llu\t%.6f\t%.9g\n", s->cfg.label,
-                  (unsigned long long)ev->window, t, ev->raw_score) < 0)
-        s->write_failed = 1;
+      if (ssae_outfile_printf(s->windows, "%s\t%llu\t%.6f\t%.9g\n", s->cfg.label,
+                              (unsigned long long)ev->window, t, ev->raw_score))
+        s->windows_failed = 1;
     }
     pthread_mutex_unlock(&s->mu);
     return;

@@ -2,7 +2,11 @@
  * `ssae jack`): JSON lines to a file and/or stdout, window scores to a TSV,
  * backend reports to stderr. Runs on the engine's worker thread (never the
  * audio thread); every line is flushed so that a crash or a kill loses
- * nothing already reported. */
+ * nothing already reported. Every write is checked: lines that could not
+ * be written are counted (ssae_evsink_lost) and the first failure, with
+ * the file and the errno reason, is kept for ssae_evsink_check and
+ * ssae_evsink_close. The TSV is written to a temporary file and renamed
+ * over the target at close (src/core/ssae_outfile.h). */
 #ifndef SSAE_EVSINK_H
 #define SSAE_EVSINK_H
 
@@ -28,8 +32,19 @@ typedef struct ssae_evsink_cfg {
 } ssae_evsink_cfg;
 
 ssae_evsink *ssae_evsink_new(const ssae_evsink_cfg *cfg, ssae_err *err);
-/* Flushes and closes. Returns -1 when a write failed earlier (disk full). */
+/* Flushes and closes, commits the TSV, frees. -1 with the first failure
+ * ("PATH: write failed: REASON (K writes lost)") when any write failed;
+ * the caller reports it and exits with status 1. NULL is allowed. */
+int ssae_evsink_close(ssae_evsink *s, ssae_err *err);
+/* ssae_evsink_close without the message. */
 int ssae_evsink_free(ssae_evsink *s);
+
+/* -1 with the first failure's message once any write has failed (for a
+ * report while running); 0 while all is well. */
+int ssae_evsink_check(ssae_evsink *s, ssae_err *err);
+
+/* Event lines (to the events file and to stdout) that were not written. */
+uint64_t ssae_evsink_lost(ssae_evsink *s);
 
 /* The engine callback: pass as cfg.on_event with the sink as user. */
 void ssae_evsink_on_event(void *user, const ssae_event *ev);

@@ -6,23 +6,32 @@
 #include <string.h>
 #include <strings.h>
 
+/* cairo writes through this into the output file (the output discipline:
+ * temporary, checked, renamed at plot_close). */
+static cairo_status_t to_outfile(void *closure, const unsigned char *data, unsigned int len) {
+  return ssae_outfile_write(closure, data, len) ? CAIRO_STATUS_WRITE_ERROR : CAIRO_STATUS_SUCCESS;
+}
+
 int plot_open(plot_target *t, const char *path, int width, int height, ssae_err *err) {
   memset(t, 0, sizeof *t);
   t->path = path;
   const char *dot = strrchr(path, '.');
-  if (dot && !strcasecmp(dot, ".png")) {
+  int svg = dot && !strcasecmp(dot, ".svg");
+  if (!svg && !(dot && !strcasecmp(dot, ".png")))
+    return ssae_err_set(err, "%s: the picture's name must end in .png or .svg", path);
+  if (!(t->out = ssae_outfile_open(path, err))) return -1;
+  if (svg) {
+    t->surface = cairo_svg_surface_create_for_stream(to_outfile, t->out, width, height);
+  } else {
     t->png = 1;
     t->surface = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, width, height);
-  } else if (dot && !strcasecmp(dot, ".svg")) {
-    t->surface = cairo_svg_surface_create(path, width, height);
-  } else {
-    return ssae_err_set(err, "%s: the picture's name must end in .png or .svg", path);
   }
   if (cairo_surface_status(t->surface) != CAIRO_STATUS_SUCCESS) {
     ssae_err_set(err, "%s: cannot create the picture: %s", path,
                  cairo_status_to_string(cairo_surface_status(t->surface)));
     cairo_surface_destroy(t->surface);
-    t->surface = NULL;
+    ssae_outfile_abort(t->out);
+    memset(t, 0, sizeof *t);
     return -1;
   }
   t->cr = cairo_create(t->surface);
@@ -43,17 +52,23 @@ int plot_close(plot_target *t, int ok, ssae_err *err) {
   }
   if (t->surface) {
     if (ok && !rc && t->png) {
-      cairo_status_t st = cairo_surface_write_to_png(t->surface, t->path);
-      if (st != CAIRO_STATUS_SUCCESS)
+      cairo_status_t st = cairo_surface_write_to_png_stream(t->surface, to_outfile, t->out);
+      if (st != CAIRO_STATUS_SUCCESS && !ssae_outfile_failed(t->out))
         rc = ssae_err_set(err, "%s: cannot write the picture: %s", t->path,
                           cairo_status_to_string(st));
     }
     cairo_surface_finish(t->surface);
-    if (ok && !rc && cairo_surface_status(t->surface) != CAIRO_STATUS_SUCCESS)
+    if (ok && !rc && cairo_surface_status(t->surface) != CAIRO_STATUS_SUCCESS &&
+        !ssae_outfile_failed(t->out))
       rc = ssae_err_set(err, "%s: cannot write the picture: %s", t->path,
                         cairo_status_to_string(cairo_surface_status(t->surface)));
     cairo_surface_destroy(t->surface);
   }
+  /* A failed write is reported by commit, with the file and the errno. */
+  if (ok && !rc)
+    rc = ssae_outfile_commit(t->out, err);
+  else
+    ssae_outfile_abort(t->out);
   memset(t, 0, sizeof *t);
   return rc;
 }

@@ -5,12 +5,14 @@
 #include <cairo.h>
 
 #include "ssae_err.h"
+#include "ssae_outfile.h"
 #include "ssae_plot.h"
 
 typedef struct plot_target {
   cairo_surface_t *surface;
   cairo_t *cr;
   const char *path;
+  ssae_outfile *out; /* the file being written (committed by plot_close) */
   int png;
 } plot_target;
 

@@ -81,7 +81,10 @@ typedef struct frame_reader {
   size_t silent_cap;
 } frame_reader;
 
-static void reader_close(frame_reader *r) {
+/* out: where the reader's warning goes (NULL: dropped). */
+static void reader_close(frame_reader *r, ssae_file_scores *out) {
+  if (out && r->as && ssae_audio_stream_warning(r->as)[0])
+    ssae_err_set(&out->warning, "%s", ssae_audio_stream_warning(r->as));
   ssae_audio_close(r->as);
   if (r->lm_owned) ssae_logmel_free(r->lm);
   free(r->pcm);
@@ -124,7 +127,7 @@ static int reader_open(frame_reader *r, const ssae_model *m, const char *path, i
   out->file_channels = ai->file_channels;
   r->n_mels = m->feat.n_mels;
   if (!(r->lm = front_end(&m->feat, &r->lm_owned, err))) {
-    reader_close(r);
+    reader_close(r, NULL);
     return ssae_err_prefix(err, "%s", path);
   }
   size_t most = ssae_logmel_max_frames(r->lm, PCM_BLOCK), fl = ssae_logmel_max_frames(r->lm, 0);
@@ -132,7 +135,7 @@ static int reader_open(frame_reader *r, const ssae_model *m, const char *path, i
   r->pcm = malloc(sizeof *r->pcm * PCM_BLOCK);
   r->frames = malloc(sizeof *r->frames * most * (size_t)r->n_mels);
   if (!r->pcm || !r->frames) {
-    reader_close(r);
+    reader_close(r, NULL);
     return ssae_err_set(err, "%s: out of memory", path);
   }
   return 0;
@@ -213,7 +216,7 @@ int ssae_file_frames(const ssae_model *m, const char *path, int channel,
     }
   }
   out->seconds = (double)r.samples / m->feat.sample_rate;
-  reader_close(&r);
+  reader_close(&r, out);
   if (k < 0) {
     ssae_file_scores_release(out);
     return -1;
@@ -284,7 +287,7 @@ static int score_streaming(const ssae_model *m, ssae_backend *b, size_t batch_ma
     if (k < 0) break;
   }
   out->seconds = (double)r.samples / m->feat.sample_rate;
-  reader_close(&r);
+  reader_close(&r, out);
   if (k == 0 && total < F) k = too_short(m, path, total, err);
   if (k == 0 && have >= F && score_batch(m, b, path, buf, have - F + 1, out, &cap, err)) k = -1;
   free(buf);

@@ -27,6 +27,8 @@ typedef struct ssae_file_scores {
   double file_score; /* mean of the window scores */
   double seconds;    /* audio length at the model's rate */
   int file_rate, file_channels;
+  ssae_err warning;  /* empty, or the reader's warning naming the file (a
+                        data chunk shorter than its header says) */
 } ssae_file_scores;
 
 /* Loads path (channel: an index or SSAE_CHANNEL_MIX), resamples to the

@@ -11,6 +11,7 @@
 
 #include "ssae_model.h"
 #include "ssae_model_default.h"
+#include "ssae_outfile.h"
 #include "ssae_safetensors.h"
 
 /* Far above any SSAE model; keeps a wrong path (a disk image, a video) from
@@ -45,8 +46,11 @@ static int parse_dim(const char *key, const char *v, int *out, ssae_err *err) {
   return 0;
 }
 
+/* "none" is the only way to say "no threshold" (SPEC section 3): a "nan"
+ * (or an empty value) is what a broken calibration writes, and taking it
+ * for "none" would hide that the model never alarms. */
 static int parse_threshold(const char *v, double *out, ssae_err *err) {
-  if (!*v || !strcmp(v, "none") || !strcmp(v, "nan") || !strcmp(v, "NaN")) {
+  if (!strcmp(v, "none")) {
     *out = NAN;
     return 0;
   }
@@ -55,7 +59,7 @@ static int parse_threshold(const char *v, double *out, ssae_err *err) {
   double x = strtod(v, &end);
   if (errno || end == v || *end || !isfinite(x) || x < 0)
     return ssae_err_set(err, "metadata threshold: '%s' is not a non-negative number (or "
-                        "\"none\")", v);
+                        "\"none\" for no threshold)", v);
   *out = x;
   return 0;
 }
@@ -290,8 +294,6 @@ int ssae_model_save(const ssae_model *m, const char *path, ssae_err *err) {
   ssae_st_meta *meta = calloc(cap, sizeof *meta);
   char **owned = calloc(cap, sizeof *owned);
   int rc = -1;
-  char *tmp = NULL;
-  FILE *f = NULL;
   if (!meta || !owned) {
     ssae_err_set(err, "%s: out of memory", path);
     goto done;
@@ -309,11 +311,10 @@ int ssae_model_save(const ssae_model *m, const char *path, ssae_err *err) {
   if (!(owned[n] = fmt_int(m->d.slice_latent))) goto oom;
   meta[n] = (ssae_st_meta){"slice_latent_dim", owned[n]};
   n++;
-  if (!isnan(m->threshold)) {
-    if (!(owned[n] = fmt_double(m->threshold))) goto oom;
-    meta[n] = (ssae_st_meta){"threshold", owned[n]};
-    n++;
-  }
+  /* No threshold is written as the explicit "none". */
+  if (!(owned[n] = isnan(m->threshold) ? strdup("none") : fmt_double(m->threshold))) goto oom;
+  meta[n] = (ssae_st_meta){"threshold", owned[n]};
+  n++;
   for (size_t i = 0; i < m->n_meta; i++)
     if (!is_reserved_key(m->meta[i].key))
       meta[n++] = (ssae_st_meta){m->meta[i].key, m->meta[i].value};
@@ -330,55 +331,26 @@ int ssae_model_save(const ssae_model *m, const char *path, ssae_err *err) {
     o[i].data = t[i].data;
   }
 
-  /* Temp file in the same directory, then rename: a reader never sees a
-   * half-written model, and a failed write leaves the old one intact. */
-  size_t plen = strlen(path);
-  if (!(tmp = malloc(plen + 16))) goto oom;
-  snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    ssae_err_set(err, "%s: cannot create a temporary file next to it: %s", path, strerror(errno));
-    free(tmp);
-    tmp = NULL;
+  /* The output discipline: a reader never sees a half-written model, and a
+   * failed write leaves the old one intact. */
+  ssae_outfile *of = ssae_outfile_open(path, err);
+  if (!of) goto done;
+  if (ssae_st_write(ssae_outfile_fp(of), meta, n, o, SSAE_MODEL_N_TENSORS, err)) {
+    /* The writer's own message, unless the file failed under it. */
+    if (ssae_outfile_failed(of)) {
+      ssae_outfile_commit(of, err);
+    } else {
+      ssae_outfile_abort(of);
+      ssae_err_prefix(err, "%s", path);
+    }
     goto done;
   }
-  fchmod(fd, 0644);
-  f = fdopen(fd, "wb");
-  if (!f) {
-    close(fd);
-    ssae_err_set(err, "%s: %s", path, strerror(errno));
-    goto done;
-  }
-  if (ssae_st_write(f, meta, n, o, SSAE_MODEL_N_TENSORS, err)) {
-    ssae_err_prefix(err, "%s", path);
-    goto done;
-  }
-  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    ssae_err_set(err, "%s: write failed: %s", path, strerror(errno));
-    goto done;
-  }
-  int cerr = fclose(f);
-  f = NULL;
-  if (cerr != 0) {
-    ssae_err_set(err, "%s: write failed: %s", path, strerror(errno));
-    goto done;
-  }
-  if (rename(tmp, path) != 0) {
-    ssae_err_set(err, "%s: cannot replace the file: %s", path, strerror(errno));
-    goto done;
-  }
-  free(tmp);
-  tmp = NULL;
+  if (ssae_outfile_commit(of, err)) goto done;
   rc = 0;
   goto done;
 oom:
   ssae_err_set(err, "%s: out of memory", path);
 done:
-  if (f) fclose(f);
-  if (tmp) {
-    unlink(tmp);
-    free(tmp);
-  }
   if (owned)
     for (size_t i = 0; i < cap; i++) free(owned[i]);
   free(owned);

@@ -1,7 +1,10 @@
 /* Gamma distribution fit (maximum likelihood, location 0) and the inverse of
  * the regularised incomplete gamma function, for the decision threshold. */
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
+#include "ssae_threshold.h"
 #include "ssae_train.h"
 
 static double digamma(double x) {
@@ -146,4 +149,40 @@ double ssae_gamma_p_inv(double a, double p) {
     x = 0.5 * (lo + hi);
   }
   return x;
+}
+
+int ssae_threshold_fit_scores(const double *x, size_t n, double percentile, int per_window,
+                              ssae_threshold_fit *fit, ssae_err *err) {
+  memset(fit, 0, sizeof *fit);
+  fit->threshold = fit->shape = fit->scale = NAN;
+  fit->method = "none";
+  if (!(percentile > 0 && percentile < 1))
+    return ssae_err_set(err, "threshold percentile %g is not between 0 and 1", percentile);
+  const char *what = per_window ? "window" : "file";
+  /* A non-finite score is a broken model (training diverged), not data
+   * without spread: that is an error, not a model without a threshold. */
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(x[i]))
+      return ssae_err_set(err, "%s score %zu is %g: the trained model gives non-finite scores",
+                          what, i, x[i]);
+  ssae_err why = {{0}};
+  double shape, scale;
+  if (ssae_gamma_fit(x, n, &shape, &scale, &why)) {
+    snprintf(fit->warning, sizeof fit->warning,
+             "no threshold (written as \"none\"): the %zu %s score%s give no gamma fit: %.300s", n,
+             what, n == 1 ? "" : "s", why.msg);
+    return 1;
+  }
+  double t = scale * ssae_gamma_p_inv(shape, percentile);
+  if (!isfinite(t) || !(t > 0)) {
+    snprintf(fit->warning, sizeof fit->warning,
+             "no threshold (written as \"none\"): the gamma fit of the %zu %s scores (shape "
+             "%g, scale %g) gives %g at p = %g", n, what, shape, scale, t, percentile);
+    return 1;
+  }
+  fit->threshold = t;
+  fit->shape = shape;
+  fit->scale = scale;
+  fit->method = per_window ? "gamma_mle_loc0_window_scores" : "gamma_mle_loc0_file_scores";
+  return 0;
 }

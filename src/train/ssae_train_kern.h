@@ -136,7 +136,11 @@ static void KSFX(mm_tn_acc)(size_t R, size_t P, size_t N,
  * range reduction and a degree-6 Taylor polynomial, relative error about
  * 2e-7; branch-free so that it vectorises. */
 static inline float KSFX(exp_neg)(float x) {
-  x = x < -87.0f ? -87.0f : x;
+  /* Written so that NaN takes the clamp too: the exponent below is then a
+   * small positive integer instead of (int32_t)NaN shifted (undefined
+   * behaviour, UBSan's negative left shift). A NaN input still gives a NaN
+   * GELU: its callers multiply by the input or by a NaN factor. */
+  x = x > -87.0f ? x : -87.0f;
   float t = x * 1.44269504088896341f;
   /* round to nearest through the float mantissa (|t| < 2^22) */
   float n = (t + 12582912.0f) - 12582912.0f;
@@ -149,7 +153,7 @@ static inline float KSFX(exp_neg)(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  int32_t e = ((int32_t)n + 127) << 23;
+  uint32_t e = (uint32_t)((int32_t)n + 127) << 23;
   float s;
   memcpy(&s, &e, sizeof s);
   return p * s;

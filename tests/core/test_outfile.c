@@ -4,8 +4,8 @@
  * read-only directory the write fails with a message naming the file and
  * the errno reason, the previous file is untouched and no temporary is
  * left; abort leaves the target as it was; a symlink's destination is
- * replaced, not the link; a checked stream reports its first failure once
- * and counts the writes lost. */
+ * replaced, not the link; a checked stream (and stdout at exit) reports
+ * its first failure once and counts the writes lost. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ssae_outfile.h"
@@ -205,6 +206,34 @@ static void test_dev_full(void) {
   fclose(fp);
 }
 
+/* stdout on /dev/full, in a child: the exit check reports the failure
+ * with its reason once. */
+static void test_stdout(void) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen("/dev/full", "w", stdout)) _exit(3);
+    ssae_err err = {{0}};
+    int ok = 1;
+    printf("a line that cannot be written\n");
+    if (!(ssae_stdout_check(&err) == -1 && strstr(err.msg, "stdout") &&
+          strstr(err.msg, strerror(ENOSPC)))) {
+      fprintf(stderr, "first stdout check: '%s'\n", err.msg);
+      ok = 0;
+    }
+    if (!(ssae_stdout_check(&err) == -1 && !err.msg[0])) {
+      fprintf(stderr, "second stdout check: '%s'\n", err.msg);
+      ok = 0;
+    }
+    _exit(ok ? 0 : 1);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "stdout on /dev/full: child status %d", st);
+  ssae_err err = {{0}};
+  CHECK(ssae_stdout_check(&err) == 0, "healthy stdout: '%s'", err.msg);
+}
+
 static void test_read_only(void) {
   char dir[300], p[512], buf[256];
   snprintf(dir, sizeof dir, "%s/ro", root);
@@ -214,8 +243,8 @@ static void test_read_only(void) {
   int why;
   if (geteuid() == 0) {
     /* Root writes through mode bits: a read-only bind mount instead. */
-    if (mount(dir, dir, NULL, MS_BIND, NULL) != 0 ||
-        mount(NULL, dir, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) != 0) {
+    if (mount(dir, dir, "none", MS_BIND, NULL) != 0 ||
+        mount("none", dir, "none", MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) != 0) {
       printf("skipped: read-only directory case (cannot bind-mount read-only: %s)\n",
              strerror(errno));
       umount(dir);
@@ -247,6 +276,7 @@ int main(void) {
   test_commit();
   test_full_disk();
   test_dev_full();
+  test_stdout();
   test_read_only();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

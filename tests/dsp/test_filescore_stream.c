@@ -6,8 +6,9 @@
  *   batch boundaries, ssae_file_score (with and without frames) and
  *   ssae_file_frames give bit-identical frames, window scores and file
  *   score to the whole-file path: ssae_audio_load, ssae_logmel_compute and
- *   the backend on batch_max windows at a time;
- * - a file shorter than a window and a file with a NaN give their errors. */
+ *   the backend on batch_max windows at a time, and no warning;
+ * - a file shorter than a window and a file with a NaN give their errors;
+ *   a cut data chunk is scored with the reader's warning. */
 #include <fcntl.h>
 #include <math.h>
 #include <sndfile.h>
@@ -123,7 +124,7 @@ static void test_identity(const ssae_model *m, ssae_backend *b) {
         CHECK(!ssae_file_frames(m, p, channel, &ff, &err) && ff.n_frames == ref_nf &&
                   !memcmp(ff.frames, ref_frames, sizeof *ref_frames * ref_nf * M) &&
                   ff.n_windows == nw && ff.seconds == seconds && ff.file_rate == rates[ri] &&
-                  ff.file_channels == 2,
+                  ff.file_channels == 2 && !ff.warning.msg[0],
               "%d Hz %zu samples channel %d: ssae_file_frames differs (%s)", rates[ri], n,
               channel, err.msg);
         ssae_file_scores_release(&ff);
@@ -167,6 +168,16 @@ static void test_identity(const ssae_model *m, ssae_backend *b) {
   CHECK(ssae_file_score(m, b, 256, p, 0, 0, &fs, &err) == -1 && strstr(err.msg, p) &&
             strstr(err.msg, "NaN"),
         "NaN file: '%s'", err.msg);
+  /* A cut data chunk: scored, with the reader's warning. */
+  CHECK(!sparse_wav(p, 16000, 32000) && truncate(p, 44 + 2 * 16000) == 0, "cut file");
+  for (int keep = 0; keep <= 1; keep++) {
+    int rc = ssae_file_score(m, b, 256, p, 0, keep, &fs, &err);
+    CHECK(rc == 0 && fs.seconds == 1.0 && strstr(fs.warning.msg, p) &&
+              strstr(fs.warning.msg, "shorter than its header"),
+          "cut file (keep %d): rc %d, warning '%s' (%s)", keep, rc, rc ? "" : fs.warning.msg,
+          err.msg);
+    if (!rc) ssae_file_scores_release(&fs);
+  }
   CHECK(ssae_file_score(m, b, 256, p, SSAE_CHANNEL_ALL, 0, &fs, &err) == -1 &&
             strstr(err.msg, "one stream"),
         "channel all: '%s'", err.msg);
