@@ -224,6 +224,14 @@ class Model:
         """A metadata entry of the model file (provenance, ...), or None."""
         return self._text(self._lib.ssae_api_model_meta, key)
 
+    def metadata_all(self):
+        """Every metadata entry of the model file, as a dict of strings."""
+        self._live()
+        n = self._lib.ssae_api_model_meta_keys(self._h, None, 0)
+        buf = ctypes.create_string_buffer(n + 1)
+        self._lib.ssae_api_model_meta_keys(self._h, buf, n + 1)
+        return {k: self.metadata(k) for k in buf.value.decode().splitlines()}
+
     @property
     def backend(self):
         return self._lib.ssae_api_model_backend(self._h).decode()

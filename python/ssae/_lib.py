@@ -66,6 +66,7 @@ def _declare(lib):
         "ssae_api_model_threshold": (c_double, [c_void_p]),
         "ssae_api_model_feature": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
         "ssae_api_model_meta": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),
+        "ssae_api_model_meta_keys": (c_size_t, [c_void_p, c_char_p, c_size_t]),
         "ssae_api_model_params": (c_int, [c_void_p, fp, c_size_t, c_char_p]),
         "ssae_api_model_backend": (c_char_p, [c_void_p]),
         "ssae_api_model_note": (c_char_p, [c_void_p]),

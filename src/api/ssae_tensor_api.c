@@ -94,6 +94,17 @@ int ssae_api_model_meta(const ssae_api_model *am, const char *key, char *buf, si
   return put_text(key ? ssae_model_meta_get(am->m, key) : NULL, buf, len);
 }
 
+size_t ssae_api_model_meta_keys(const ssae_api_model *am, char *buf, size_t len) {
+  size_t used = 0;
+  if (buf && len) buf[0] = '\0';
+  for (size_t i = 0; i < am->m->n_meta; i++) {
+    int k = snprintf(buf && used < len ? buf + used : NULL, buf && used < len ? len - used : 0,
+                     "%s\n", am->m->meta[i].key);
+    if (k > 0) used += (size_t)k;
+  }
+  return used;
+}
+
 static void model_to_flat(const ssae_model *m, float *out) {
   ssae_model_tensor t[SSAE_MODEL_N_TENSORS];
   ssae_model_tensor_list(m, t);

@@ -58,6 +58,9 @@ int ssae_api_model_feature(const ssae_api_model *m, const char *key, char *buf, 
 /* Any metadata entry (provenance, threshold_method, ...); 0, or
  * SSAE_API_EARG when absent. */
 int ssae_api_model_meta(const ssae_api_model *m, const char *key, char *buf, size_t len);
+/* Every metadata key of the model file, one per line; the length of the
+ * whole text (cut when it is len or longer, as snprintf). */
+size_t ssae_api_model_meta_keys(const ssae_api_model *m, char *buf, size_t len);
 /* The parameters, one flat vector in state_dict order (as
  * ssae_api_net_set_params takes them); n must be
  * ssae_api_dims_param_count(dims). */
