@@ -103,6 +103,7 @@ def _declare(lib):
         "ssae_api_net_backward_cuda": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t,
                                                c_void_p, c_void_p, c_void_p, c_void_p,
                                                c_char_p]),
+        "ssae_api_last_device_input": (c_void_p, []),
     }
     lib.ssae_has_cuda_tensors = all(hasattr(lib, n) for n in cuda)
     if lib.ssae_has_cuda_tensors:
