@@ -159,6 +159,23 @@ class _Fallback(Exception):
     pass
 
 
+def _backward(net, x, dy, params, want_dx, dims, on_failure):
+    """(dx, parameter gradients) from ssae's backward; when it fails,
+    on_failure(error) and the same from PyTorch autograd on the reference
+    forward."""
+    dy = dy.contiguous()
+    try:
+        return net.backward(x, dy, params, want_dx)
+    except KernelError as e:
+        on_failure(e)
+    with torch.enable_grad():
+        xs = x.detach().requires_grad_(want_dx)
+        ps = [p.detach().requires_grad_(True) for p in params]
+        y = reference_forward(xs, ps, dims)
+        out = torch.autograd.grad(y, ([xs] if want_dx else []) + ps, dy)
+    return (out[0] if want_dx else None), list(out[1:] if want_dx else out)
+
+
 class _Autoencoder(torch.autograd.Function):
     """y = f(x; params) on ssae's kernels (x: (n, F*M) float32, CPU)."""
 
@@ -172,20 +189,8 @@ class _Autoencoder(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, *params = ctx.saved_tensors
-        dy = dy.contiguous()
-        want_dx = ctx.needs_input_grad[0]
-        try:
-            dx, grads = ctx.net.backward(x, dy, params, want_dx)
-        except KernelError as e:
-            ctx.owner._kernel_failed(e)
-            with torch.enable_grad():
-                xs = x.detach().requires_grad_(want_dx)
-                ps = [p.detach().requires_grad_(True) for p in params]
-                y = reference_forward(xs, ps, ctx.owner._dims())
-                ins = ([xs] if want_dx else []) + ps
-                out = torch.autograd.grad(y, ins, dy)
-            dx = out[0] if want_dx else None
-            grads = list(out[1:] if want_dx else out)
+        dx, grads = _backward(ctx.net, x, dy, params, ctx.needs_input_grad[0],
+                              ctx.owner._dims(), ctx.owner._kernel_failed)
         return (dx, None, None, *grads)
 
 
@@ -216,8 +221,10 @@ if _custom_op_available():
 
     def _op_backward(ctx, dy):
         x, *params = ctx.saved_tensors
-        dx, grads = _Net.get(ctx.dims).backward(x, dy.contiguous(), params,
-                                                ctx.needs_input_grad[0])
+        dx, grads = _backward(
+            _Net.get(ctx.dims), x, dy, params, ctx.needs_input_grad[0], ctx.dims,
+            lambda e: _warn_once(("kernel-op", ctx.dims), "ssae backward kernel failed (%s); "
+                                 "this step's gradients come from PyTorch" % e))
         return dx, grads, None
 
     _op.register_autograd(_op_backward, setup_context=_op_setup)
