@@ -60,7 +60,7 @@ def _check(rc, err):
 
 
 def _is_torch(x):
-    return type(x).__module__.split(".")[0] == "torch"
+    return not isinstance(x, np.ndarray) and type(x).__module__.split(".")[0] == "torch"
 
 
 _cuda_copy_warned = False
@@ -141,7 +141,7 @@ def _dims_text(ndims):
 
 
 def _fp(addr):
-    return _lib.fptr(addr)
+    return addr
 
 
 def _parse_setting(v):

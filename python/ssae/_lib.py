@@ -54,7 +54,8 @@ def _candidates():
 def _declare(lib):
     c_int, c_size_t, c_double, c_char_p, c_void_p = (
         ctypes.c_int, ctypes.c_size_t, ctypes.c_double, ctypes.c_char_p, ctypes.c_void_p)
-    fp = ctypes.POINTER(ctypes.c_float)
+    fp = c_void_p  # float buffers: addresses as Python ints
+    fpp = ctypes.POINTER(ctypes.POINTER(ctypes.c_float))
     ip = ctypes.POINTER(ctypes.c_int)
     sigs = {
         "ssae_api_version": (c_int, []),
@@ -75,10 +76,9 @@ def _declare(lib):
         "ssae_api_model_score": (c_int, [c_void_p, fp, c_size_t, fp, fp, c_char_p]),
         "ssae_api_model_score_frames": (c_int, [c_void_p, fp, c_size_t, fp, c_char_p]),
         "ssae_api_score_file": (c_int, [c_void_p, c_char_p, c_int, ctypes.POINTER(c_double),
-                                        ctypes.POINTER(fp), ctypes.POINTER(c_size_t),
-                                        c_char_p]),
+                                        fpp, ctypes.POINTER(c_size_t), c_char_p]),
         "ssae_api_model_fail_next": (None, [c_void_p]),
-        "ssae_api_logmel": (c_int, [c_char_p, fp, c_size_t, ctypes.POINTER(fp),
+        "ssae_api_logmel": (c_int, [c_char_p, fp, c_size_t, fpp,
                                     ctypes.POINTER(c_size_t), ip, c_char_p]),
         "ssae_api_dims_param_count": (c_size_t, [ip]),
         "ssae_api_net_new": (c_void_p, [ip, c_int, c_char_p]),
@@ -167,4 +167,6 @@ def errbuf():
 
 
 def fptr(address):
-    return ctypes.cast(ctypes.c_void_p(address), ctypes.POINTER(ctypes.c_float))
+    """A buffer argument: its address (the C API's float pointers are
+    declared c_void_p, so that no ctypes object is made per call)."""
+    return address
