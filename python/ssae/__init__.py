@@ -24,12 +24,16 @@ the batch, so results are unaffected; it is reported with one
 RuntimeWarning per model. ssae.torch has the PyTorch module
 (SpectralShapeAutoencoder) whose forward and backward run on these kernels.
 """
+import array
 import ctypes
 import math
 import threading
 import warnings
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # torch tensors still work; NumPy results need it
+    np = None
 
 from . import _lib
 
@@ -60,7 +64,23 @@ def _check(rc, err):
 
 
 def _is_torch(x):
-    return not isinstance(x, np.ndarray) and type(x).__module__.split(".")[0] == "torch"
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _host_vector(n, like=None):
+    """A float32 vector of n for results that have no input to follow:
+    NumPy when present, else a torch tensor, else array.array. Returns it
+    and its address."""
+    if np is not None and not (like is not None and _is_torch(like)):
+        a = np.empty(n, dtype=np.float32)
+        return a, a.ctypes.data
+    try:
+        import torch
+        t = torch.empty(n, dtype=torch.float32)
+        return t, t.data_ptr()
+    except ImportError:
+        a = array.array("f", bytes(4 * n))
+        return a, (a.buffer_info()[0] if n else 0)
 
 
 _cuda_copy_warned = False
@@ -104,7 +124,7 @@ class _Arg:
             self.host = x
             self.shape = tuple(x.shape)
             self.ptr = x.data_ptr()
-        elif isinstance(x, np.ndarray):
+        elif np is not None and isinstance(x, np.ndarray):
             if x.dtype != np.float32:
                 raise TypeError("%s: dtype %s, expected float32" % (what, x.dtype))
             if x.ndim not in ndims:
@@ -323,15 +343,16 @@ class Model:
         _check(rc, err)
         return a.result(scores)
 
-    def params(self):
-        """The parameters as one flat float32 vector in state_dict order."""
+    def params(self, like=None):
+        """The parameters as one flat float32 vector in state_dict order
+        (NumPy; a torch tensor when like is one or NumPy is missing)."""
         self._live()
         dims = (ctypes.c_int * 4)(self.n_mels, self.frames, self.latent_dim,
                                   self.slice_latent_dim)
         n = self._lib.ssae_api_dims_param_count(dims)
-        out = np.empty(n, dtype=np.float32)
+        out, addr = _host_vector(n, like)
         err = _lib.errbuf()
-        _check(self._lib.ssae_api_model_params(self._h, _fp(out.ctypes.data), n, err), err)
+        _check(self._lib.ssae_api_model_params(self._h, addr, n, err), err)
         return out
 
     def fail_next(self):
@@ -378,23 +399,20 @@ def logmel(samples, sample_rate=16000, n_fft=1024, hop_length=512, n_mels=64, fm
                              ctypes.byref(out), ctypes.byref(nf), ctypes.byref(nm), err)
     _check(rc, err)
     try:
-        n = nf.value * nm.value
-        arr = np.ctypeslib.as_array(out, shape=(n,)).copy() if n else \
-            np.empty(0, dtype=np.float32)
+        arr, addr = a.empty((nf.value, nm.value))
+        if nf.value * nm.value:
+            ctypes.memmove(addr, out, 4 * nf.value * nm.value)
     finally:
         lib.ssae_api_free(out)
-    arr = arr.reshape(nf.value, nm.value)
-    if a.torch:
-        import torch
-        return a.result(torch.from_numpy(arr))
-    return arr
+    return a.result(arr)
 
 
 _default_models = {}
 
 
 def score_file(path, model=None, channel=0):
-    """(file score, window scores as a NumPy array) of an audio file, as
+    """(file score, window scores: a NumPy array, or a torch tensor without
+    NumPy) of an audio file, as
     `ssae score` computes them: channel (an index, or "mix"), resampled to
     the model's rate, the model's features, every window. model: an
     ssae.Model, a model file's path, or None for the built-in model."""
@@ -405,9 +423,9 @@ def score_file(path, model=None, channel=0):
         model = _default_models[key]
     if channel == "mix":
         ch = -1
-    elif isinstance(channel, (int, np.integer)) and not isinstance(channel, bool) \
-            and channel >= 0:
-        ch = int(channel)
+    elif hasattr(channel, "__index__") and not isinstance(channel, bool) \
+            and channel.__index__() >= 0:
+        ch = channel.__index__()
     else:
         raise ValueError("channel %r: expected an index >= 0 or 'mix'" % (channel,))
     model._live()
@@ -421,7 +439,9 @@ def score_file(path, model=None, channel=0):
         model._after()
     _check(rc, err)
     try:
-        w = np.ctypeslib.as_array(out, shape=(n.value,)).copy()
+        w, addr = _host_vector(n.value)
+        if n.value:
+            ctypes.memmove(addr, out, 4 * n.value)
     finally:
         model._lib.ssae_api_free(out)
     return fs.value, w

@@ -329,7 +329,7 @@ class SpectralShapeAutoencoder(nn.Module):
         m = Model(path, backend="cpu")
         try:
             mod = cls(m.n_mels, m.frames, m.latent_dim, m.slice_latent_dim)
-            flat = torch.from_numpy(m.params())
+            flat = m.params(like=torch.empty(0))
             meta = m.metadata_all()
         finally:
             m.close()
