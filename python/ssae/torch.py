@@ -258,9 +258,10 @@ class SpectralShapeAutoencoder(nn.Module):
         return [sd[n] for n in TENSOR_NAMES]
 
     def _kernel_failed(self, e):
+        if self._kernel_off is None:
+            warnings.warn("ssae kernel failed (%s); this module runs on plain PyTorch from "
+                          "now on" % e, RuntimeWarning, stacklevel=3)
         self._kernel_off = str(e)
-        _warn_once(("kernel", id(self)), "ssae kernel failed (%s); this module runs on plain "
-                   "PyTorch from now on" % e)
 
     def _check_input(self, x, params):
         if not isinstance(x, torch.Tensor):
