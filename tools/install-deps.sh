@@ -8,7 +8,7 @@ pkgs="meson ninja-build pkg-config gcc libkissfft-dev libsndfile1-dev libsoxr-de
 portaudio19-dev libjack-jackd2-dev lv2-dev libcairo2-dev"
 if [ "$1" = "--test" ]; then
   pkgs="$pkgs python3 python3-numpy python3-torch python3-torchaudio jackd2
-sndfile-tools liblilv-dev lilv-utils jalv sordi clang libclang-rt-14-dev valgrind"
+python3-pytest python3-mesonpy patchelf python3-venv sndfile-tools liblilv-dev lilv-utils jalv sordi clang libclang-rt-14-dev valgrind"
 fi
 missing=""
 for p in $pkgs; do

@@ -1,0 +1,447 @@
+"""ssae from Python: the library's kernels on NumPy arrays and torch tensors.
+
+    import ssae
+    m = ssae.Model()                      # the built-in model; or Model("x.safetensors")
+    s = m.score(windows)                  # (n, F*M) or (n, F, M) float32 -> (n,)
+    y = m.reconstruct(windows)            # same shape as windows
+    s = m.score_frames(frames)            # (T, M) -> (T-F+1,), each frame encoded once
+    frames = ssae.logmel(samples)         # 1-D float32 at 16 kHz -> (T, 64), as `ssae features`
+    score, windows = ssae.score_file("a.wav")   # as `ssae score`
+    ssae.backends()                       # {"cuda": False, "cpu": True}
+
+Inputs are float32, C-contiguous NumPy arrays or torch tensors; results come
+back as the same kind on the same device. Anything else (another dtype, a
+wrong shape, a non-contiguous view) raises TypeError or ValueError naming
+the problem; nothing is converted silently.
+
+CUDA tensors: when the library has the device-pointer entry points
+(ssae_tensor_api.h) the kernels read the tensor in place on the caller's
+current stream; in builds without them the tensor is copied to the host and
+the result copied back, with one RuntimeWarning per process saying so.
+
+A backend failure (the GPU) makes the library switch to the CPU and rerun
+the batch, so results are unaffected; it is reported with one
+RuntimeWarning per model. ssae.torch has the PyTorch module
+(SpectralShapeAutoencoder) whose forward and backward run on these kernels.
+"""
+import array
+import ctypes
+import math
+import threading
+import warnings
+
+try:
+    import numpy as np
+except ImportError:  # torch tensors still work; NumPy results need it
+    np = None
+
+from . import _lib
+
+__all__ = ["Model", "logmel", "score_file", "backends", "Error", "LibraryNotFound",
+           "library_available"]
+__version__ = "0.1.0"
+
+LibraryNotFound = _lib.LibraryNotFound
+
+
+class Error(RuntimeError):
+    """A failure inside libssae (the message is the library's)."""
+
+
+def library_available():
+    """True when libssae could be loaded (see ssae._lib for where it is looked for)."""
+    return _lib.available()
+
+
+def _check(rc, err):
+    if rc != _lib.OK:
+        msg = err.value.decode("utf-8", "replace")
+        if rc == _lib.EARG:
+            raise ValueError(msg)
+        if rc == _lib.EIO:
+            raise OSError(msg)
+        raise Error(msg)
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _host_vector(n, like=None):
+    """A float32 vector of n for results that have no input to follow:
+    NumPy when present, else a torch tensor, else array.array. Returns it
+    and its address."""
+    if np is not None and not (like is not None and _is_torch(like)):
+        a = np.empty(n, dtype=np.float32)
+        return a, a.ctypes.data
+    try:
+        import torch
+        t = torch.empty(n, dtype=torch.float32)
+        return t, t.data_ptr()
+    except ImportError:
+        a = array.array("f", bytes(4 * n))
+        return a, (a.buffer_info()[0] if n else 0)
+
+
+_cuda_copy_warned = False
+
+
+def _warn_cuda_copy():
+    global _cuda_copy_warned
+    if not _cuda_copy_warned:
+        _cuda_copy_warned = True
+        warnings.warn("this libssae has no device-pointer entry points: CUDA tensors are "
+                      "copied to the host and back", RuntimeWarning, stacklevel=4)
+
+
+class _Arg:
+    """One input array as the C API needs it: a float32 C-contiguous host
+    buffer, and how to give results back in the caller's kind and device."""
+
+    def __init__(self, x, what, ndims):
+        if _is_torch(x):
+            import torch
+            if not isinstance(x, torch.Tensor):
+                raise TypeError("%s: expected a NumPy array or a torch tensor, got %s"
+                                % (what, type(x).__name__))
+            if x.dtype != torch.float32:
+                raise TypeError("%s: dtype %s, expected torch.float32" % (what, x.dtype))
+            if x.dim() not in ndims:
+                raise ValueError("%s: %d dimensions (shape %s), expected %s"
+                                 % (what, x.dim(), tuple(x.shape), _dims_text(ndims)))
+            if not x.is_contiguous():
+                raise ValueError("%s: not contiguous (strides %s); pass x.contiguous()"
+                                 % (what, tuple(x.stride())))
+            self.torch = True
+            self.device = x.device
+            x = x.detach()
+            if x.device.type != "cpu":
+                if x.device.type != "cuda":
+                    raise ValueError("%s: tensors on %s are not supported (cpu or cuda)"
+                                     % (what, x.device))
+                _warn_cuda_copy()
+                x = x.cpu()
+            self.host = x
+            self.shape = tuple(x.shape)
+            self.ptr = x.data_ptr()
+        elif np is not None and isinstance(x, np.ndarray):
+            if x.dtype != np.float32:
+                raise TypeError("%s: dtype %s, expected float32" % (what, x.dtype))
+            if x.ndim not in ndims:
+                raise ValueError("%s: %d dimensions (shape %s), expected %s"
+                                 % (what, x.ndim, x.shape, _dims_text(ndims)))
+            if not x.flags.c_contiguous:
+                raise ValueError("%s: not C-contiguous (strides %s); pass "
+                                 "numpy.ascontiguousarray(x)" % (what, x.strides))
+            self.torch = False
+            self.host = x
+            self.shape = x.shape
+            self.ptr = x.ctypes.data
+        else:
+            raise TypeError("%s: expected a NumPy array or a torch tensor, got %s"
+                            % (what, type(x).__name__))
+
+    def empty(self, shape):
+        """An output buffer (host) and its pointer."""
+        if self.torch:
+            import torch
+            t = torch.empty(shape, dtype=torch.float32)
+            return t, t.data_ptr()
+        a = np.empty(shape, dtype=np.float32)
+        return a, a.ctypes.data
+
+    def result(self, out):
+        if self.torch and self.device.type != "cpu":
+            return out.to(self.device)
+        return out
+
+
+def _dims_text(ndims):
+    return " or ".join("%d" % d for d in sorted(ndims))
+
+
+def _fp(addr):
+    return addr
+
+
+def _parse_setting(v):
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    if v in ("true", "false"):
+        return v == "true"
+    return v
+
+
+_FEATURE_KEYS = ("sample_rate", "n_fft", "hop_length", "window", "center", "pad_mode",
+                 "n_mels", "fmin", "fmax", "mel_scale", "mel_norm", "power", "log", "frames")
+
+
+def backends():
+    """{name: available} for every backend of this libssae, CPU last."""
+    lib = _lib.load()
+    n = lib.ssae_api_backends(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.ssae_api_backends(buf, n + 1)
+    out = {}
+    for line in buf.value.decode().splitlines():
+        name, _, ok = line.partition("\t")
+        out[name] = ok == "1"
+    return out
+
+
+class Model:
+    """An ssae model on one backend.
+
+    Model(path=None, backend="auto"): path None is the model built into the
+    library; backend "auto" takes CUDA when present and its self-test against
+    the CPU passes, else the CPU; "cpu" or "cuda" ask for one (an Error when
+    it cannot start).
+
+    Attributes: n_mels, frames, latent_dim, slice_latent_dim, window_size
+    (frames * n_mels), threshold (None when the model has none), features
+    (the feature settings, SPEC section 1, as a dict), backend (the backend
+    in use now; "cpu" after a fallback), note (why "auto" passed over a
+    faster backend, "" when it did not).
+
+    Calls are serialised per object (a lock): share one between threads or
+    make one per thread.
+    """
+
+    def __init__(self, path=None, backend="auto"):
+        lib = _lib.load()
+        if backend not in ("auto", "cpu", "cuda"):
+            raise ValueError("backend %r: expected 'auto', 'cpu' or 'cuda'" % (backend,))
+        err = _lib.errbuf()
+        p = None if path is None else str(path).encode()
+        h = lib.ssae_api_model_open(p, backend.encode(), err)
+        if not h:
+            msg = err.value.decode("utf-8", "replace")
+            raise (OSError if path is not None and "cuda" not in msg.lower() else Error)(msg)
+        self._lib = lib
+        self._h = h
+        self._lock = threading.Lock()
+        self._warned = False
+        dims = (ctypes.c_int * 4)()
+        lib.ssae_api_model_dims(h, dims)
+        self.n_mels, self.frames, self.latent_dim, self.slice_latent_dim = list(dims)
+        self.window_size = self.n_mels * self.frames
+        t = lib.ssae_api_model_threshold(h)
+        self.threshold = None if math.isnan(t) else t
+        self.features = {k: _parse_setting(self._text(lib.ssae_api_model_feature, k))
+                         for k in _FEATURE_KEYS}
+        self.path = path
+
+    def _text(self, fn, key):
+        buf = ctypes.create_string_buffer(256)
+        if fn(self._h, key.encode(), buf, 256) != 0:
+            return None
+        return buf.value.decode()
+
+    def metadata(self, key):
+        """A metadata entry of the model file (provenance, ...), or None."""
+        return self._text(self._lib.ssae_api_model_meta, key)
+
+    def metadata_all(self):
+        """Every metadata entry of the model file, as a dict of strings."""
+        self._live()
+        n = self._lib.ssae_api_model_meta_keys(self._h, None, 0)
+        buf = ctypes.create_string_buffer(n + 1)
+        self._lib.ssae_api_model_meta_keys(self._h, buf, n + 1)
+        return {k: self.metadata(k) for k in buf.value.decode().splitlines()}
+
+    @property
+    def backend(self):
+        return self._lib.ssae_api_model_backend(self._h).decode()
+
+    @property
+    def note(self):
+        return self._lib.ssae_api_model_note(self._h).decode()
+
+    def close(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            self._lib.ssae_api_model_free(h)
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+    def __repr__(self):
+        return ("ssae.Model(%r, n_mels=%d, frames=%d, latent_dim=%d, slice_latent_dim=%d, "
+                "backend=%r)" % (self.path, self.n_mels, self.frames, self.latent_dim,
+                                 self.slice_latent_dim, self.backend))
+
+    def _live(self):
+        if not self._h:
+            raise ValueError("the model is closed")
+
+    def _after(self):
+        if not self._warned and self._lib.ssae_api_model_fell_back(self._h):
+            self._warned = True
+            warnings.warn(self._lib.ssae_api_model_fallback_msg(self._h).decode(),
+                          RuntimeWarning, stacklevel=3)
+
+    def _windows(self, windows, what):
+        a = _Arg(windows, what, (2, 3))
+        s = a.shape
+        ok = (len(s) == 2 and s[1] == self.window_size) or \
+             (len(s) == 3 and s[1] == self.frames and s[2] == self.n_mels)
+        if not ok:
+            raise ValueError("%s: shape %s, expected (n, %d) or (n, %d, %d)"
+                             % (what, tuple(s), self.window_size, self.frames, self.n_mels))
+        return a
+
+    def _run(self, windows, recon, what):
+        self._live()
+        a = self._windows(windows, what)
+        n = a.shape[0]
+        scores, sp = a.empty((n,))
+        y, yp = a.empty(a.shape) if recon else (None, None)
+        err = _lib.errbuf()
+        with self._lock:
+            rc = self._lib.ssae_api_model_score(self._h, _fp(a.ptr), n, _fp(sp),
+                                                _fp(yp) if recon else None, err)
+            self._after()
+        _check(rc, err)
+        return a.result(scores), (a.result(y) if recon else None)
+
+    def score(self, windows):
+        """Window scores (mean squared reconstruction error per window)."""
+        return self._run(windows, False, "windows")[0]
+
+    def reconstruct(self, windows):
+        """The model's output for each window (same shape as windows)."""
+        return self._run(windows, True, "windows")[1]
+
+    def score_reconstruct(self, windows):
+        """(scores, reconstructions) in one pass."""
+        return self._run(windows, True, "windows")
+
+    def score_frames(self, frames):
+        """Scores of every window of a run of consecutive log-mel frames
+        ((T, n_mels) -> (T - frames + 1,); none when T < frames). Each frame
+        is encoded once."""
+        self._live()
+        a = _Arg(frames, "frames", (2,))
+        if a.shape[1] != self.n_mels:
+            raise ValueError("frames: shape %s, expected (T, %d)" % (tuple(a.shape), self.n_mels))
+        n = max(a.shape[0] - self.frames + 1, 0)
+        scores, sp = a.empty((n,))
+        err = _lib.errbuf()
+        with self._lock:
+            rc = self._lib.ssae_api_model_score_frames(self._h, _fp(a.ptr), a.shape[0],
+                                                       _fp(sp), err)
+            self._after()
+        _check(rc, err)
+        return a.result(scores)
+
+    def params(self, like=None):
+        """The parameters as one flat float32 vector in state_dict order
+        (NumPy; a torch tensor when like is one or NumPy is missing)."""
+        self._live()
+        dims = (ctypes.c_int * 4)(self.n_mels, self.frames, self.latent_dim,
+                                  self.slice_latent_dim)
+        n = self._lib.ssae_api_dims_param_count(dims)
+        out, addr = _host_vector(n, like)
+        err = _lib.errbuf()
+        _check(self._lib.ssae_api_model_params(self._h, addr, n, err), err)
+        return out
+
+    def fail_next(self):
+        """Test hook: the next call fails on the current backend as a device
+        error would; the library falls back to the CPU (one warning)."""
+        self._live()
+        self._lib.ssae_api_model_fail_next(self._h)
+
+
+def _settings_text(settings):
+    lines = []
+    for k, v in settings.items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, float):
+            v = repr(v)
+        lines.append("%s=%s" % (k, v))
+    return "\n".join(lines)
+
+
+def logmel(samples, sample_rate=16000, n_fft=1024, hop_length=512, n_mels=64, fmin=0.0,
+           fmax=None, center=True, pad_mode="reflect", mel_scale="slaney", mel_norm="slaney",
+           power=2.0, model=None):
+    """Log-mel frames (T, n_mels) of 1-D float32 samples at sample_rate,
+    exactly what `ssae features` writes for the same samples (SPEC section
+    1; no resampling here). model: take every setting from an ssae.Model
+    instead (the keyword arguments are then ignored)."""
+    lib = _lib.load()
+    a = _Arg(samples, "samples", (1,))
+    if model is not None:
+        settings = {k: v for k, v in model.features.items() if k not in ("window", "log",
+                                                                         "frames")}
+    else:
+        settings = dict(sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length,
+                        n_mels=n_mels, fmin=fmin, fmax=fmax, center=center, pad_mode=pad_mode,
+                        mel_scale=mel_scale, mel_norm=mel_norm, power=power)
+    out = ctypes.POINTER(ctypes.c_float)()
+    nf = ctypes.c_size_t()
+    nm = ctypes.c_int()
+    err = _lib.errbuf()
+    rc = lib.ssae_api_logmel(_settings_text(settings).encode(), _fp(a.ptr), a.shape[0],
+                             ctypes.byref(out), ctypes.byref(nf), ctypes.byref(nm), err)
+    _check(rc, err)
+    try:
+        arr, addr = a.empty((nf.value, nm.value))
+        if nf.value * nm.value:
+            ctypes.memmove(addr, out, 4 * nf.value * nm.value)
+    finally:
+        lib.ssae_api_free(out)
+    return a.result(arr)
+
+
+_default_models = {}
+
+
+def score_file(path, model=None, channel=0):
+    """(file score, window scores: a NumPy array, or a torch tensor without
+    NumPy) of an audio file, as
+    `ssae score` computes them: channel (an index, or "mix"), resampled to
+    the model's rate, the model's features, every window. model: an
+    ssae.Model, a model file's path, or None for the built-in model."""
+    if model is None or not isinstance(model, Model):
+        key = None if model is None else str(model)
+        if key not in _default_models:
+            _default_models[key] = Model(key)
+        model = _default_models[key]
+    if channel == "mix":
+        ch = -1
+    elif hasattr(channel, "__index__") and not isinstance(channel, bool) \
+            and channel.__index__() >= 0:
+        ch = channel.__index__()
+    else:
+        raise ValueError("channel %r: expected an index >= 0 or 'mix'" % (channel,))
+    model._live()
+    fs = ctypes.c_double()
+    out = ctypes.POINTER(ctypes.c_float)()
+    n = ctypes.c_size_t()
+    err = _lib.errbuf()
+    with model._lock:
+        rc = model._lib.ssae_api_score_file(model._h, str(path).encode(), ch, ctypes.byref(fs),
+                                            ctypes.byref(out), ctypes.byref(n), err)
+        model._after()
+    _check(rc, err)
+    try:
+        w, addr = _host_vector(n.value)
+        if n.value:
+            ctypes.memmove(addr, out, 4 * n.value)
+    finally:
+        model._lib.ssae_api_free(out)
+    return fs.value, w

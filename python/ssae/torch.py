@@ -1,0 +1,368 @@
+"""ssae.torch: the SPEC's SpectralShapeAutoencoder as a drop-in nn.Module
+whose forward and backward run on libssae's kernels.
+
+    from ssae.torch import SpectralShapeAutoencoder
+    model = SpectralShapeAutoencoder()             # same constructor as the SPEC module
+    model = SpectralShapeAutoencoder.from_file("model.safetensors")
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    loss = torch.nn.functional.mse_loss(model(x), x); loss.backward(); opt.step()
+    model.save("trained.safetensors")
+
+Parameter names, shapes and state_dict are the SPEC module's (section 2),
+so state_dicts load either way. The forward pass is a torch.autograd.Function:
+its forward runs ssae's CPU forward (float64 inside, SPEC accuracy) and its
+backward ssae's vector-Jacobian kernels (the trainer's), giving the
+gradients of every parameter and, when it requires them, of the input.
+
+Plain PyTorch (the SPEC module's own operations) runs instead, with one
+RuntimeWarning:
+- when libssae cannot be loaded (per process);
+- when a kernel fails (per module; the module then stays on PyTorch);
+- for CUDA tensors while the library lacks its device-pointer entry points
+  (per process).
+Dtypes other than float32 run plain PyTorch without a warning (the kernels
+are float32). With torch >= 2.4 the kernel is also registered as the custom
+op ssae::autoencoder with a fake (meta) implementation, so torch.compile
+keeps it in the graph.
+"""
+import threading
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import _lib
+
+__all__ = ["SpectralShapeAutoencoder", "TENSOR_NAMES"]
+
+TENSOR_NAMES = [
+    "slice_encoder.0.weight", "slice_encoder.0.bias",
+    "slice_encoder.1.weight", "slice_encoder.1.bias",
+    "global_basis",
+    "bottleneck_mlp.0.weight", "bottleneck_mlp.0.bias",
+    "bottleneck_mlp.1.weight", "bottleneck_mlp.1.bias",
+    "slice_decoder.0.weight", "slice_decoder.0.bias",
+]
+
+_warned = set()
+_warn_lock = threading.Lock()
+
+
+def _warn_once(key, msg):
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
+
+class KernelError(RuntimeError):
+    """A libssae kernel call failed."""
+
+
+class _Net:
+    """One ssae_api_net (CPU forward + backward) per model dimensions,
+    shared by the modules of those dimensions; calls are serialised. It
+    keeps the parameters it was last given and the key (storage and
+    version of every parameter tensor) they came from."""
+
+    _cache = {}
+    _cache_lock = threading.Lock()
+
+    def __init__(self, dims):
+        import ctypes
+        self.lib = _lib.load()
+        self.dims = (ctypes.c_int * 4)(*dims)
+        self.win = dims[0] * dims[1]
+        self.n_params = self.lib.ssae_api_dims_param_count(self.dims)
+        err = _lib.errbuf()
+        self.h = self.lib.ssae_api_net_new(self.dims, 0, err)
+        if not self.h:
+            raise KernelError(err.value.decode("utf-8", "replace"))
+        self.lock = threading.Lock()
+        self.key = None
+
+    @classmethod
+    def get(cls, dims):
+        with cls._cache_lock:
+            net = cls._cache.get(dims)
+            if net is None:
+                net = cls._cache[dims] = _Net(dims)
+            return net
+
+    def __del__(self):
+        h, self.h = getattr(self, "h", None), None
+        if h:
+            self.lib.ssae_api_net_free(h)
+
+    def _check(self, rc, err):
+        if rc != 0:
+            raise KernelError(err.value.decode("utf-8", "replace"))
+
+    def _params(self, params):
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        if key == self.key:
+            return
+        flat = torch.cat([p.detach().reshape(-1) for p in params]).contiguous()
+        err = _lib.errbuf()
+        self.key = None
+        self._check(self.lib.ssae_api_net_set_params(self.h, _lib.fptr(flat.data_ptr()),
+                                                     flat.numel(), err), err)
+        self.key = key
+
+    def forward(self, x, params):
+        y = torch.empty_like(x)
+        err = _lib.errbuf()
+        with self.lock:
+            self._params(params)
+            rc = self.lib.ssae_api_net_forward(self.h, _lib.fptr(x.data_ptr()), x.shape[0],
+                                               _lib.fptr(y.data_ptr()), err)
+        self._check(rc, err)
+        return y
+
+    def backward(self, x, dy, params, want_dx):
+        dp = torch.empty(self.n_params, dtype=torch.float32)
+        dx = torch.empty_like(x) if want_dx else None
+        err = _lib.errbuf()
+        with self.lock:
+            self._params(params)
+            rc = self.lib.ssae_api_net_backward(
+                self.h, _lib.fptr(x.data_ptr()), x.shape[0], _lib.fptr(dy.data_ptr()),
+                _lib.fptr(dp.data_ptr()), _lib.fptr(dx.data_ptr()) if want_dx else None, err)
+        self._check(rc, err)
+        grads, o = [], 0
+        for p in params:
+            grads.append(dp[o:o + p.numel()].view_as(p))
+            o += p.numel()
+        return dx, grads
+
+    def fail_next(self):
+        self.lib.ssae_api_net_fail_next(self.h)
+
+
+def reference_forward(x, params, dims):
+    """The SPEC module's forward in plain PyTorch, from the flat list of
+    parameter tensors (state_dict order): the fallback, and what the
+    kernels are checked against."""
+    n_mels, frames, latent, slice_latent = dims
+    ln1w, ln1b, ew, eb, gb, ln2w, ln2b, bw, bb, dw, db = params
+    s = F.gelu(F.linear(F.layer_norm(x.view(-1, frames, n_mels), (n_mels,), ln1w, ln1b), ew, eb))
+    s = s.reshape(-1, frames * slice_latent)
+    nb = F.normalize(gb, p=2, dim=1)
+    z = F.gelu(F.linear(F.layer_norm(s @ nb.T, (latent,), ln2w, ln2b), bw, bb))
+    r = (z @ nb).view(-1, frames, slice_latent)
+    return F.linear(r, dw, db).reshape(-1, frames * n_mels)
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _backward(net, x, dy, params, want_dx, dims, on_failure):
+    """(dx, parameter gradients) from ssae's backward; when it fails,
+    on_failure(error) and the same from PyTorch autograd on the reference
+    forward."""
+    dy = dy.contiguous()
+    try:
+        return net.backward(x, dy, params, want_dx)
+    except KernelError as e:
+        on_failure(e)
+    with torch.enable_grad():
+        xs = x.detach().requires_grad_(want_dx)
+        ps = [p.detach().requires_grad_(True) for p in params]
+        y = reference_forward(xs, ps, dims)
+        out = torch.autograd.grad(y, ([xs] if want_dx else []) + ps, dy)
+    return (out[0] if want_dx else None), list(out[1:] if want_dx else out)
+
+
+class _Autoencoder(torch.autograd.Function):
+    """y = f(x; params) on ssae's kernels (x: (n, F*M) float32, CPU)."""
+
+    @staticmethod
+    def forward(ctx, x, net, owner, *params):
+        y = net.forward(x, params)
+        ctx.net, ctx.owner = net, owner
+        ctx.save_for_backward(x, *params)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, *params = ctx.saved_tensors
+        dx, grads = _backward(ctx.net, x, dy, params, ctx.needs_input_grad[0],
+                              ctx.owner._dims(), ctx.owner._kernel_failed)
+        return (dx, None, None, *grads)
+
+
+def _custom_op_available():
+    lib = getattr(torch, "library", None)
+    return lib is not None and hasattr(lib, "custom_op") and hasattr(lib, "register_fake")
+
+
+_op = None
+if _custom_op_available():
+    # torch >= 2.4: ssae::autoencoder keeps the kernel in torch.compile
+    # graphs (the fake implementation gives the output's shape); the
+    # kernel handle is found again from the dimensions.
+    from typing import List
+
+    @torch.library.custom_op("ssae::autoencoder", mutates_args=())
+    def _op(x: torch.Tensor, params: List[torch.Tensor], dims: List[int]) -> torch.Tensor:
+        return _Net.get(tuple(dims)).forward(x, params)
+
+    @_op.register_fake
+    def _op_fake(x, params, dims):
+        return torch.empty_like(x)
+
+    def _op_setup(ctx, inputs, output):
+        x, params, dims = inputs
+        ctx.save_for_backward(x, *params)
+        ctx.dims = tuple(dims)
+
+    def _op_backward(ctx, dy):
+        x, *params = ctx.saved_tensors
+        dx, grads = _backward(
+            _Net.get(ctx.dims), x, dy, params, ctx.needs_input_grad[0], ctx.dims,
+            lambda e: _warn_once(("kernel-op", ctx.dims), "ssae backward kernel failed (%s); "
+                                 "this step's gradients come from PyTorch" % e))
+        return dx, grads, None
+
+    _op.register_autograd(_op_backward, setup_context=_op_setup)
+
+
+class SpectralShapeAutoencoder(nn.Module):
+    """The SPEC section 2 module on ssae's kernels (see the module's doc)."""
+
+    def __init__(self, n_mels=64, frames=5, latent_dim=32, slice_latent_dim=64):
+        super().__init__()
+        self.n_mels, self.frames, self.slice_latent_dim = n_mels, frames, slice_latent_dim
+        self.latent_dim = latent_dim
+        self.combined_dim = frames * slice_latent_dim
+        self.slice_encoder = nn.Sequential(nn.LayerNorm(n_mels), nn.Linear(n_mels, slice_latent_dim),
+                                           nn.GELU())
+        self.global_basis = nn.Parameter(torch.empty(latent_dim, self.combined_dim))
+        nn.init.xavier_uniform_(self.global_basis)
+        self.bottleneck_mlp = nn.Sequential(nn.LayerNorm(latent_dim), nn.Linear(latent_dim, latent_dim),
+                                            nn.GELU())
+        self.slice_decoder = nn.Sequential(nn.Linear(slice_latent_dim, n_mels))
+        # Model file metadata (features, threshold, provenance) kept by
+        # from_file for save; not part of the state_dict.
+        self.ssae_metadata = {}
+        self._kernel_off = None  # why this module runs plain PyTorch, once it does
+
+    def _dims(self):
+        return (self.n_mels, self.frames, self.latent_dim, self.slice_latent_dim)
+
+    def _params(self):
+        sd = dict(self.named_parameters())
+        return [sd[n] for n in TENSOR_NAMES]
+
+    def _kernel_failed(self, e):
+        if self._kernel_off is None:
+            warnings.warn("ssae kernel failed (%s); this module runs on plain PyTorch from "
+                          "now on" % e, RuntimeWarning, stacklevel=3)
+        self._kernel_off = str(e)
+
+    def _check_input(self, x, params):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("input: expected a torch tensor, got %s" % type(x).__name__)
+        p0 = params[0]
+        if x.device != p0.device:
+            raise ValueError("input on %s, parameters on %s: move one (module.to(%s) or "
+                             "x.to(%s))" % (x.device, p0.device, x.device, p0.device))
+        if x.dtype != p0.dtype:
+            raise TypeError("input dtype %s, parameters %s" % (x.dtype, p0.dtype))
+        win = self.frames * self.n_mels
+        if x.numel() % win or (x.dim() >= 1 and x.shape[-1] not in (win, self.n_mels)):
+            raise ValueError("input shape %s: expected (n, %d) or (n, %d, %d)"
+                             % (tuple(x.shape), win, self.frames, self.n_mels))
+        if not x.is_contiguous():
+            raise ValueError("input is not contiguous (strides %s); pass x.contiguous()"
+                             % (tuple(x.stride()),))
+
+    def _use_kernel(self, x, params):
+        if self._kernel_off is not None or x.dtype != torch.float32:
+            return False
+        if any(p.dtype != torch.float32 or p.device != x.device for p in params):
+            return False
+        if x.device.type != "cpu":
+            _warn_once("cuda", "this libssae has no CUDA tensor entry points: "
+                       "SpectralShapeAutoencoder runs on plain PyTorch for %s tensors"
+                       % x.device.type)
+            return False
+        if not _lib.available():
+            _warn_once("lib", "%s; SpectralShapeAutoencoder runs on plain PyTorch"
+                       % _lib._load_error)
+            return False
+        return True
+
+    def forward(self, x):
+        params = self._params()
+        self._check_input(x, params)
+        x2 = x.reshape(-1, self.frames * self.n_mels)
+        if self._use_kernel(x, params):
+            try:
+                net = _Net.get(self._dims())
+                if _op is not None:
+                    return _op(x2, params, list(self._dims()))
+                return _Autoencoder.apply(x2, net, self, *params)
+            except KernelError as e:
+                self._kernel_failed(e)
+        return reference_forward(x2, params, self._dims())
+
+    def fail_next(self):
+        """Test hook: the next kernel call (forward or backward) fails; the
+        module falls back to plain PyTorch (one warning)."""
+        _Net.get(self._dims()).fail_next()
+
+    @property
+    def uses_kernel(self):
+        """False once this module has fallen back to plain PyTorch."""
+        return self._kernel_off is None and _lib.available()
+
+    # ---- model files -------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path):
+        """Loads an ssae model file (validated by libssae) into a new module
+        (float32, CPU, eval mode); its metadata lands in ssae_metadata."""
+        from . import Model
+        m = Model(path, backend="cpu")
+        try:
+            mod = cls(m.n_mels, m.frames, m.latent_dim, m.slice_latent_dim)
+            flat = m.params(like=torch.empty(0))
+            meta = m.metadata_all()
+        finally:
+            m.close()
+        with torch.no_grad():
+            o = 0
+            for p in mod._params():
+                p.copy_(flat[o:o + p.numel()].view_as(p))
+                o += p.numel()
+        mod.ssae_metadata = meta
+        return mod.eval()
+
+    def save(self, path, metadata=None):
+        """Writes an ssae model file: the parameters (float32) and metadata
+        (ssae_metadata updated by metadata: feature settings, threshold,
+        provenance; dimensions come from the module)."""
+        lib = _lib.load()
+        import ctypes
+        meta = dict(self.ssae_metadata)
+        meta.update({str(k): str(v) for k, v in (metadata or {}).items()})
+        for k in ("n_mels", "frames", "latent_dim", "slice_latent_dim"):
+            meta.pop(k, None)
+        for k, v in meta.items():
+            if "\n" in k or "=" in k or "\n" in v:
+                raise ValueError("metadata %r: keys hold no '=' or newline, values no newline"
+                                 % k)
+        flat = torch.cat([p.detach().to("cpu", torch.float32).reshape(-1)
+                          for p in self._params()]).contiguous()
+        dims = (ctypes.c_int * 4)(*self._dims())
+        text = "\n".join("%s=%s" % kv for kv in meta.items())
+        err = _lib.errbuf()
+        rc = lib.ssae_api_save(str(path).encode(), dims, _lib.fptr(flat.data_ptr()),
+                               flat.numel(), text.encode(), err)
+        if rc != 0:
+            msg = err.value.decode("utf-8", "replace")
+            raise OSError(msg) if rc == _lib.EIO else ValueError(msg)

@@ -1,0 +1,169 @@
+/* A flat C API for foreign callers (Python through ctypes, other FFIs):
+ * plain functions over float32 buffers and opaque handles, no structs to
+ * mirror. Every call that can fail returns 0 or a negative SSAE_API_E*
+ * code with a message in err (an ssae_err: a char buffer of SSAE_ERR_LEN
+ * bytes; NULL allowed). Nothing here prints, exits or aborts.
+ *
+ * Thread safety: one call at a time per handle; different handles are
+ * independent.
+ *
+ * Shapes: a window is F*M floats (frame-major, SPEC section 1), a frame M
+ * floats; n windows are n*F*M floats, C order. */
+#ifndef SSAE_TENSOR_API_H
+#define SSAE_TENSOR_API_H
+
+#include <stddef.h>
+
+#include "ssae_err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped when a signature here changes; callers check it at load. */
+#define SSAE_API_VERSION 1
+int ssae_api_version(void);
+
+#define SSAE_API_OK 0
+#define SSAE_API_EARG (-1)     /* bad argument (shape, NULL buffer, key) */
+#define SSAE_API_EIO (-2)      /* a file could not be read or written */
+#define SSAE_API_EBACKEND (-3) /* a backend failed and nothing could take over */
+#define SSAE_API_ENOMEM (-4)
+
+/* Frees what the functions below return through a pointer (frames,
+ * scores). NULL is fine. */
+void ssae_api_free(void *p);
+
+/* Backends of this build, one per line: "name\tavailable" (1 or 0), CPU
+ * last. Returns the length of the whole text (as snprintf: the text is cut
+ * when it is len or longer). */
+size_t ssae_api_backends(char *buf, size_t len);
+
+/* ---- models ------------------------------------------------------------- */
+
+typedef struct ssae_api_model ssae_api_model;
+
+/* path NULL: the built-in model. backend: "auto" (CUDA when present and its
+ * self-test passes, else CPU), "cpu" or "cuda". */
+ssae_api_model *ssae_api_model_open(const char *path, const char *backend, ssae_err *err);
+void ssae_api_model_free(ssae_api_model *m);
+
+/* n_mels, frames, latent_dim, slice_latent_dim. */
+void ssae_api_model_dims(const ssae_api_model *m, int dims[4]);
+/* The decision threshold; NaN when the model has none. */
+double ssae_api_model_threshold(const ssae_api_model *m);
+/* Metadata text of one feature key (ssae_feat_keys: sample_rate, n_fft,
+ * ...); 0, or SSAE_API_EARG for an unknown key. */
+int ssae_api_model_feature(const ssae_api_model *m, const char *key, char *buf, size_t len);
+/* Any metadata entry (provenance, threshold_method, ...); 0, or
+ * SSAE_API_EARG when absent. */
+int ssae_api_model_meta(const ssae_api_model *m, const char *key, char *buf, size_t len);
+/* Every metadata key of the model file, one per line; the length of the
+ * whole text (cut when it is len or longer, as snprintf). */
+size_t ssae_api_model_meta_keys(const ssae_api_model *m, char *buf, size_t len);
+/* The parameters, one flat vector in state_dict order (as
+ * ssae_api_net_set_params takes them); n must be
+ * ssae_api_dims_param_count(dims). */
+int ssae_api_model_params(const ssae_api_model *m, float *out, size_t n, ssae_err *err);
+
+/* Name of the backend now in use ("cuda", "cpu"); why "auto" passed over a
+ * faster one ("" when it did not); 1 once it fell back to the CPU after a
+ * failure, with the failure's message from ssae_api_model_fallback_msg. */
+const char *ssae_api_model_backend(const ssae_api_model *m);
+const char *ssae_api_model_note(const ssae_api_model *m);
+int ssae_api_model_fell_back(const ssae_api_model *m);
+const char *ssae_api_model_fallback_msg(const ssae_api_model *m);
+
+/* n windows at x (host memory): scores (n floats, mean squared error per
+ * window) and, when recon is not NULL, the reconstructions (n*F*M). A
+ * backend failure falls back to the CPU and reruns the batch (see
+ * ssae_api_model_fell_back). */
+int ssae_api_model_score(ssae_api_model *m, const float *x, size_t n, float *scores,
+                         float *recon, ssae_err *err);
+/* Every window of a run of n_frames consecutive frames (n_frames*M floats):
+ * n_frames-F+1 scores (none when n_frames < F); each frame is encoded once
+ * on the CPU. */
+int ssae_api_model_score_frames(ssae_api_model *m, const float *frames, size_t n_frames,
+                                float *scores, ssae_err *err);
+
+/* A file scored as `ssae score` does (its pipeline: load, channel, resample
+ * to the model's rate, the model's features, every window): *file_score,
+ * and the window scores in *scores (n_windows floats, free with
+ * ssae_api_free). channel: an index, or -1 for the mean of all channels. */
+int ssae_api_score_file(ssae_api_model *m, const char *path, int channel, double *file_score,
+                        float **scores, size_t *n_windows, ssae_err *err);
+
+/* Test hook: the next score call fails on the current backend as a device
+ * error would (it then falls back like any failure). */
+void ssae_api_model_fail_next(ssae_api_model *m);
+
+/* ---- features ----------------------------------------------------------- */
+
+/* Log-mel frames of n samples, exactly as `ssae features` computes them.
+ * settings: "key=value" lines (feature keys of SPEC section 1, as in model
+ * metadata), NULL or "" for the defaults; the samples are taken to be at
+ * the settings' sample_rate (no resampling). *frames: n_frames x n_mels
+ * floats (free with ssae_api_free). */
+int ssae_api_logmel(const char *settings, const float *x, size_t n, float **frames,
+                    size_t *n_frames, int *n_mels, ssae_err *err);
+
+/* ---- training: forward and backward on the CPU ---------------------------- */
+
+/* Floats in the flat parameter vector of a model of these dimensions
+ * (n_mels, frames, latent_dim, slice_latent_dim); 0 when out of range. */
+size_t ssae_api_dims_param_count(const int dims[4]);
+
+typedef struct ssae_api_net ssae_api_net;
+
+/* A network whose parameters the caller owns and changes (an optimiser):
+ * forward and backward of y = f(x; params). threads: 0 = every core. */
+ssae_api_net *ssae_api_net_new(const int dims[4], int threads, ssae_err *err);
+void ssae_api_net_free(ssae_api_net *net);
+/* Copies the parameters (flat, state_dict order); call again after every
+ * change. Refuses non-finite values. */
+int ssae_api_net_set_params(ssae_api_net *net, const float *params, size_t n, ssae_err *err);
+/* y = f(x) for n windows (the CPU forward, float64 inside: SPEC accuracy). */
+int ssae_api_net_forward(ssae_api_net *net, const float *x, size_t n, float *y,
+                         ssae_err *err);
+/* Gradients for the upstream gradient dy (n*F*M floats): dparams (the
+ * flat vector's length) = sum over windows of dy . dy/dparams, and dx
+ * (n*F*M, or NULL) = dy . dy/dx. */
+int ssae_api_net_backward(ssae_api_net *net, const float *x, size_t n, const float *dy,
+                          float *dparams, float *dx, ssae_err *err);
+/* Test hook: the next forward or backward fails with SSAE_API_EBACKEND
+ * (callers test their own fallback). */
+void ssae_api_net_fail_next(ssae_api_net *net);
+
+/* Writes a model file: the flat parameters, the metadata lines "key=value"
+ * (feature keys, threshold, provenance; NULL for none; dimensions come from
+ * dims). Atomic, validated as a load would be. */
+int ssae_api_save(const char *path, const int dims[4], const float *params, size_t n,
+                  const char *metadata, ssae_err *err);
+
+/* ---- CUDA tensors (device pointers) ---------------------------------------
+ * Declared for builds whose library defines SSAE_API_HAVE_CUDA_TENSORS (the
+ * CUDA backend's device-pointer path); callers look the symbols up and
+ * copy to the host when they are absent. Pointers are device memory of the
+ * current device; stream is the caller's cudaStream_t (NULL: the legacy
+ * default stream); the work is queued on it and the call returns without
+ * waiting, so that the caller's stream order holds (a producer queued
+ * before, a consumer after). */
+#ifdef SSAE_API_HAVE_CUDA_TENSORS
+int ssae_api_model_score_cuda(ssae_api_model *m, const float *x_dev, size_t n,
+                              float *scores_dev, float *recon_dev, void *stream, ssae_err *err);
+int ssae_api_model_score_frames_cuda(ssae_api_model *m, const float *frames_dev,
+                                     size_t n_frames, float *scores_dev, void *stream,
+                                     ssae_err *err);
+int ssae_api_net_forward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
+                              size_t n, float *y_dev, void *stream, ssae_err *err);
+int ssae_api_net_backward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
+                               size_t n, const float *dy_dev, float *dparams_dev,
+                               float *dx_dev, void *stream, ssae_err *err);
+/* Test hook: the input device pointer the last *_cuda call read. */
+const void *ssae_api_last_device_input(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

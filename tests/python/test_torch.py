@@ -1,0 +1,254 @@
+"""ssae.torch.SpectralShapeAutoencoder against the SPEC module
+(tools/ssae_torch.py): forward within SPEC section 2's tolerances of
+float64, gradients of every parameter and of the input within 1e-4 of
+autograd in float64, 200 Adam steps ending at the plain module's loss,
+model files both ways, fallbacks (library absent, kernel failure) with one
+warning, bad input."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import ssae
+import ssae._lib
+import ssae.torch as st
+import ssae_torch
+from conftest import DEFAULT_MODEL, oracle, rel_l2
+
+
+def pair(seed=0, path=None):
+    """(drop-in module, float64 SPEC module) with the same weights."""
+    if path is not None:
+        m = st.SpectralShapeAutoencoder.from_file(path)
+    else:
+        torch.manual_seed(seed)
+        m = st.SpectralShapeAutoencoder()
+    ref = ssae_torch.SpectralShapeAutoencoder()
+    ref.load_state_dict(m.state_dict())
+    return m, ref.double()
+
+
+def runtime_warnings(rec):
+    return [str(r.message) for r in rec if issubclass(r.category, RuntimeWarning)]
+
+
+def test_same_interface():
+    m = st.SpectralShapeAutoencoder(n_mels=32, frames=3, latent_dim=8, slice_latent_dim=16)
+    ref = ssae_torch.SpectralShapeAutoencoder(n_mels=32, frames=3, latent_dim=8,
+                                              slice_latent_dim=16)
+    assert [(k, v.shape) for k, v in m.state_dict().items()] == \
+        [(k, v.shape) for k, v in ref.state_dict().items()]
+    ref.load_state_dict(m.state_dict())
+    x = torch.randn(7, 96) * 20 - 50
+    with torch.no_grad():
+        assert rel_l2(m(x), ref.double()(x.double())) <= 1e-6
+
+
+@pytest.mark.parametrize("which", ["default", "random"])
+def test_forward_vs_float64(which, windows):
+    m, ref = pair(path=DEFAULT_MODEL) if which == "default" else pair(seed=1)
+    x = torch.from_numpy(windows)
+    with torch.no_grad():
+        y = m(x)
+        y_ref = ref(x.double())
+    assert m.uses_kernel
+    assert rel_l2(y, y_ref) <= 1e-6
+    s = ((y.double() - x.double()) ** 2).mean(1)
+    s_ref = ((y_ref - x.double()) ** 2).mean(1)
+    assert float(((s - s_ref).abs() / s_ref).max()) <= 1e-5
+    assert tuple(m(x.view(-1, 5, 64)).shape) == (len(x), 320)
+
+
+def test_gradients_vs_float64(windows):
+    m, ref = pair(seed=2)
+    x = torch.from_numpy(windows[:300]).clone().requires_grad_(True)
+    x64 = x.detach().double().requires_grad_(True)
+    g = torch.Generator().manual_seed(5)
+    up = torch.randn(x.shape, generator=g)
+    y = m(x)
+    assert type(y.grad_fn).__name__ != "AddmmBackward0"  # the kernel, not plain ops
+    (y * up).sum().backward()
+    (ref(x64) * up.double()).sum().backward()
+    got = dict(m.named_parameters())
+    for name, p in ref.named_parameters():
+        err = rel_l2(got[name].grad, p.grad)
+        assert err <= 1e-4, (name, err)
+    assert rel_l2(x.grad, x64.grad) <= 1e-4
+    # the MSE loss as training uses it, input without gradient
+    m.zero_grad()
+    ref.zero_grad()
+    xs = x.detach()
+    torch.nn.functional.mse_loss(m(xs), xs).backward()
+    torch.nn.functional.mse_loss(ref(xs.double()), xs.double()).backward()
+    for name, p in ref.named_parameters():
+        assert rel_l2(got[name].grad, p.grad) <= 1e-4, name
+
+
+def train(model, data, steps=200, batch=128, seed=0):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed)
+    loss = None
+    for _ in range(steps):
+        idx = torch.randint(0, len(data), (batch,), generator=g)
+        xb = data[idx]
+        loss = torch.nn.functional.mse_loss(model(xb), xb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        return float(torch.nn.functional.mse_loss(model(data), data))
+
+
+def test_adam_training_matches_plain_module(windows):
+    """The plain module in float64 is the reference: in float32, PyTorch's
+    own module drifts from it by about 2e-3 over these 200 steps (Adam
+    amplifies rounding), the kernels by about 3e-4."""
+    data = torch.from_numpy(windows)
+    torch.manual_seed(7)
+    m = st.SpectralShapeAutoencoder()
+    plain = ssae_torch.SpectralShapeAutoencoder()
+    plain.load_state_dict(m.state_dict())
+    plain32 = ssae_torch.SpectralShapeAutoencoder()
+    plain32.load_state_dict(m.state_dict())
+    plain = plain.double()
+    with torch.no_grad():
+        start = float(torch.nn.functional.mse_loss(plain(data.double()), data.double()))
+    a = train(m, data)
+    b = train(plain, data.double())
+    c = train(plain32, data)
+    assert m.uses_kernel
+    assert a < 0.5 * start  # it trained
+    assert abs(a - b) <= 1e-3 * b, (a, b)
+    assert abs(a - b) <= abs(c - b), (a, b, c)
+
+
+def test_model_files(tmp_path):
+    m = st.SpectralShapeAutoencoder.from_file(DEFAULT_MODEL)
+    assert not m.training
+    ref, meta = ssae_torch.load_model(DEFAULT_MODEL)
+    for k, v in ref.state_dict().items():
+        assert torch.equal(m.state_dict()[k], v), k
+    assert float(meta["threshold"]) == pytest.approx(float(m.ssae_metadata["threshold"]))
+    out = str(tmp_path / "copy.safetensors")
+    m.save(out, {"provenance": "test"})
+    back, meta2 = ssae_torch.load_model(out)
+    for k, v in back.state_dict().items():
+        assert torch.equal(m.state_dict()[k], v), k
+    assert meta2["provenance"] == "test"
+    assert float(meta2["threshold"]) == pytest.approx(float(meta["threshold"]))
+    assert ssae.Model(out).threshold == pytest.approx(ssae.Model().threshold)
+    # a module of other dimensions, written by PyTorch's side, read by ssae
+    small = ssae_torch.make_model(32, 3, 8, 16, seed=1)
+    p = str(tmp_path / "small.safetensors")
+    ssae_torch.save_model(small, p, {"n_mels": "32", "frames": "3"})
+    s = st.SpectralShapeAutoencoder.from_file(p)
+    assert (s.n_mels, s.frames, s.latent_dim, s.slice_latent_dim) == (32, 3, 8, 16)
+    with pytest.raises(OSError, match="nothere"):
+        st.SpectralShapeAutoencoder.from_file(str(tmp_path / "nothere.safetensors"))
+    with pytest.raises(ValueError, match="global_basis holds NaN"):
+        with torch.no_grad():
+            m.global_basis[0, 0] = float("nan")
+        m.save(str(tmp_path / "nan.safetensors"))
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_kernel_failure_falls_back(where, windows):
+    m, _ = pair(seed=3)
+    plain = ssae_torch.SpectralShapeAutoencoder()
+    plain.load_state_dict(m.state_dict())
+    x = torch.from_numpy(windows[:100])
+    for mod in (m, plain):
+        mod.zero_grad()
+    st.SpectralShapeAutoencoder.forward(m, x)  # warm the kernel
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        if where == "forward":
+            m.fail_next()
+        y = m(x)
+        if where == "backward":
+            m.fail_next()
+        torch.nn.functional.mse_loss(y, x).backward()
+        y2 = m(x)  # stays on PyTorch
+        torch.nn.functional.mse_loss(y2, x).backward()
+    torch.nn.functional.mse_loss(plain(x), x).backward()
+    torch.nn.functional.mse_loss(plain(x), x).backward()
+    msgs = runtime_warnings(rec)
+    assert len(msgs) == 1 and "test hook" in msgs[0], msgs
+    assert not m.uses_kernel
+    assert rel_l2(y2.detach(), plain(x).detach()) <= 1e-5
+    got = dict(m.named_parameters())
+    for name, p in plain.named_parameters():
+        assert rel_l2(got[name].grad, p.grad) <= 1e-4, name
+
+
+def test_library_absent(monkeypatch, windows):
+    m, _ = pair(seed=4)
+    x = torch.from_numpy(windows[:50])
+    with torch.no_grad():
+        want = m(x)
+    monkeypatch.setenv("SSAE_LIBRARY", "/nonexistent/libssae.so")
+    ssae._lib.reset()
+    st._warned.discard("lib")
+    try:
+        m2, _ = pair(seed=4)
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            with torch.no_grad():
+                a = m2(x)
+                b = m2(x)
+        msgs = runtime_warnings(rec)
+        assert len(msgs) == 1 and "/nonexistent/libssae.so" in msgs[0], msgs
+        assert not m2.uses_kernel
+        assert rel_l2(a, want) <= 1e-5 and torch.equal(a, b)
+        with pytest.raises(ssae.LibraryNotFound, match="nonexistent"):
+            ssae.Model()
+    finally:
+        monkeypatch.delenv("SSAE_LIBRARY")
+        ssae._lib.reset()
+    assert ssae.library_available()
+
+
+def test_bad_input():
+    m = st.SpectralShapeAutoencoder()
+    with pytest.raises(TypeError, match="float64"):
+        m(torch.zeros(2, 320, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"shape \(2, 300\)"):
+        m(torch.zeros(2, 300))
+    with pytest.raises(ValueError, match="contiguous"):
+        m(torch.zeros(320, 4).T)
+    with pytest.raises(TypeError, match="ndarray"):
+        m(np.zeros((2, 320), np.float32))
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="cuda"):
+            m(torch.zeros(2, 320, device="cuda"))
+    # non-finite parameters: the kernel refuses them, the module says so and
+    # goes on in PyTorch (NaN in, NaN out, as the SPEC module)
+    with torch.no_grad():
+        m.slice_decoder[0].bias[0] = float("inf")
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        y = m(torch.zeros(2, 320))
+    assert not torch.isfinite(y).all()
+    assert any("not finite" in s for s in runtime_warnings(rec))
+
+
+def test_float64_module_runs_plain_pytorch(windows):
+    m, ref = pair(seed=6)
+    m = m.double()
+    x = torch.from_numpy(windows[:20]).double()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            assert rel_l2(m(x), ref(x)) <= 1e-12
+
+
+@pytest.mark.skipif(not st._custom_op_available(), reason="torch < 2.4: no torch.library.custom_op")
+def test_custom_op_compiles(windows):
+    m, ref = pair(seed=8)
+    x = torch.from_numpy(windows[:64])
+    f = torch.compile(m, fullgraph=True)
+    with torch.no_grad():
+        assert rel_l2(f(x), ref(x.double())) <= 1e-6
+    torch.library.opcheck(torch.ops.ssae.autoencoder.default,
+                          (x, [p.detach() for p in m._params()], [64, 5, 32, 64]))
