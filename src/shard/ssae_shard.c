@@ -217,8 +217,20 @@ static int env_size(const char *name, size_t *out, ssae_err *err) {
 
 static int from_slurm(size_t explicit_count, ssae_shard_spec *o, ssae_err *err) {
   size_t id, min = 0, max = 0, step = 1, cnt = 0;
-  int r, has_min, has_max, has_cnt;
-  if ((r = env_size("SLURM_ARRAY_TASK_ID", &id, err)) < 0) return -1;
+  int has_min, has_max, has_cnt;
+  if (env_size("SLURM_ARRAY_TASK_ID", &id, err) < 0) return -1;
+  if (explicit_count) {
+    /* The task IDs are the shard indices: a subset of the array can be
+     * submitted again (sbatch --array=2,5) to redo those shards. */
+    if (id >= explicit_count)
+      return ssae_err_set(err, "SLURM_ARRAY_TASK_ID %zu with --shard-count %zu: the array's "
+                               "task IDs must run from 0 to %zu", id, explicit_count,
+                          explicit_count - 1);
+    o->index = id;
+    o->count = explicit_count;
+    snprintf(o->source, sizeof o->source, "Slurm array task %zu", id);
+    return 0;
+  }
   if ((has_min = env_size("SLURM_ARRAY_TASK_MIN", &min, err)) < 0 ||
       (has_max = env_size("SLURM_ARRAY_TASK_MAX", &max, err)) < 0 ||
       (has_cnt = env_size("SLURM_ARRAY_TASK_COUNT", &cnt, err)) < 0 ||
@@ -247,9 +259,6 @@ static int from_slurm(size_t explicit_count, ssae_shard_spec *o, ssae_err *err) 
   if (id < min || (id - min) % step || (id - min) / step >= count)
     return ssae_err_set(err, "SLURM_ARRAY_TASK_ID %zu is not in the array's %zu tasks from %zu "
                              "by %zu", id, count, min, step);
-  if (explicit_count && explicit_count != count)
-    return ssae_err_set(err, "--shard-count %zu but the Slurm array has %zu tasks",
-                        explicit_count, count);
   o->index = (id - min) / step;
   o->count = count;
   snprintf(o->source, sizeof o->source, "Slurm array task %zu", id);

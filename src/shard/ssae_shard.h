@@ -100,7 +100,9 @@ typedef struct ssae_shard_spec {
  *   SLURM_ARRAY_TASK_MAX (and SLURM_ARRAY_TASK_STEP), or with
  *   SLURM_ARRAY_TASK_COUNT; index = (ID - MIN) / STEP. An array whose
  *   indices are not MIN, MIN+STEP, ..., MAX (a list like 1,5,9 with
- *   COUNT disagreeing) is refused.
+ *   COUNT disagreeing) is refused. With explicit_count the task IDs are
+ *   the shard indices themselves (0 to count-1), so that a subset of the
+ *   array can be submitted again (sbatch --array=2,5) to redo shards.
  * - Kubernetes indexed job: JOB_COMPLETION_INDEX, the count from
  *   explicit_count or SSAE_SHARD_COUNT.
  * Anything else is refused with a message saying what is missing. */

@@ -5,12 +5,12 @@
  * --resume into a command (see the calls below, in order).
  *
  * usage: shard_list [--shard I/N|auto] [--shard-count N] [--files-from F]
- *                   [-o OUT [--resume]] [--json] [--delay-ms MS] [INPUT...]
+ *                   [-o OUT [--resume]] [--json] [--delay-ms MS] [-v] [INPUT...]
  * Without -o it prints the shard's paths, one a line. With -o it writes a
  * shard output: the header, then "path<TAB>bytes" (JSON: {"path":..,
  * "bytes":..}) per file, a failure record for a file that cannot be
  * stat'ed; --delay-ms waits before each file (so a test can kill it
- * mid-way). Exit: 0 done, 1 some file failed, 2 usage or setup error. */
+ * mid-way); -v names each file on stderr as it is done. Exit: 0 done, 1 some file failed, 2 usage or setup error. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +27,7 @@ static int fail(const char *msg) {
 int main(int argc, char **argv) {
   const char *spec_s = "0/1", *list_file = NULL, *out = NULL;
   long count_arg = 0, delay_ms = 0;
-  int resume = 0, json = 0, nin = 0;
+  int resume = 0, json = 0, verbose = 0, nin = 0;
   char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--delay-ms") && more) delay_ms = atol(argv[++i]);
     else if (!strcmp(a, "--resume")) resume = 1;
     else if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "-v")) verbose = 1;
     else if (a[0] == '-' && a[1]) return fail("unknown option (see the comment in shard_list.c)");
     else inputs[nin++] = argv[i];
   }
@@ -100,6 +101,7 @@ int main(int argc, char **argv) {
       fprintf(f, "%s\t%lld\n", p, (long long)st.st_size);
     }
     fflush(f); /* a kill loses at most this line */
+    if (verbose) fprintf(stderr, "shard_list: done %s\n", p);
   }
   /* 8. Complete: renamed into place. */
   if (ssae_shard_out_commit(o, &err)) status = fail(err.msg);

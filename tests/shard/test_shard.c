@@ -171,9 +171,12 @@ static void test_spec(void) {
   setenv("SLURM_ARRAY_TASK_MIN", "1", 1);
   setenv("SLURM_ARRAY_TASK_MAX", "4", 1);
   CHECK(spec("auto", 0, &i, &n, &err) == 0 && i == 2 && n == 4, "Slurm min/max: %s", err.msg);
-  CHECK(spec("auto", 5, &i, &n, &err) < 0, "Slurm with another --shard-count refused");
+  /* With --shard-count the task ID is the index (a resubmitted subset). */
+  CHECK(spec("auto", 5, &i, &n, &err) == 0 && i == 3 && n == 5, "Slurm, --shard-count");
+  CHECK(spec("auto", 3, &i, &n, &err) < 0 && strstr(err.msg, "0 to 2"),
+        "Slurm, ID past --shard-count: %s", err.msg);
   setenv("SLURM_ARRAY_TASK_COUNT", "4", 1);
-  CHECK(spec("auto", 4, &i, &n, &err) == 0 && i == 2 && n == 4, "Slurm, all variables");
+  CHECK(spec("auto", 0, &i, &n, &err) == 0 && i == 2 && n == 4, "Slurm, all variables");
   /* A list like --array=1,3,4,9: COUNT disagrees with the range. */
   setenv("SLURM_ARRAY_TASK_MAX", "9", 1);
   CHECK(spec("auto", 0, &i, &n, &err) < 0 && strstr(err.msg, "--array=0-3"), "list: %s",
