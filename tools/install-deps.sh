@@ -3,14 +3,15 @@
 #   tools/install-deps.sh          build and run
 #   tools/install-deps.sh --test   also the test oracles and peers (torch,
 #                                  torchaudio, jackd, sndfile-tools, lilv, jalv,
-#                                  slurm-wlm and munge for the cluster test)
+#                                  slurm-wlm, munge, python3-yaml for the
+#                                  cluster tests)
 set -e
 pkgs="meson ninja-build pkg-config gcc libkissfft-dev libsndfile1-dev libsoxr-dev
 portaudio19-dev libjack-jackd2-dev lv2-dev libcairo2-dev"
 if [ "$1" = "--test" ]; then
   pkgs="$pkgs python3 python3-numpy python3-torch python3-torchaudio jackd2
 sndfile-tools liblilv-dev lilv-utils jalv sordi clang libclang-rt-14-dev valgrind
-slurm-wlm munge"
+slurm-wlm munge python3-yaml"
 fi
 missing=""
 for p in $pkgs; do

@@ -8,7 +8,8 @@
 #   1. a 4-task array over a directory of generated clips, --shard auto;
 #      the parts merged by `ssae merge` equal one plain run, line for line;
 #   2. a task cancelled mid-way (scancel) and submitted again with --resume
-#      finishes without redoing the files it had done.
+#      finishes without redoing the files it had done;
+#   3. tools/cluster/ssae-score.sbatch is a script this Slurm accepts.
 # The task command is TASK (below): a shard of the list written the way
 # `ssae score --shard` writes one (tests/shard/shard_list).
 #
@@ -19,6 +20,7 @@ set -euo pipefail
 SHARD_LIST=$(realpath "$1")
 SSAE_GEN=$(realpath "$2")
 SSAE=$(realpath "${SSAE:?SSAE must name the ssae program}")
+SSAE_SOURCE_ROOT=${SSAE_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 TASKS=4
 T=""
 
@@ -270,6 +272,16 @@ test_cancel_resume() {
   log "cancel and resume: $done_before of $total kept, $redone done after, merged equal"
 }
 
+# The example batch script is one this Slurm accepts (its directives,
+# with the sizes of this machine).
+test_example_script() {
+  sbatch --test-only --array="0-$((TASKS - 1))" --cpus-per-task=1 --mem-per-cpu=10M \
+    --export="ALL,SSAE_LIST=$T/list.txt,SSAE_OUT=$T/example,SSAE_SHARDS=$TASKS" \
+    --output="$T/jobs/example_%a.log" "$SSAE_SOURCE_ROOT/tools/cluster/ssae-score.sbatch" \
+    2>"$T/example.out" || { cat "$T/example.out" >&2; fail "sbatch refuses ssae-score.sbatch"; }
+  grep -q "to start at" "$T/example.out" || fail "sbatch --test-only: $(cat "$T/example.out")"
+}
+
 main() {
   ensure_packages
   trap cleanup EXIT
@@ -283,6 +295,7 @@ main() {
   reference
   test_array
   test_cancel_resume
+  test_example_script
   log "pass"
 }
 
