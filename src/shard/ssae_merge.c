@@ -211,7 +211,7 @@ int ssae_merge(char *const *names, size_t n_parts, const char *out, const ssae_m
   }
 
   /* Every shard exactly once, each complete. */
-  size_t count = p0->h.count, missing = 0;
+  size_t count = p0->h.count, missing = 0, twice = 0;
   if (!(by_index = calloc(count, sizeof *by_index))) {
     rc = ssae_err_set(err, "out of memory");
     goto done;
@@ -221,12 +221,14 @@ int ssae_merge(char *const *names, size_t n_parts, const char *out, const ssae_m
     if (by_index[k]) {
       note(o, "shard %zu/%zu given twice: %s and %s", k, count, parts[by_index[k] - 1].name,
            parts[i].name);
+      twice++;
       rc = -1;
     }
     by_index[k] = i + 1;
     if (!parts[i].windows && parts[i].records != parts[i].h.files) {
-      note(o, "%s holds %zu of the %zu inputs of shard %zu/%zu (a task that did not finish?)",
-           parts[i].name, parts[i].records, parts[i].h.files, k, count);
+      note(o, "%s holds %zu results for the %zu inputs of shard %zu/%zu%s", parts[i].name,
+           parts[i].records, parts[i].h.files, k, count,
+           parts[i].records < parts[i].h.files ? " (a task that did not finish?)" : "");
       rc = -1;
     }
   }
@@ -242,18 +244,16 @@ int ssae_merge(char *const *names, size_t n_parts, const char *out, const ssae_m
   size_t distinct = 0, dups = 0, failed = 0;
   for (size_t i = 0; i < nrec; i++) {
     if (i && !ssae_path_cmp(recs[i].path, recs[i - 1].path)) {
-      if (p0->windows && recs[i].part == recs[i - 1].part) continue;
-      note(o, "%s appears twice: in %s and %s", recs[i].path, parts[recs[i - 1].part].name,
-             parts[recs[i].part].name);
+      const part *pa = &parts[recs[i - 1].part], *pb = &parts[recs[i].part];
+      if (p0->windows && pa == pb) continue;
+      /* A shard given twice was named already, not each of its inputs. */
+      if (pa->h.index != pb->h.index)
+        note(o, "%s appears twice: in %s and %s", recs[i].path, pa->name, pb->name);
       dups++;
       continue;
     }
     distinct++;
-    if (recs[i].failed) {
-      note(o, "%s: failed in shard %zu/%zu (%s)", recs[i].path,
-           parts[recs[i].part].h.index, count, parts[recs[i].part].name);
-      failed++;
-    }
+    failed += (size_t)recs[i].failed;
   }
   if (o && o->list) {
     size_t j = 0;
@@ -279,7 +279,9 @@ int ssae_merge(char *const *names, size_t n_parts, const char *out, const ssae_m
   if (dups) rc = -1;
   if (!p0->windows && distinct != p0->h.inputs) rc = -1;
   if (rc) {
-    if (dups)
+    if (twice)
+      ssae_err_set(err, "%zu shard%s given twice", twice, twice > 1 ? "s" : "");
+    else if (dups)
       ssae_err_set(err, "%zu inputs appear more than once", dups);
     else if (missing)
       ssae_err_set(err, "%zu of %zu shards missing", missing, count);
@@ -293,6 +295,10 @@ int ssae_merge(char *const *names, size_t n_parts, const char *out, const ssae_m
     rc = -1;
     goto done;
   }
+  for (size_t i = 0; failed && i < nrec; i++)
+    if (recs[i].failed)
+      note(o, "%s: failed in shard %zu/%zu (%s)", recs[i].path, parts[recs[i].part].h.index,
+           count, parts[recs[i].part].name);
   if (failed) {
     ssae_err_set(err, "%zu of %zu inputs failed", failed, p0->h.inputs);
     rc = 1;

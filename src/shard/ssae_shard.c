@@ -293,7 +293,7 @@ int ssae_shard_spec_from_env(size_t explicit_count, ssae_shard_spec *o, ssae_err
   if ((v = getenv("JOB_COMPLETION_INDEX")) && *v) return from_k8s(explicit_count, o, err);
   if ((v = getenv("SLURM_JOB_ID")) && *v)
     return ssae_err_set(err, "--shard auto: Slurm job %s is not a job array (no "
-                             "SLURM_ARRAY_TASK_ID): submit with sbatch --array=0-N-1, or "
+                             "SLURM_ARRAY_TASK_ID): submit with sbatch --array=0-<N-1>, or "
                              "give --shard I/N", v);
   return ssae_err_set(err, "--shard auto: neither a Slurm job array (SLURM_ARRAY_TASK_ID) "
                            "nor a Kubernetes indexed job (JOB_COMPLETION_INDEX) in the "
