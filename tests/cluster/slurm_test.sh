@@ -6,7 +6,8 @@
 # runs the sharded work as a job array the way tools/cluster/ssae-score.sbatch
 # does:
 #   1. a 4-task array over a directory of generated clips, --shard auto;
-#      the parts merged by `ssae merge` equal one plain run, line for line;
+#      the parts (results and windows) merged by `ssae merge` equal one
+#      plain run, line for line;
 #   2. a task cancelled mid-way (scancel) and submitted again with --resume
 #      finishes without redoing the files it had done;
 #   3. tools/cluster/ssae-score.sbatch is a script this Slurm accepts.
@@ -182,18 +183,22 @@ make_clips() {
 }
 
 # The task: one shard of the list as `ssae score --shard` writes it, to
-# DIR/part-$SLURM_ARRAY_TASK_ID.tsv. $1: DIR; the rest: more options.
+# DIR/part-$SLURM_ARRAY_TASK_ID.tsv and its windows to
+# DIR/windows-$SLURM_ARRAY_TASK_ID.tsv. $1: DIR; the rest: more options.
 TASK() {
   local dir=$1
   shift
   printf '%q ' "$SHARD_LIST" --files-from "$T/list.txt" -v "$@"
-  printf -- '-o %q/part-"$SLURM_ARRAY_TASK_ID".tsv' "$dir"
+  printf -- '-o %q/part-"$SLURM_ARRAY_TASK_ID".tsv ' "$dir"
+  printf -- '--windows %q/windows-"$SLURM_ARRAY_TASK_ID".tsv' "$dir"
 }
 
 # The same work in one process, no shards: what the merged parts must equal.
 reference() {
-  "$SHARD_LIST" --shard 0/1 --files-from "$T/list.txt" -o "$T/reference.part"
+  "$SHARD_LIST" --shard 0/1 --files-from "$T/list.txt" -o "$T/reference.part" \
+    --windows "$T/reference.windows.part"
   tail -n +2 "$T/reference.part" >"$T/reference.tsv"
+  tail -n +2 "$T/reference.windows.part" >"$T/reference.windows.tsv"
 }
 
 # sbatch NAME ARRAY COMMAND [sbatch options...]: waits for the array; its
@@ -213,6 +218,7 @@ check_parts() {
     head -n 1 "$dir/part-$k.tsv" | grep -q "^# ssae-shard $k/$TASKS inputs=24 " ||
       fail "$dir/part-$k.tsv: header $(head -n 1 "$dir/part-$k.tsv")"
     [ ! -e "$dir/part-$k.tsv.partial" ] || fail "$dir/part-$k.tsv.partial left behind"
+    [ -f "$dir/windows-$k.tsv" ] || fail "$dir/windows-$k.tsv missing"
   done
 }
 
@@ -220,10 +226,15 @@ merge_and_compare() {
   local dir=$1
   "$SSAE" merge --files-from "$T/list.txt" -o "$dir/merged.tsv" "$dir"/part-*.tsv ||
     fail "ssae merge failed on $dir"
-  cmp "$dir/merged.tsv" "$T/reference.tsv" || {
-    diff "$dir/merged.tsv" "$T/reference.tsv" | head -n 20 >&2
-    fail "the merged result of $dir differs from one plain run"
-  }
+  "$SSAE" merge -o "$dir/merged.windows.tsv" "$dir"/windows-*.tsv ||
+    fail "ssae merge failed on the windows of $dir"
+  local got
+  for got in merged merged.windows; do
+    cmp "$dir/$got.tsv" "$T/reference${got#merged}.tsv" || {
+      diff "$dir/$got.tsv" "$T/reference${got#merged}.tsv" | head -n 20 >&2
+      fail "$dir/$got.tsv differs from one plain run"
+    }
+  done
 }
 
 test_array() {
