@@ -15,7 +15,8 @@
 # `ssae score --shard` writes one (tests/shard/shard_list).
 #
 # usage: slurm_test.sh SHARD_LIST SSAE_GEN   (SSAE: the ssae program)
-# Exit: 0 pass, 1 fail, 77 when slurm-wlm and munge cannot be installed.
+# Exit: 0 pass, 1 fail, 77 when slurm-wlm and munge cannot be installed
+# (or the test does not run as root, which slurmd needs).
 set -euo pipefail
 
 SHARD_LIST=$(realpath "$1")
@@ -45,13 +46,16 @@ show_logs() {
 
 ensure_packages() {
   local have=1 p
+  if [ "$(id -u)" -ne 0 ]; then
+    log "SKIP: slurmd runs jobs as their user and so must run as root; run the test as root"
+    exit 77
+  fi
   for p in /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch; do
     [ -x "$p" ] || have=0
   done
   [ "$have" = 1 ] && return 0
   log "installing slurm-wlm and munge"
-  if [ "$(id -u)" -ne 0 ] ||
-    ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=120 \
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=120 \
       --no-install-recommends slurm-wlm munge >&2; then
     log "SKIP: slurm-wlm and munge are not installed and cannot be (tools/install-deps.sh --test)"
     exit 77

@@ -14,6 +14,7 @@
 #include "ssae_sha256.h"
 
 int test_merge(const char *dir);
+int test_job(const char *dir);
 
 static char tmp[256];
 
@@ -389,6 +390,7 @@ int main(void) {
   test_digest();
   test_resume();
   failures += test_merge(tmp);
+  failures += test_job(tmp);
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
   if (!failures && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
