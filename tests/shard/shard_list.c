@@ -43,7 +43,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--resume")) o.resume = 1;
     else if (!strcmp(a, "--json")) o.json = 1;
     else if (!strcmp(a, "-v")) verbose = 1;
-    else if (a[0] == '-' && a[1]) return fail("unknown option (see the comment in shard_list.c)");
+    else if (a[0] == '-' && a[1]) {
+      free(inputs);
+      return fail("unknown option (see the comment in shard_list.c)");
+    }
     else inputs[nin++] = argv[i];
   }
   o.args = inputs;
@@ -51,7 +54,10 @@ int main(int argc, char **argv) {
   ssae_err err = {{0}};
   /* The list, the shard, what a resume keeps, the outputs started. */
   ssae_shard_job *j = ssae_shard_job_new(&o, &err);
-  if (!j) return fail(err.msg);
+  if (!j) {
+    free(inputs);
+    return fail(err.msg);
+  }
   size_t n;
   char *const *todo = ssae_shard_job_todo(j, &n);
   if (o.resume && ssae_shard_job_done_before(j))
