@@ -173,6 +173,49 @@ static int load_part(part *p, size_t pi, record **recs, size_t *nrec, size_t *rc
   return 0;
 }
 
+/* With the input list: every record in it, every input present, each in
+ * the shard the partition gives it (a task of another ssae version could
+ * cut differently). */
+static int list_check(const ssae_merge_opts *o, const part *parts, const record *recs,
+                      size_t nrec, size_t count) {
+  const ssae_shard_list *l = o->list;
+  int rc = 0;
+  size_t *of = malloc((l->n ? l->n : 1) * sizeof *of);
+  if (!of || ssae_shard_partition(l, count, of, NULL)) {
+    free(of);
+    of = NULL;
+  }
+  size_t j = 0;
+  for (size_t i = 0; i < l->n; i++) {
+    while (j < nrec && ssae_path_cmp(recs[j].path, l->paths[i]) < 0) {
+      note(o, "%s is not in the input list", recs[j].path);
+      rc = -1;
+      j++;
+    }
+    int found = 0;
+    for (; j < nrec && !ssae_path_cmp(recs[j].path, l->paths[i]); j++) {
+      const part *p = &parts[recs[j].part];
+      if (!found && of && of[i] != p->h.index) {
+        note(o, "%s is in %s (shard %zu/%zu) but belongs to shard %zu", l->paths[i], p->name,
+             p->h.index, count, of[i]);
+        rc = -1;
+      }
+      found = 1;
+    }
+    if (!found && !parts[0].windows) {
+      note(o, "%s missing", l->paths[i]);
+      rc = -1;
+    }
+  }
+  for (; j < nrec; j++) {
+    if (j && !ssae_path_cmp(recs[j].path, recs[j - 1].path)) continue;
+    note(o, "%s is not in the input list", recs[j].path);
+    rc = -1;
+  }
+  free(of);
+  return rc;
+}
+
 int ssae_merge(char *const *names, size_t n_parts, const char *out, const ssae_merge_opts *o,
                ssae_err *err) {
   if (!n_parts) return ssae_err_set(err, "no shard outputs to merge");
@@ -255,27 +298,7 @@ int ssae_merge(char *const *names, size_t n_parts, const char *out, const ssae_m
     distinct++;
     failed += (size_t)recs[i].failed;
   }
-  if (o && o->list) {
-    size_t j = 0;
-    for (size_t i = 0; i < o->list->n; i++) {
-      while (j < nrec && ssae_path_cmp(recs[j].path, o->list->paths[i]) < 0) {
-        note(o, "%s is not in the input list", recs[j].path);
-        rc = -1;
-        j++;
-      }
-      if (j < nrec && !ssae_path_cmp(recs[j].path, o->list->paths[i])) {
-        while (j < nrec && !ssae_path_cmp(recs[j].path, o->list->paths[i])) j++;
-      } else if (!p0->windows) {
-        note(o, "%s missing", o->list->paths[i]);
-        rc = -1;
-      }
-    }
-    for (; j < nrec; j++) {
-      if (j && !ssae_path_cmp(recs[j].path, recs[j - 1].path)) continue;
-      note(o, "%s is not in the input list", recs[j].path);
-      rc = -1;
-    }
-  }
+  if (o && o->list && list_check(o, parts, recs, nrec, count)) rc = -1;
   if (dups) rc = -1;
   if (!p0->windows && distinct != p0->h.inputs) rc = -1;
   if (rc) {

@@ -151,6 +151,10 @@ int test_merge(const char *dir) {
   if (fp) fputs(line, fp), fclose(fp);
   snprintf(want, sizeof want, "%s appears twice", l->paths[m1[0]]);
   CHECK(merge(names, C, out, NULL, &err) < 0 && strstr(notes, want), "input twice: %s", notes);
+  /* ... and, given the list, the part it does not belong in is named. */
+  snprintf(want, sizeof want, "%s is in %s (shard 0/3) but belongs to shard 1", l->paths[m1[0]],
+           names[0]);
+  CHECK(merge(names, C, out, l, &err) < 0 && strstr(notes, want), "wrong shard: %s", notes);
   free(m1);
 
   /* A part cut short mid-line. */
