@@ -9,7 +9,11 @@
 #      the parts (results and windows) merged by `ssae merge` equal one
 #      plain run, line for line;
 #   2. a task cancelled mid-way (scancel) and submitted again with --resume
-#      finishes without redoing the files it had done;
+#      finishes without redoing the files it had done: a FIFO among the
+#      clips holds its task until the test opens it, so the cancel lands
+#      at the same file every run, and the files done before it are then
+#      overwritten (same size, other bytes): the merged result still
+#      equals the plain run only when they were not read again;
 #   3. tools/cluster/ssae-score.sbatch is a script this Slurm accepts.
 # The task command is TASK (below): a shard of the list written the way
 # `ssae score --shard` writes one (tests/shard/shard_list).
@@ -66,6 +70,7 @@ ensure_packages() {
 cleanup() {
   local rc=$? name pid i
   trap - EXIT INT TERM
+  close_gate
   if [ -n "$T" ] && [ -f "$T/slurm.conf" ] && [ -f "$T/run/slurmctld.pid" ]; then
     SLURM_CONF="$T/slurm.conf" scancel --quiet --full --user="$(id -un)" 2>/dev/null || true
     for i in $(seq 1 20); do
@@ -182,8 +187,29 @@ make_clips() {
     "$SSAE_GEN" --seed "$i" --seconds "$secs" \
       -o "$T/clips/$([ $((i % 2)) = 0 ] && echo fan || echo pump)/clip$(printf %02d "$i").wav"
   done
+  # The gate: last in the list, so every file of its shard comes first.
+  cp "$T/clips/fan/clip02.wav" "$T/gate-source.wav"
+  mkfifo "$T/clips/pump/zz-gate.wav"
   echo "$T/clips/pump" >"$T/list.txt"
   echo "$T/clips/fan" >>"$T/list.txt"
+}
+
+# Lets one reader through the gate: one writer, one copy of the clip (a
+# writer that stayed would let a slow reader see two). Each run that
+# reads the gate opens it first.
+open_gate() {
+  close_gate
+  python3 -c 'import sys; open(sys.argv[2], "wb").write(open(sys.argv[1], "rb").read())' \
+    "$T/gate-source.wav" "$T/clips/pump/zz-gate.wav" &
+  echo $! >"$T/run/gate.pid"
+}
+
+# Stops a writer that no reader came for.
+close_gate() {
+  [ -n "$T" ] && [ -f "$T/run/gate.pid" ] || return 0
+  kill "$(cat "$T/run/gate.pid")" 2>/dev/null || true
+  wait "$(cat "$T/run/gate.pid")" 2>/dev/null || true
+  rm -f "$T/run/gate.pid"
 }
 
 # The task: one shard of the list as `ssae score --shard` writes it, to
@@ -199,6 +225,7 @@ TASK() {
 
 # The same work in one process, no shards: what the merged parts must equal.
 reference() {
+  open_gate
   "$SHARD_LIST" --shard 0/1 --files-from "$T/list.txt" -o "$T/reference.part" \
     --windows "$T/reference.windows.part"
   tail -n +2 "$T/reference.part" >"$T/reference.tsv"
@@ -216,10 +243,11 @@ submit_wait() {
 
 # The parts must be shards 0..TASKS-1 of one list, each complete.
 check_parts() {
-  local dir=$1 k
+  local dir=$1 k inputs
+  inputs=$(find "$T/clips" -name '*.wav' | wc -l)
   for k in $(seq 0 $((TASKS - 1))); do
     [ -f "$dir/part-$k.tsv" ] || fail "$dir/part-$k.tsv missing"
-    head -n 1 "$dir/part-$k.tsv" | grep -q "^# ssae-shard $k/$TASKS inputs=24 " ||
+    head -n 1 "$dir/part-$k.tsv" | grep -q "^# ssae-shard $k/$TASKS inputs=$inputs " ||
       fail "$dir/part-$k.tsv: header $(head -n 1 "$dir/part-$k.tsv")"
     [ ! -e "$dir/part-$k.tsv.partial" ] || fail "$dir/part-$k.tsv.partial left behind"
     [ -f "$dir/windows-$k.tsv" ] || fail "$dir/windows-$k.tsv missing"
@@ -243,6 +271,7 @@ merge_and_compare() {
 
 test_array() {
   mkdir -p "$T/array"
+  open_gate
   submit_wait array "0-$((TASKS - 1))" \
     "$(TASK "$T/array" --shard auto --resume)" ||
     fail "the array job failed"
@@ -251,40 +280,50 @@ test_array() {
   log "array: $TASKS parts merged, equal to one plain run"
 }
 
-# Cancels task 1 after it has done two files, then submits that task again
-# alone (--shard-count: the task ID is the shard) with --resume.
+# The shard that holds the gate (from the array's parts).
+gate_task() {
+  local f
+  f=$(grep -l "/zz-gate.wav$(printf '\t')" "$T/array"/part-*.tsv)
+  f=${f##*/part-}
+  echo "${f%.tsv}"
+}
+
+# With the gate closed, the gate's task stops at it; it is cancelled there
+# and submitted again alone (--shard-count: the task ID is the shard) with
+# --resume and the gate open.
 test_cancel_resume() {
-  local dir="$T/resume" job done_before total redone i
+  local dir="$T/resume" job k done_before total f i
   mkdir -p "$dir"
+  k=$(gate_task)
+  close_gate
   job=$(sbatch --parsable --array="0-$((TASKS - 1))" --job-name=cancel --chdir="$T" \
-    --output="$T/jobs/cancel_%a.log" \
-    --wrap="$(TASK "$dir" --shard auto --resume --delay-ms 700)")
-  for i in $(seq 1 200); do
-    [ -f "$dir/part-1.tsv.partial" ] && [ "$(grep -c '^[^#]' "$dir/part-1.tsv.partial")" -ge 2 ] &&
-      break
+    --output="$T/jobs/cancel_%a.log" --wrap="$(TASK "$dir" --shard auto --resume)")
+  total=$(sed -n "1s/.* files=\([0-9]*\) .*/\1/p" "$T/array/part-$k.tsv")
+  for i in $(seq 1 600); do
+    [ "$(grep -c '^[^#]' "$dir/part-$k.tsv.partial" 2>/dev/null)" = $((total - 1)) ] && break
     sleep 0.1
   done
-  scancel "${job}_1"
+  scancel "${job}_$k"
   for i in $(seq 1 300); do
     [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break
     sleep 0.2
   done
-  [ ! -e "$dir/part-1.tsv" ] || fail "the cancelled task's part is there, as if complete"
-  [ -f "$dir/part-1.tsv.partial" ] || fail "the cancelled task left no .partial"
-  done_before=$(grep -c '^[^#]' "$dir/part-1.tsv.partial" || true)
-  total=$(sed -n '1s/.* files=\([0-9]*\) .*/\1/p' "$dir/part-1.tsv.partial")
-  [ "$done_before" -ge 2 ] && [ "$done_before" -lt "$total" ] ||
-    fail "task 1 was cancelled after $done_before of $total files"
-  submit_wait resume 1 "$(TASK "$dir" --shard auto --shard-count "$TASKS" --resume)" ||
+  [ ! -e "$dir/part-$k.tsv" ] || fail "the cancelled task's part is there, as if complete"
+  done_before=$(grep -c '^[^#]' "$dir/part-$k.tsv.partial" || true)
+  [ "$done_before" = $((total - 1)) ] ||
+    fail "task $k was cancelled after $done_before of its $total files, not at the gate"
+  # Read again, these would give other results.
+  for f in $(grep '^[^#]' "$dir/part-$k.tsv.partial" | cut -f1); do
+    head -c "$(stat -c %s "$f")" /dev/urandom | dd of="$f" conv=notrunc status=none
+  done
+  open_gate
+  submit_wait resume "$k" "$(TASK "$dir" --shard auto --shard-count "$TASKS" --resume)" ||
     fail "the resubmitted task failed"
-  grep -q "$done_before of $total files done already" "$T/jobs/resume_1.log" ||
-    fail "the resumed task did not take the $done_before files done"
-  redone=$(grep -c "^shard_list: done " "$T/jobs/resume_1.log" || true)
-  [ "$redone" = $((total - done_before)) ] ||
-    fail "the resumed task did $redone files, not the $((total - done_before)) left"
+  grep -q "$done_before of $total files done already" "$T/jobs/resume_$k.log" ||
+    fail "the resumed task did not keep the $done_before files done"
   check_parts "$dir"
   merge_and_compare "$dir"
-  log "cancel and resume: $done_before of $total kept, $redone done after, merged equal"
+  log "cancel and resume: task $k cancelled at its file $total, $done_before kept, merged equal"
 }
 
 # The example batch script is one this Slurm accepts (its directives,

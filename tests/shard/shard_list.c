@@ -1,23 +1,22 @@
 /* shard_list: one shard of an input list, run the way `ssae score --shard`
- * runs one (ssae_shard_job), with a file's size standing in for its
- * score. The cluster test runs it as the Slurm array's task; it is also
+ * runs one (ssae_shard_job), with a checksum of a file's bytes standing in
+ * for its score (it reads each file, so a FIFO among the inputs holds the
+ * task there until the test writes to it). The cluster test runs it as the Slurm array's task; it is also
  * the reference for wiring --files-from, --shard, --shard-count, --resume,
  * -o and --windows into a command (the calls below, in order).
  *
  * usage: shard_list [--shard I/N|auto] [--shard-count N] [--files-from F]
- *                   [-o OUT] [--resume] [--windows W] [--json]
- *                   [--delay-ms MS] [-v] [INPUT...]
+ *                   [-o OUT] [--resume] [--windows W] [--json] [-v]
+ *                   [INPUT...]
  * Writes the shard's output (to OUT, else stdout): the header, then
- * "path<TAB>bytes" (JSON: {"path":..,"bytes":..}) per file, a failure
- * record for a file that cannot be stat'ed; --windows W: two lines per
- * file, "path<TAB>k<TAB>k/2<TAB>bytes". --delay-ms waits before each file
- * (so that a test can kill it mid-way); -v names each file on stderr as
- * it is done. Exit: 0 done, 1 some file failed, 2 usage or setup error. */
+ * "path<TAB>FNV-1a 64 of its bytes" (JSON: {"path":..,"fnv":".."}) per
+ * file, a failure record for a file that cannot be read; --windows W: two
+ * lines per file, "path<TAB>k<TAB>k/2<TAB>checksum". -v names each file on
+ * stderr as it is done. Exit: 0 done, 1 some file failed, 2 usage or
+ * setup error. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include "ssae_shard_job.h"
 
@@ -28,7 +27,6 @@ static int fail(const char *msg) {
 
 int main(int argc, char **argv) {
   ssae_shard_job_opts o = {.shard = "0/1"};
-  long delay_ms = 0;
   int verbose = 0, nin = 0;
   char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
   for (int i = 1; i < argc; i++) {
@@ -39,7 +37,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--files-from") && more) o.files_from = argv[++i];
     else if (!strcmp(a, "-o") && more) o.out = argv[++i];
     else if (!strcmp(a, "--windows") && more) o.windows = argv[++i];
-    else if (!strcmp(a, "--delay-ms") && more) delay_ms = atol(argv[++i]);
     else if (!strcmp(a, "--resume")) o.resume = 1;
     else if (!strcmp(a, "--json")) o.json = 1;
     else if (!strcmp(a, "-v")) verbose = 1;
@@ -61,29 +58,32 @@ int main(int argc, char **argv) {
   size_t n;
   char *const *todo = ssae_shard_job_todo(j, &n);
   if (o.resume && ssae_shard_job_done_before(j))
-    fprintf(stderr, "shard_list: %zu of %zu files done already\n",
+    fprintf(stderr, "shard_list: shard %zu/%zu: %zu of %zu files done already\n",
+            ssae_shard_job_spec(j)->index, ssae_shard_job_spec(j)->count,
             ssae_shard_job_done_before(j), ssae_shard_job_files(j));
   FILE *out = ssae_shard_job_out(j), *win = ssae_shard_job_windows(j);
   int status = 0;
   for (size_t k = 0; k < n; k++) {
-    if (delay_ms) nanosleep(&(struct timespec){delay_ms / 1000, delay_ms % 1000 * 1000000L}, NULL);
     const char *p = todo[k];
-    struct stat st;
-    if (stat(p, &st)) {
-      ssae_shard_job_failed(j, p, "cannot stat");
+    FILE *in = fopen(p, "rb");
+    unsigned long long h = 0xcbf29ce484222325ull;
+    int c;
+    while (in && (c = getc(in)) != EOF) h = (h ^ (unsigned char)c) * 0x100000001b3ull;
+    if (!in || ferror(in)) {
+      ssae_shard_job_failed(j, p, "cannot read");
       status = 1;
     } else {
-      long long size = (long long)st.st_size;
       /* Windows first, then the result line, then next. */
-      if (win) fprintf(win, "%s\t0\t0\t%lld\n%s\t1\t0.5\t%lld\n", p, size, p, size);
+      if (win) fprintf(win, "%s\t0\t0\t%016llx\n%s\t1\t0.5\t%016llx\n", p, h, p, h);
       if (o.json) {
         fputs("{\"path\":", out);
         ssae_json_write_str(out, p);
-        fprintf(out, ",\"bytes\":%lld}\n", size);
+        fprintf(out, ",\"fnv\":\"%016llx\"}\n", h);
       } else {
-        fprintf(out, "%s\t%lld\n", p, size);
+        fprintf(out, "%s\t%016llx\n", p, h);
       }
     }
+    if (in) fclose(in);
     if (ssae_shard_job_next(j, &err)) status = fail(err.msg);
     if (verbose) fprintf(stderr, "shard_list: done %s\n", p);
   }
