@@ -227,7 +227,7 @@ TASK() {
 reference() {
   open_gate
   "$SHARD_LIST" --shard 0/1 --files-from "$T/list.txt" -o "$T/reference.part" \
-    --windows "$T/reference.windows.part"
+    --windows "$T/reference.windows.part" || fail "the reference run failed"
   tail -n +2 "$T/reference.part" >"$T/reference.tsv"
   tail -n +2 "$T/reference.windows.part" >"$T/reference.windows.tsv"
 }
