@@ -2,8 +2,8 @@
 # ssae merge as a user runs it: parts written by shard_list (the shard
 # calls as ssae score makes them), merged to a file or stdout; exit 1 with
 # the missing shard, the changed list or the failed input named; exit 2 on
-# usage errors.
-# usage: test_merge_cli.sh SHARD_LIST   (SSAE: the ssae program)
+# usage errors. And the list's order is that of `ssae score DIR`.
+# usage: test_merge_cli.sh SHARD_LIST SSAE_GEN   (SSAE: the ssae program)
 set -euo pipefail
 SHARD_LIST=$1
 T=$(mktemp -d /tmp/ssae-merge-cli-XXXXXX)
@@ -60,6 +60,19 @@ for args in "" "--bogus $T/ok-0.tsv" "-o"; do
   [ "$rc" = 2 ] || fail "'ssae merge $args': exit $rc, not 2"
 done
 "$SSAE" merge --help | grep -q "usage: ssae merge" || fail "--help"
+
+# The list's order is the order `ssae score DIR` prints a directory in
+# (names chosen where a plain sort of whole paths would differ).
+if [ -n "${2:-}" ]; then
+  mkdir -p "$T/o/b" "$T/o/b.d"
+  for n in b/x b-1 b.d/y b a; do "$2" --seconds 1 --seed 3 -o "$T/o/$n.wav"; done
+  "$SSAE" score -q --backend cpu "$T/o" | cut -f1 >"$T/score-order"
+  "$SHARD_LIST" "$T/o" | tail -n +2 | cut -f1 >"$T/shard-order"
+  cmp -s "$T/score-order" "$T/shard-order" ||
+    fail "list order $(tr '\n' ' ' <"$T/shard-order") is not ssae score's $(tr '\n' ' ' <"$T/score-order")"
+  LC_ALL=C sort "$T/score-order" | cmp -s - "$T/score-order" &&
+    fail "these names no longer tell the walk from a plain sort"
+fi
 
 [ "$failures" = 0 ] && echo pass
 exit $((failures > 0))
