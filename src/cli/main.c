@@ -4,6 +4,9 @@
 #include "cli.h"
 #include "ssae_config.h"
 
+/* Not in cli.h while its option parser is rewritten (issue 19, cmd_merge.c). */
+int ssae_cmd_merge(int argc, char **argv);
+
 typedef struct {
   const char *name;
   ssae_cmd_fn fn;
@@ -21,6 +24,7 @@ static const command commands[] = {
     {"jack", ssae_cmd_jack, "the monitor as a JACK client"},
     {"eval", ssae_cmd_eval, "AUC, pAUC, precision, recall, F1 on labelled recordings"},
     {"report", ssae_cmd_report, "picture of one recording: spectrogram, scores, alarms"},
+    {"merge", ssae_cmd_merge, "the outputs of ssae score --shard into one result"},
     {NULL, NULL, NULL},
 };
 

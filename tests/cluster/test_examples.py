@@ -1,0 +1,64 @@
+"""The cluster examples in tools/cluster: the Kubernetes manifests parse and
+agree with themselves (an Indexed Job whose completions equal the
+SSAE_SHARD_COUNT it gives ssae, the merge job the same count), and the
+Slurm scripts are valid bash. (tests/cluster/slurm_test.sh submits to a
+real Slurm.)"""
+import os
+import subprocess
+import sys
+
+try:
+    import yaml
+except ImportError:
+    print("SKIP: python3-yaml missing")
+    sys.exit(77)
+
+root = os.path.join(os.environ["SSAE_SOURCE_ROOT"], "tools", "cluster")
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+        print("FAIL:", msg)
+
+
+def env_of(container):
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def one_job(name):
+    with open(os.path.join(root, name)) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    check(len(docs) == 1 and docs[0]["kind"] == "Job"
+          and docs[0]["apiVersion"] == "batch/v1", f"{name}: one batch/v1 Job")
+    return docs[0]
+
+
+score = one_job("ssae-score-k8s.yaml")
+spec = score["spec"]
+check(spec.get("completionMode") == "Indexed", "score job: completionMode Indexed")
+c = spec["template"]["spec"]["containers"][0]
+count = env_of(c).get("SSAE_SHARD_COUNT")
+check(count == str(spec["completions"]),
+      f"score job: SSAE_SHARD_COUNT {count} is not completions {spec['completions']}")
+args = " ".join(c["command"] + c["args"])
+for want in ("--shard auto", "--resume", "--files-from", "$JOB_COMPLETION_INDEX"):
+    check(want in args, f"score job: '{want}' not in its command")
+vols = {v["name"] for v in spec["template"]["spec"]["volumes"]}
+check(all(m["name"] in vols for m in c["volumeMounts"]), "score job: mounts name its volumes")
+
+merge = one_job("ssae-merge-k8s.yaml")
+m = merge["spec"]["template"]["spec"]["containers"][0]
+check(env_of(m).get("SSAE_SHARD_COUNT") == count, "merge job: the score job's count")
+check("ssae merge" in " ".join(m["args"]), "merge job runs ssae merge")
+
+for script in ("ssae-score.sbatch", "ssae-submit.sh"):
+    r = subprocess.run(["bash", "-n", os.path.join(root, script)], capture_output=True, text=True)
+    check(r.returncode == 0, f"{script}: bash -n: {r.stderr}")
+r = subprocess.run(["bash", os.path.join(root, "ssae-submit.sh"), "--help"],
+                   capture_output=True, text=True)
+check(r.returncode == 2 and "usage: ssae-submit.sh" in r.stderr, "ssae-submit.sh --help")
+
+print("pass" if not failures else f"{len(failures)} failed")
+sys.exit(1 if failures else 0)
