@@ -151,7 +151,7 @@ fi
 
 if has torch; then
   log "bench_torch"
-  timeout 400 python3 "$src/tools/bench_torch.py" "$model" --seconds 0.5 2>&1 |
+  timeout 400 python3 "$src/tools/bench/bench_torch.py" "$model" --seconds 0.5 2>&1 |
     tee "$OUT/bench_torch.log" | grep -v Warning
 fi
 log "done"

@@ -53,12 +53,12 @@ fi
 
 if has bench; then
   log "bench_train.py --device cuda (generated clips)"
-  timeout 300 python3 "$src/tests/train/bench_train.py" --device cuda --ssae "$BUILD/ssae" \
+  timeout 300 python3 "$src/tools/bench/bench_train.py" --device cuda --ssae "$BUILD/ssae" \
     --clips "${CLIPS:-40}" --epochs "${EPOCHS:-20}" --repeat 3 --threads 16 2>&1 |
     grep -v Warning | tee "$OUT/bench_train_cuda.log"
   if [ -n "${DATA:-}" ] && [ -d "$DATA" ]; then
     log "bench_train.py --device cuda $DATA"
-    timeout 300 python3 "$src/tests/train/bench_train.py" --device cuda --ssae "$BUILD/ssae" \
+    timeout 300 python3 "$src/tools/bench/bench_train.py" --device cuda --ssae "$BUILD/ssae" \
       --epochs "${EPOCHS:-20}" --repeat 3 --threads 16 "$DATA" 2>&1 |
       grep -v Warning | tee "$OUT/bench_train_cuda_data.log"
   fi

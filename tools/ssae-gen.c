@@ -29,6 +29,8 @@
 
 #include <sndfile.h>
 
+#include "ssae_rng.h"
+
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
 #endif
@@ -41,38 +43,12 @@ typedef enum { AN_NONE = 0, AN_CLICKS, AN_SQUEAL, AN_IMBALANCE, AN_CLOG, AN_COUN
 static const char *const anomaly_names[AN_COUNT] = {"none", "clicks", "squeal", "imbalance",
                                                     "clog"};
 
-/* ---- random numbers ---- */
-typedef struct {
-  uint64_t s[4];
-} rng;
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-static void rng_seed(rng *r, uint64_t seed) {
-  for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(rng *r) {
-  uint64_t *s = r->s;
-  uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return out;
-}
+/* ---- random numbers (src/core/ssae_rng.h) ---- */
+typedef ssae_rng rng;
+static void rng_seed(rng *r, uint64_t seed) { ssae_rng_seed(r, seed); }
 
 /* Uniform in [0, 1). */
-static double rng_unif(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; }
+static double rng_unif(rng *r) { return ssae_rng_uniform(r); }
 static double rng_range(rng *r, double a, double b) { return a + (b - a) * rng_unif(r); }
 
 /* Standard normal (Box-Muller; one value per call keeps the stream simple). */
@@ -320,7 +296,7 @@ static int make_dir(const char *path) {
 /* Per-clip seeds: independent streams for the train and test roles. */
 static uint64_t clip_seed(uint64_t seed, uint64_t role, uint64_t i) {
   uint64_t x = seed * 0x100000001b3ULL ^ (role << 40) ^ i;
-  return splitmix64(&x);
+  return ssae_rng_splitmix64(&x);
 }
 
 /* DIR/train/normal_NNNN.wav, DIR/test/normal/normal_NNNN.wav,

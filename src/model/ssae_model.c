@@ -1,4 +1,5 @@
 #include "ssae_model.h"
+#include "ssae_rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -114,43 +115,16 @@ int ssae_model_tensor_list(const ssae_model *m, ssae_model_tensor out[SSAE_MODEL
   return SSAE_MODEL_N_TENSORS;
 }
 
-/* xoshiro256** seeded through splitmix64: a fixed, documented stream so that
- * a seed means the same weights on every platform. */
-typedef struct {
-  uint64_t s[4];
-} rng;
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(rng *r) {
-  uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return res;
-}
-
-static void fill_uniform(rng *r, float *p, size_t n, double bound) {
+static void fill_uniform(ssae_rng *r, float *p, size_t n, double bound) {
   for (size_t i = 0; i < n; i++) {
-    double u = (double)(rng_next(r) >> 11) * 0x1.0p-53;
+    double u = ssae_rng_uniform(r);
     p[i] = (float)((2.0 * u - 1.0) * bound);
   }
 }
 
 void ssae_model_init(ssae_model *m, uint64_t seed) {
-  rng r;
-  uint64_t x = seed;
-  for (int i = 0; i < 4; i++) r.s[i] = splitmix64(&x);
+  ssae_rng r;
+  ssae_rng_seed(&r, seed);
   size_t M = (size_t)m->d.n_mels, L = (size_t)m->d.latent, S = (size_t)m->d.slice_latent,
          C = (size_t)m->d.frames * S;
   for (size_t i = 0; i < M; i++) m->ln_enc_w[i] = 1.0f, m->ln_enc_b[i] = 0.0f;

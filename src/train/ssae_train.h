@@ -19,6 +19,7 @@
 
 #include "ssae_err.h"
 #include "ssae_model.h"
+#include "ssae_rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,17 +38,6 @@ void ssae_param_offsets(const ssae_dims *d, size_t off[SSAE_N_TENSORS + 1]);
  * kaiming_uniform(a=sqrt 5) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), Linear
  * biases the same bound, global_basis xavier_uniform, LayerNorm 1 / 0. */
 void ssae_param_init(const ssae_dims *d, uint64_t seed, float *params);
-
-/* Deterministic generator (xoshiro256**, seeded through splitmix64). */
-typedef struct ssae_rng {
-  uint64_t s[4];
-} ssae_rng;
-void ssae_rng_seed(ssae_rng *r, uint64_t seed);
-uint64_t ssae_rng_next(ssae_rng *r);
-/* Uniform in [0, 1) with 53 bits. */
-double ssae_rng_uniform(ssae_rng *r);
-/* Uniform integer in [0, n), unbiased. */
-uint64_t ssae_rng_below(ssae_rng *r, uint64_t n);
 
 /* ---- CPU gradients ------------------------------------------------------ */
 

@@ -3,7 +3,7 @@
 PyTorch user would write (torchaudio.load, torchaudio MelSpectrogram, the
 SPEC module on the CPU), on the same files, in the same run.
 
-    /usr/bin/python3 tools/bench_score.py --ssae build/ssae [--files 240]
+    /usr/bin/python3 tools/bench/bench_score.py --ssae build/ssae [--files 240]
         [--rounds 3] [--dir /tmp/ssae_bench_clips] [--model M]
 
 Generates ten-second 16 kHz 16-bit WAV files (machine hum, harmonics,
@@ -57,7 +57,7 @@ def python_pipeline(model_path, paths):
     as JSON and the time of its per-file loop on stderr."""
     import torch
     import torchaudio
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, os.path.dirname(HERE))
     import ssae_torch as st
     model, meta = st.load_model(model_path)
     mel = torchaudio.transforms.MelSpectrogram(
@@ -115,7 +115,7 @@ def main():
     ap.add_argument("--model", default=None, help="model file (default: "
                     "src/model/default.safetensors, the one built into ssae)")
     a = ap.parse_args()
-    root = os.path.dirname(HERE)
+    root = os.path.dirname(os.path.dirname(HERE))
     model_path = a.model or os.path.join(root, "src", "model", "default.safetensors")
     paths = make_clips(a.dir, a.files)
     n = len(paths)

@@ -3,8 +3,8 @@
 # 16 kHz channels one engine sustains at real-time pace with zero drops, the
 # window-to-score latency, and memory. Builds build-bench/ if needed.
 #
-#   tools/bench-engine.sh            CPU backend (this machine)
-#   tools/bench-engine.sh cuda       CUDA backend (e.g. on the H100 host)
+#   tools/bench/bench-engine.sh            CPU backend (this machine)
+#   tools/bench/bench-engine.sh cuda       CUDA backend (e.g. on the H100 host)
 #
 # BENCH_SECONDS (default 10) sets the seconds per channel count, CHANNELS
 # (a comma list) the channel counts, BENCH_BUILD the build directory;
@@ -30,8 +30,8 @@ if [ -d .deps ] && ! pkg-config --exists kissfft-float 2>/dev/null; then
   setup="$setup -Dgpu_sm=90 -Dwerror=false -Dlv2=disabled"
 fi
 [ -d "$build" ] || meson setup "$build" $setup >/dev/null
-ninja -C "$build" -j"$(nproc)" tests/engine/engine_bench ssae tools/ssae-gen >/dev/null
-B=$build/tests/engine/engine_bench
+ninja -C "$build" -j"$(nproc)" tools/bench/engine_bench ssae tools/ssae-gen >/dev/null
+B=$build/tools/bench/engine_bench
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader || true
 if [ "$backend" = cuda ]; then

@@ -11,7 +11,7 @@ files in the same run. Prints seconds of audio per CPU second for
      transform + numpy.save per file.
 Each round measures both sides back to back; the ratios of each round and
 their median are printed, with the load average (the CPU may be shared).
-usage: /usr/bin/python3 tools/bench_features.py --ssae BUILD/ssae \\
+usage: /usr/bin/python3 tools/bench/bench_features.py --ssae BUILD/ssae \\
            --dsp-tool BUILD/tests/dsp/dsp_tool [--repeat N] [--rounds R] FILE|DIR...
 """
 import argparse

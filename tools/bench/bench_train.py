@@ -34,8 +34,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "train"))  # gen_audio
+sys.path.insert(0, os.path.join(HERE, ".."))  # ssae_torch
 import ssae_torch as st  # noqa: E402
 from gen_audio import normal, write_wav  # noqa: E402
 

@@ -12,13 +12,14 @@ in, host score out) p50/p99 for the CUDA-graph mode. Modes: eager,
 torch.compile (default settings), CUDA-graph replay of the eager pass.
 """
 import argparse
+import os
 import sys
 import time
 
 import torch
 import torch.nn as nn
 
-
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from ssae_torch import SpectralShapeAutoencoder  # noqa: E402  (the SPEC module, one copy)
 
 class Scorer(nn.Module):
