@@ -51,9 +51,9 @@ void ssae_iso_time(double unix_s, char out[SSAE_ISO_TIME_LEN]) {
   if (ms < 0) ms = 0;
   struct tm tm;
   gmtime_r(&s, &tm);
-  snprintf(out, SSAE_ISO_TIME_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-           tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-           tm.tm_sec, ms);
+  char date[24];
+  if (strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm) == 0) date[0] = 0;
+  snprintf(out, SSAE_ISO_TIME_LEN, "%.20s.%03dZ", date, ms);
 }
 
 /* A version 4 UUID: unique across channels, nodes and restarts. */
