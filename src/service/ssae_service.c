@@ -27,7 +27,6 @@ void ssae_service_opts_default(ssae_service_opts *o) {
   memset(o, 0, sizeof *o);
   o->input_rate = 16000;
   o->stale_s = 5;
-  o->metrics_port_override = -1;
 }
 
 /* ---- output of one line ---- */
@@ -52,6 +51,12 @@ static void publish_state(ssae_service *s, int c, double t) {
   if (n < 0) return;
   n = ssae_json_put_str(buf, sizeof buf, (size_t)n, "time", iso);
   if (n < 0) return;
+  /* The alarm as the events said it (the engine's latch may be a window
+   * ahead or behind), with the open alarm's id. */
+  const ssae_alarm_info *open = ssae_alarm_tracker_open(s->alarms, c);
+  if (open && (n = ssae_json_put_str(buf, sizeof buf, (size_t)n, "alarm_id",
+                                     open->id)) < 0)
+    return;
   char num[3][32];
   const float v[3] = {st.smoothed, st.score, st.threshold};
   for (int i = 0; i < 3; i++) {
@@ -64,7 +69,7 @@ static void publish_state(ssae_service *s, int c, double t) {
                    ",\"score\":%s,\"window_score\":%s,\"alarm\":%s,"
                    "\"threshold\":%s,\"windows\":%llu,\"dropped\":%llu,"
                    "\"latency_ms\":%.3f}",
-                   num[0], num[1], st.alarm ? "true" : "false", num[2],
+                   num[0], num[1], open ? "true" : "false", num[2],
                    (unsigned long long)st.windows,
                    (unsigned long long)st.dropped, (double)st.latency_ms);
   if (w < 0 || (size_t)w >= sizeof buf - (size_t)n) return;
@@ -338,11 +343,8 @@ ssae_service *ssae_service_new(const ssae_config *c, const ssae_service_opts *o,
     free(names);
     if (!s->clips) goto fail;
   }
-  int port = s->opts.metrics_port_override >= 0 && c->metrics_host
-                 ? s->opts.metrics_port_override
-                 : c->metrics_port;
   if (c->metrics_host) {
-    ssae_metrics_http_cfg hc = {c->metrics_host, port, s->opts.stale_s,
+    ssae_metrics_http_cfg hc = {c->metrics_host, c->metrics_port, s->opts.stale_s,
                                 ssae_service_write_metrics, s};
     s->http = ssae_metrics_http_new(&hc, err);
     if (!s->http) goto fail;

@@ -52,8 +52,6 @@ typedef struct ssae_service_opts {
   int forward_windows;        /* 1: pass WINDOW events to next too */
   double stale_s;             /* no audio this long: /healthz 503, no
                                  watchdog pings (0: 5 s) */
-  int metrics_port_override;  /* tests: -1 keeps the config's port; 0 asks
-                                 for a free one */
 } ssae_service_opts;
 
 void ssae_service_opts_default(ssae_service_opts *o);

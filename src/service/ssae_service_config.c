@@ -80,8 +80,8 @@ int ssae_config_parse_hostport(const char *s, char **host, int *port,
   if (!s || !*ps) return ssae_err_set(err, "'%s' is not HOST:PORT", s ? s : "");
   errno = 0;
   long p = strtol(ps, &end, 10);
-  if (*end || p < 1 || p > 65535 || errno)
-    return ssae_err_set(err, "'%s': port must be 1..65535", s);
+  if (*end || p < 0 || p > 65535 || errno)
+    return ssae_err_set(err, "'%s': port must be 0..65535 (0: any free one)", s);
   if (colon && colon > s) {
     const char *h = s, *he = colon;
     if (*h == '[' && he[-1] == ']') h++, he--; /* [::1]:9464 */

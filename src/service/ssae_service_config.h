@@ -85,7 +85,7 @@ typedef struct ssae_config {
   char *events;         /* JSON-lines file; NULL: none; "-": stdout */
   ssae_config_mqtt mqtt;
   char *metrics_host;   /* NULL: no HTTP endpoint */
-  int metrics_port;
+  int metrics_port;     /* 0: any free one (ssae_service_metrics_port) */
   ssae_config_clips clips;
   struct ssae_config_lines *lines; /* where each key was (for messages) */
 } ssae_config;
@@ -136,7 +136,8 @@ void ssae_config_free_models(ssae_model **models, int n);
  * file, 0 when it was not in the file. */
 int ssae_config_line(const ssae_config *c, const char *key_path);
 
-/* Parses HOST:PORT (or PORT, host 127.0.0.1). 0 or -1. */
+/* Parses HOST:PORT (or PORT, host 127.0.0.1; port 0: any free one). 0 or
+ * -1. */
 int ssae_config_parse_hostport(const char *s, char **host, int *port,
                                ssae_err *err);
 
