@@ -205,6 +205,7 @@ static int job_copy(ssae_clips *c, job *j, int final) {
       /* Samples gone before they were copied: at the start (a late
        * alarm_on) the clip starts later; later on they become silence. */
       if (j->next == j->start) {
+        atomic_fetch_add(&c->lost, oldest - j->start);
         j->start = j->next = oldest;
       } else {
         atomic_fetch_add(&c->lost, oldest - j->next);

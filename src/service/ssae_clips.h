@@ -78,7 +78,8 @@ int ssae_clips_alarm_off(ssae_clips *c, int channel, double t, const char *id);
 
 typedef struct ssae_clips_stats {
   uint64_t written, failed, deleted;
-  uint64_t lost_samples; /* overwritten before the writer copied them */
+  uint64_t lost_samples; /* overwritten before the writer copied them
+                            (a pre-roll the ring no longer held included) */
   int open;              /* clips being written */
 } ssae_clips_stats;
 void ssae_clips_stats_get(ssae_clips *c, ssae_clips_stats *s);
