@@ -2,13 +2,16 @@
 # Installs what ssae needs on Debian 12 (apt-get; sudo when not root).
 #   tools/install-deps.sh          build and run
 #   tools/install-deps.sh --test   also the test oracles and peers (torch,
-#                                  torchaudio, jackd, sndfile-tools, lilv, jalv)
+#                                  torchaudio, jackd, sndfile-tools, lilv, jalv,
+#                                  mosquitto, promtool, curl, systemd-analyze)
 set -e
 pkgs="meson ninja-build pkg-config gcc libkissfft-dev libsndfile1-dev libsoxr-dev
-portaudio19-dev libjack-jackd2-dev lv2-dev libcairo2-dev"
+portaudio19-dev libjack-jackd2-dev lv2-dev libcairo2-dev
+libcyaml-dev libyaml-dev libmosquitto-dev libmicrohttpd-dev libsystemd-dev"
 if [ "$1" = "--test" ]; then
   pkgs="$pkgs python3 python3-numpy python3-torch python3-torchaudio jackd2
-sndfile-tools liblilv-dev lilv-utils jalv sordi clang libclang-rt-14-dev valgrind"
+sndfile-tools liblilv-dev lilv-utils jalv sordi clang libclang-rt-14-dev valgrind
+mosquitto mosquitto-clients prometheus curl systemd"
 fi
 missing=""
 for p in $pkgs; do
