@@ -405,16 +405,16 @@ void ssae_service_tick(ssae_service *s) {
     ssae_engine_channel_get(s->ev_engine, i, &st);
     on += st.alarm;
   }
-  ssae_mqtt_stats ms;
-  ssae_mqtt_stats_get(s->mqtt, &ms);
-  ssae_sd_status("%d machine%s, %d in alarm, %llu alarms%s%s%s", s->n,
+  const char *mqtt = "";
+  if (s->mqtt) {
+    ssae_mqtt_stats ms;
+    ssae_mqtt_stats_get(s->mqtt, &ms);
+    mqtt = ms.connected ? ", MQTT connected" : ", MQTT disconnected";
+  }
+  ssae_sd_status("%d machine%s, %d in alarm, %llu alarms%s%s", s->n,
                  s->n == 1 ? "" : "s", on,
                  (unsigned long long)atomic_load(&s->n_alarms),
-                 isfinite(age) && age > s->opts.stale_s ? ", NO AUDIO" : "",
-                 s->mqtt ? (ms.connected ? ", MQTT connected"
-                                         : ", MQTT disconnected")
-                         : "",
-                 "");
+                 age > s->opts.stale_s ? ", NO AUDIO" : "", mqtt);
 }
 
 int ssae_service_metrics_port(const ssae_service *s) {
