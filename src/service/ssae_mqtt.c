@@ -112,8 +112,9 @@ static void on_connect(struct mosquitto *mosq, void *user, int rc) {
 static void on_disconnect(struct mosquitto *mosq, void *user, int rc) {
   (void)mosq;
   ssae_mqtt *m = user;
-  atomic_store(&m->connected, 0);
-  if (rc != 0) set_error(m, "connection lost", MOSQ_ERR_CONN_LOST);
+  /* After a refused CONNACK the refusal is the news, not the close. */
+  if (atomic_exchange(&m->connected, 0) && rc != 0)
+    set_error(m, "connection lost", MOSQ_ERR_CONN_LOST);
 }
 
 static void on_publish(struct mosquitto *mosq, void *user, int mid) {
@@ -270,8 +271,7 @@ static void *thread_main(void *arg) {
     send_pending(m);
     int rc = mosquitto_loop(m->mosq, 20, 1);
     if (rc != MOSQ_ERR_SUCCESS) {
-      atomic_store(&m->connected, 0);
-      set_error(m, "connection", rc);
+      if (atomic_exchange(&m->connected, 0)) set_error(m, "connection", rc);
       next_try = now_s() + backoff;
     }
   }

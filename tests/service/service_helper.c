@@ -183,11 +183,11 @@ int main(int argc, char **argv) {
       ssae_mqtt_stats ms;
       ssae_mqtt_stats_get(ssae_service_mqtt(h.svc), &ms);
       printf("stats windows=%llu scored=%llu dropped=%llu mqtt_dropped=%llu "
-             "mqtt_queued=%llu connects=%llu connected=%d\n",
+             "mqtt_queued=%llu connects=%llu connected=%d error=%s\n",
              (unsigned long long)es.windows, (unsigned long long)es.scored,
              (unsigned long long)es.dropped, (unsigned long long)ms.dropped,
              (unsigned long long)ms.queued, (unsigned long long)ms.connects,
-             ms.connected);
+             ms.connected, ms.last_error);
     } else if (strcmp(line, "quit") == 0) {
       break;
     }
