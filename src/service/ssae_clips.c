@@ -31,12 +31,14 @@ typedef struct req {
   int channel;
   uint64_t sample;
   char id[40];
+  char name[80]; /* the machine's name when the alarm began */
   char path[512];
 } req;
 
 typedef struct job {
   int channel;
   char id[40];
+  char name[80];
   char path[512], tmp[512];
   int fd;
   SNDFILE *sf;
@@ -130,6 +132,7 @@ static void job_start(ssae_clips *c, const req *r) {
   j->channel = r->channel;
   j->fd = -1;
   snprintf(j->id, sizeof j->id, "%s", r->id);
+  snprintf(j->name, sizeof j->name, "%s", r->name);
   snprintf(j->path, sizeof j->path, "%s", r->path);
   uint64_t pre = (uint64_t)llround(c->cfg.pre_roll_s * c->cfg.rate);
   j->start = r->sample > pre ? r->sample - pre : 0;
@@ -160,7 +163,7 @@ static void job_start(ssae_clips *c, const req *r) {
     free(j);
     return;
   }
-  sf_set_string(j->sf, SF_STR_TITLE, c->names[j->channel]);
+  sf_set_string(j->sf, SF_STR_TITLE, j->name);
   sf_set_string(j->sf, SF_STR_COMMENT, j->id);
   sf_set_string(j->sf, SF_STR_SOFTWARE, "ssae");
   j->link = c->jobs;
@@ -386,8 +389,11 @@ int ssae_clips_alarm_on(ssae_clips *c, int channel, double t, const char *id,
   gmtime_r(&now, &tm);
   char stamp[32];
   strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  pthread_mutex_lock(&c->mu); /* names change on a reload */
+  snprintf(r.name, sizeof r.name, "%s", c->names[channel]);
+  pthread_mutex_unlock(&c->mu);
   int w = snprintf(r.path, sizeof r.path, "%s/" PREFIX "%s_%s_%.8s.%s", c->dir,
-                   c->names[channel], stamp, id, c->cfg.flac ? "flac" : "wav");
+                   r.name, stamp, id, c->cfg.flac ? "flac" : "wav");
   if (w < 0 || (size_t)w >= sizeof r.path) return -1;
   if (path && path_len) snprintf(path, path_len, "%s", r.path);
   return push_req(c, &r);
@@ -400,6 +406,26 @@ int ssae_clips_alarm_off(ssae_clips *c, int channel, double t, const char *id) {
   r.sample = t > 0 ? (uint64_t)llround(t * c->cfg.rate) : 0;
   snprintf(r.id, sizeof r.id, "%s", id);
   return push_req(c, &r);
+}
+
+int ssae_clips_set_names(ssae_clips *c, const char *const *names) {
+  if (!c || !names) return -1;
+  char **nn = calloc((size_t)c->cfg.channels, sizeof *nn);
+  int oom = !nn;
+  for (int i = 0; !oom && i < c->cfg.channels; i++)
+    oom = !(nn[i] = strdup(names[i] ? names[i] : c->names[i]));
+  if (oom) {
+    for (int i = 0; nn && i < c->cfg.channels; i++) free(nn[i]);
+    free(nn);
+    return -1;
+  }
+  pthread_mutex_lock(&c->mu);
+  char **old = c->names;
+  c->names = nn;
+  pthread_mutex_unlock(&c->mu);
+  for (int i = 0; i < c->cfg.channels; i++) free(old[i]);
+  free(old);
+  return 0;
 }
 
 void ssae_clips_stats_get(ssae_clips *c, ssae_clips_stats *s) {

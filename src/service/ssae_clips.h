@@ -76,6 +76,10 @@ int ssae_clips_alarm_on(ssae_clips *c, int channel, double t, const char *id,
 /* Its alarm_off at audio time t: the clip ends post_roll later. */
 int ssae_clips_alarm_off(ssae_clips *c, int channel, double t, const char *id);
 
+/* New machine names for the clips that begin from now on (a reload).
+ * Main thread. 0 or -1. */
+int ssae_clips_set_names(ssae_clips *c, const char *const *names);
+
 typedef struct ssae_clips_stats {
   uint64_t written, failed, deleted;
   uint64_t lost_samples; /* overwritten before the writer copied them

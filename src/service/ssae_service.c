@@ -99,6 +99,7 @@ void ssae_service_on_event(void *user, const ssae_event *ev) {
   }
   ssae_alarm_info info;
   int alarm = ssae_alarm_tracker_update(s->alarms, ev, &info) == 1 && known;
+  pthread_mutex_lock(&s->names_mu); /* names and topics change on a reload */
   if (alarm && ev->type == SSAE_EVENT_ALARM_ON) {
     atomic_fetch_add(&s->n_alarms, 1);
     atomic_fetch_add(&s->m[c].alarms, 1);
@@ -127,15 +128,28 @@ void ssae_service_on_event(void *user, const ssae_event *ev) {
   if (alarm) publish_state(s, c, ev->t);
   if (ev->type == SSAE_EVENT_STATUS)
     for (int i = 0; i < s->n; i++) publish_state(s, i, ev->t);
+  pthread_mutex_unlock(&s->names_mu);
   if (s->opts.next) s->opts.next(s->opts.next_user, ev);
 }
 
 /* ---- clip reports (the clips' writer thread) ---- */
 
+static void clip_line(ssae_service *s, int channel, const char *id,
+                      const char *path, double seconds, int ok,
+                      const char *msg);
+
 static void on_clip(void *user, int channel, const char *id, const char *path,
                     double seconds, int ok, const char *msg) {
   ssae_service *s = user;
   if (channel < 0 || channel >= s->n) return;
+  pthread_mutex_lock(&s->names_mu);
+  clip_line(s, channel, id, path, seconds, ok, msg);
+  pthread_mutex_unlock(&s->names_mu);
+}
+
+static void clip_line(ssae_service *s, int channel, const char *id,
+                      const char *path, double seconds, int ok,
+                      const char *msg) {
   char iso[SSAE_ISO_TIME_LEN], line[LINE_MAX_BYTES];
   ssae_iso_time(ssae_wall_now(), iso);
   int n = snprintf(line, sizeof line, "{\"event\":\"%s\",\"channel\":%d",
@@ -207,7 +221,14 @@ static int start_mqtt(ssae_service *s, const ssae_config *c, ssae_err *err) {
   mc.resend_topic = c->mqtt.discovery ? resend : NULL;
   s->mqtt = ssae_mqtt_new(&mc, err);
   if (!s->mqtt) return -1;
-  if (!c->mqtt.discovery) return 0;
+  s->discovery = c->mqtt.discovery;
+  return ssae_service_births(s, err);
+}
+
+/* The Home Assistant discovery configs of the machines as they are named
+ * now (under names_mu, or before any other thread runs). */
+int ssae_service_births(ssae_service *s, ssae_err *err) {
+  if (!s->mqtt || !s->discovery) return 0;
   int nb = s->n * SSAE_HASS_N_ENTITIES;
   char **topics = calloc((size_t)nb, sizeof *topics);
   char **payloads = calloc((size_t)nb, sizeof *payloads);
@@ -262,24 +283,21 @@ ssae_service *ssae_service_new(const ssae_config *c, const ssae_service_opts *o,
   s->discovery_prefix = strdup(c->mqtt.discovery_prefix);
   s->m = calloc((size_t)s->n, sizeof *s->m);
   s->file_mu_ok = pthread_mutex_init(&s->file_mu, NULL) == 0;
+  s->names_mu_ok = pthread_mutex_init(&s->names_mu, NULL) == 0;
   s->eng_mu_ok = pthread_mutex_init(&s->eng_mu, NULL) == 0;
   s->alarms = ssae_alarm_tracker_new(s->n, err);
   if (!s->alarms) goto fail;
   if (!s->node || !s->prefix || !s->discovery_prefix || !s->m || !s->file_mu_ok ||
-      !s->eng_mu_ok)
+      !s->eng_mu_ok || !s->names_mu_ok)
     goto oom;
   static const double lat_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
                                       0.05,   0.1,   0.2,   0.5,   1,    2,
                                       5};
   ssae_prom_hist_init(&s->latency, lat_bounds,
                       (int)(sizeof lat_bounds / sizeof lat_bounds[0]));
-  s->params_uniform = 1;
-  ssae_engine_params_default(&s->params);
-  const ssae_config_machine *m0 = &c->machines[0];
-  s->params.threshold = m0->threshold;
-  s->params.smoothing_s = m0->smoothing_s;
-  s->params.on_count = m0->on_count;
-  s->params.off_count = m0->off_count;
+  ssae_err perr = {{0}};
+  s->params_uniform = ssae_service_detector_params(c, &s->params, &perr) == 0;
+  snprintf(s->params_diff, sizeof s->params_diff, "%s", perr.msg);
   for (int i = 0; i < s->n; i++) {
     const ssae_config_machine *cm = &c->machines[i];
     svc_machine *m = &s->m[i];
@@ -298,19 +316,10 @@ ssae_service *ssae_service_new(const ssae_config *c, const ssae_service_opts *o,
       m->n_mels = md->d.n_mels;
       m->frames = md->d.frames;
     }
-    int same_thr = (isnan(cm->threshold) && isnan(m0->threshold)) ||
-                   cm->threshold == m0->threshold;
-    if (s->params_uniform &&
-        (!same_thr || cm->smoothing_s != m0->smoothing_s ||
-         cm->on_count != m0->on_count || cm->off_count != m0->off_count)) {
-      s->params_uniform = 0;
-      snprintf(s->params_diff, sizeof s->params_diff,
-               "machines '%s' and '%s' have different detector settings "
-               "(threshold, smoothing, hysteresis)",
-               m0->name, cm->name);
-    }
   }
   s->opts.models = NULL; /* only read during new */
+  s->restart_sig = ssae_service_restart_signature(c);
+  if (!s->restart_sig) goto oom;
   if (c->events) {
     if (strcmp(c->events, "-") == 0) {
       s->events = stdout;
@@ -359,10 +368,7 @@ fail:
 
 int ssae_service_engine_cfg(ssae_service *s, ssae_engine_cfg *ec,
                             ssae_err *err) {
-  if (!s->params_uniform)
-    return ssae_err_set(err, "%s: the engine has one set of detector settings "
-                             "for all channels",
-                        s->params_diff);
+  if (!s->params_uniform) return ssae_err_set(err, "%s", s->params_diff);
   ec->on_event = ssae_service_on_event;
   ec->user = s;
   ec->emit_windows = 1;
@@ -457,5 +463,7 @@ void ssae_service_free(ssae_service *s) {
   free(s->discovery_prefix);
   if (s->file_mu_ok) pthread_mutex_destroy(&s->file_mu);
   if (s->eng_mu_ok) pthread_mutex_destroy(&s->eng_mu);
+  if (s->names_mu_ok) pthread_mutex_destroy(&s->names_mu);
+  free(s->restart_sig);
   free(s);
 }

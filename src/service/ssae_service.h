@@ -17,6 +17,12 @@
  *   ssae_service_attach(s, e);                  metrics read e; READY=1
  *   audio thread: ssae_engine_process(e, in, n); ssae_service_audio(s, in, n);
  *   main thread, about once a second: ssae_service_tick(s);
+ *   SIGHUP (main thread): load + apply flags + check models into cfg2;
+ *     on error ssae_service_note(s, "config_rejected", err.msg); else
+ *     ssae_service_reload(s, cfg2, models2, &params, &err) (on error: note
+ *     it, keep running), ssae_engine_set_params(e, &params), swap changed
+ *     models with ssae_engine_swap_model, ssae_service_note(s,
+ *     "config_reloaded", NULL);
  *   on exit: ssae_service_detach(s); ssae_engine_free(e); ssae_service_free(s);
  *
  * Thread context: new/attach/tick/detach/free on the main thread;
@@ -92,6 +98,24 @@ void ssae_service_audio_interleaved(ssae_service *s, const float *in, size_t n)
  * period, ssae_sd_watchdog_usec): systemd watchdog ping while audio
  * arrives, and a STATUS line. */
 void ssae_service_tick(ssae_service *s);
+
+/* SIGHUP: a new config (loaded, flags applied, models checked by the
+ * caller) for the running service. Machine names follow (topics, discovery,
+ * metrics labels, clip names; the broker forgets the old names' retained
+ * messages), model info is taken from `models` (may be NULL), and the
+ * detector parameters for ssae_engine_set_params come back in *params.
+ * Changes that need a restart (node, machine count, inputs, outputs) and
+ * machines with different detector settings are refused: -1 with the
+ * reason, nothing changed. Swapping changed models is the caller's
+ * (ssae_engine_swap_model). Main thread. */
+int ssae_service_reload(ssae_service *s, const ssae_config *c,
+                        ssae_model *const *models, ssae_engine_params *params,
+                        ssae_err *err);
+
+/* A note of the service's own ("config_reloaded", "config_rejected" with
+ * the reason) as a JSON line in the events file and on
+ * <prefix>/<node>/event. Main thread. */
+void ssae_service_note(ssae_service *s, const char *event, const char *msg);
 
 /* Port the metrics server listens on (0: none). */
 int ssae_service_metrics_port(const ssae_service *s);

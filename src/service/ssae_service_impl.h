@@ -37,6 +37,13 @@ struct ssae_service {
   pthread_mutex_t file_mu;
   int file_mu_ok;
 
+  /* Machine names and topics: read by the worker, the clip writer and the
+   * metrics thread, replaced by a reload. */
+  pthread_mutex_t names_mu;
+  int names_mu_ok;
+  char *restart_sig; /* what a reload may not change (see reload.c) */
+  int discovery;
+
   ssae_mqtt *mqtt;
   ssae_clips *clips;
   ssae_metrics_http *http;
@@ -56,8 +63,17 @@ struct ssae_service {
   double status_every_s;
   ssae_engine_params params;
   int params_uniform;
-  char params_diff[160];
+  char params_diff[SSAE_ERR_LEN];
 };
+
+/* Sends the discovery configs of the current names (ssae_service.c). */
+int ssae_service_births(ssae_service *s, ssae_err *err);
+/* The engine's detector parameters from a config; -1 when the machines
+ * differ (ssae_service_reload.c). */
+int ssae_service_detector_params(const ssae_config *c, ssae_engine_params *p,
+                                 ssae_err *err);
+/* The settings a reload cannot change, as one text (ssae_service_reload.c). */
+char *ssae_service_restart_signature(const ssae_config *c);
 
 /* The /metrics text (ssae_service_metrics.c). */
 void ssae_service_write_metrics(void *user, ssae_textbuf *out);

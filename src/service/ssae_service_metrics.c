@@ -63,6 +63,7 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
   }
   pthread_mutex_unlock(&s->eng_mu);
 
+  pthread_mutex_lock(&s->names_mu);
   ssae_prom_family(b, "ssae_up", "gauge", "1 while the engine runs.");
   ssae_prom_sample(b, "ssae_up", NULL, e ? 1 : 0);
   for (int k = 0; k < M_N && st; k++) {
@@ -106,6 +107,7 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
     snprintf(labels, sizeof labels, "node=\"%s\",machine=\"%s\"", node, mach);
     ssae_prom_sample(b, "ssae_model_threshold", labels, s->m[i].model_threshold);
   }
+  pthread_mutex_unlock(&s->names_mu);
 
   if (e) {
     char labels[400], backend[64];

@@ -10,6 +10,10 @@
  *                to be acknowledged; prints "flushed 0" (or -1)
  *   audio off|on stop / resume the audio (heartbeat, windows)
  *   stats        one line of counters
+ *   reload FILE  SIGHUP's work: load FILE, apply the same flags, check the
+ *                models, ssae_service_reload, set the engine's parameters;
+ *                prints "reloaded" or "reload rejected: REASON" (and the
+ *                service notes it)
  *   quit         clean exit (engine drained, clips finished, MQTT offline)
  * Prints "ready metrics_port=N" once running. */
 #include <math.h>
@@ -188,6 +192,26 @@ int main(int argc, char **argv) {
              (unsigned long long)es.dropped, (unsigned long long)ms.dropped,
              (unsigned long long)ms.queued, (unsigned long long)ms.connects,
              ms.connected, ms.last_error);
+    } else if (strncmp(line, "reload ", 7) == 0) {
+      ssae_config *c2 = ssae_config_load(line + 7, &err);
+      ssae_model **m2 = calloc((size_t)h.channels, sizeof *m2);
+      ssae_engine_params params;
+      int r = !c2 || !m2 || ssae_config_apply(c2, &o, &err);
+      if (!r && c2->n_machines != h.channels)
+        r = ssae_err_set(&err, "the machine count changed: restart ssae");
+      if (!r) r = ssae_config_check_models(c2, m2, &err) != 0;
+      if (!r) r = ssae_service_reload(h.svc, c2, m2, &params, &err) != 0;
+      if (r) {
+        ssae_service_note(h.svc, "config_rejected", err.msg);
+        printf("reload rejected: %s\n", err.msg);
+      } else {
+        ssae_engine_set_params(h.eng, &params);
+        ssae_service_note(h.svc, "config_reloaded", NULL);
+        printf("reloaded\n");
+      }
+      ssae_config_free_models(m2, h.channels);
+      free(m2);
+      ssae_config_free(c2);
     } else if (strcmp(line, "quit") == 0) {
       break;
     }

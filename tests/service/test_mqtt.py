@@ -135,7 +135,7 @@ def one_shot(port, topic):
 
 def events(lines, machine):
     return [json.loads(p) for t, r, p in lines
-            if t == f"ssae/test-node/{machine}/event"]
+            if t == f"ssae/test-node/{machine}/event" and p]
 
 
 def main():
@@ -169,7 +169,8 @@ def main():
                  or ("ssae/test-node/status", True, "online") in ls,
                  15, "status online")
         disc = lambda ls: [(t, json.loads(p)) for t, r, p in ls
-                           if t.startswith("homeassistant/") and t.endswith("/config")]
+                           if t.startswith("homeassistant/") and t.endswith("/config")
+                           and p]
         sub.wait(lambda ls: len(disc(ls)) >= 4, 15, "4 discovery configs")
         configs = dict(disc(sub.lines()))
         bs = [c for t, c in configs.items() if t.startswith("homeassistant/binary_sensor/")]
@@ -182,7 +183,7 @@ def main():
         print("ok  status online, discovery:", sorted(configs))
 
         states = lambda ls, m: [json.loads(p) for t, r, p in ls
-                                if t == f"ssae/test-node/{m}/state"]
+                                if t == f"ssae/test-node/{m}/state" and p]
         sub.wait(lambda ls: len(states(ls, "pump.2")) >= 2, 15, "state messages")
         st = states(sub.lines(), "pump.2")[-1]
         for k in ("score", "alarm", "threshold", "windows", "dropped", "time"):
@@ -242,6 +243,39 @@ def main():
         assert "dropped=0 " in stats and "mqtt_dropped=0" in stats, stats
         print("ok  broker restart: queued QoS 1 alarm delivered;", stats)
 
+        # SIGHUP's work: a machine renamed; then configs that are refused.
+        cfg2 = os.path.join(tmp, "ssae2.yaml")
+        with open(cfg) as f:
+            text = f.read()
+        with open(cfg2, "w") as f:
+            f.write(text.replace("name: press-1", "name: press-1b"))
+        assert helper.cmd(f"reload {cfg2}", "reload") == "reloaded"
+        sub.wait(lambda ls: any("press-1b_alarm" in t for t, _ in disc(ls)), 10,
+                 "discovery of the new name")
+        sub.wait(lambda ls: any(t == "homeassistant/binary_sensor/ssae_test-node/"
+                                "press-1_alarm/config" and p == "" for t, r, p in ls),
+                 10, "the old name's discovery cleared")
+        helper.cmd("on", "injected on")
+        helper.cmd("off", "injected off")
+        sub.wait(lambda ls: len(events(ls, "press-1b")) >= 2, 10, "events under the new name")
+        assert {e["machine"] for e in events(sub.lines(), "press-1b")} == {"press-1b"}
+        print("ok  reload: the machine's new name in topics, discovery and events")
+        with open(cfg2, "w") as f:
+            f.write(text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"))
+        r = helper.cmd(f"reload {cfg2}", "reload")
+        assert r.startswith("reload rejected") and "outputs.mqtt.url" in r, r
+        with open(cfg2, "w") as f:
+            f.write(text + "  bogus: 1\n")
+        r = helper.cmd(f"reload {cfg2}", "reload")
+        assert r.startswith("reload rejected") and "ssae2.yaml:" in r, r
+        notes = lambda ls: [json.loads(p) for t, _, p in ls
+                            if t == "ssae/test-node/event" and p]
+        sub.wait(lambda ls: len([n for n in notes(ls)
+                                 if n["event"] == "config_rejected"]) >= 2, 10,
+                 "config_rejected notes")
+        print("ok  reload refused (restart needed, bad file) and noted:",
+              [n.get("message", "")[:60] for n in notes(sub.lines())])
+
         bye = helper.cmd("quit", "bye")
         helper.p.wait(30)
         assert helper.p.returncode == 0
@@ -254,7 +288,9 @@ def main():
         with open(os.path.join(tmp, "events.jsonl")) as f:
             lines = [json.loads(x) for x in f]
         ids = {e["id"] for e in lines if e["event"] == "alarm_on"}
-        assert ids == {on["id"], ev2[0]["id"]}, ids
+        assert len(ids) == 3 and {on["id"], ev2[0]["id"]} <= ids, ids
+        assert [e["event"] for e in lines if e["event"].startswith("config_")] == \
+            ["config_reloaded", "config_rejected", "config_rejected"]
         assert any(e["event"] == "clip" for e in lines), "no clip event"
         print("ok  events file and clips")
 
