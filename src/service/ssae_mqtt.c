@@ -39,8 +39,7 @@ struct ssae_mqtt {
   int port, tls;
 
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int mu_ok, cv_ok;
+  int mu_ok;
   msg *q;
   size_t cap, head, len;
   slot *slots;
@@ -205,7 +204,6 @@ static void send_pending(ssae_mqtt *m) {
     m->head = (m->head + 1) % m->cap;
     m->len--;
   }
-  pthread_cond_broadcast(&m->cv);
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -238,8 +236,6 @@ static void *thread_main(void *arg) {
       if (t < next_try) {
         struct timespec ts = {0, 20 * 1000000};
         nanosleep(&ts, NULL);
-        /* The socket may still hold a CONNACK on its way. */
-        if (ever) mosquitto_loop(m->mosq, 0, 1);
         continue;
       }
       int rc = ever ? mosquitto_reconnect(m->mosq)
@@ -348,8 +344,7 @@ ssae_mqtt *ssae_mqtt_new(const ssae_mqtt_cfg *cfg, ssae_err *err) {
   if (m->cfg.drain_timeout_s <= 0) m->cfg.drain_timeout_s = 3;
   m->mu_ok = pthread_mutex_init(&m->mu, NULL) == 0;
   m->err_mu_ok = pthread_mutex_init(&m->err_mu, NULL) == 0;
-  m->cv_ok = pthread_cond_init(&m->cv, NULL) == 0;
-  int oom = !m->mu_ok || !m->cv_ok || !m->err_mu_ok;
+  int oom = !m->mu_ok || !m->err_mu_ok;
   m->url = dup_opt(cfg->url, &oom);
   m->client_id = dup_opt(cfg->client_id, &oom);
   m->username = dup_opt(cfg->username, &oom);
@@ -368,6 +363,7 @@ ssae_mqtt *ssae_mqtt_new(const ssae_mqtt_cfg *cfg, ssae_err *err) {
     goto fail;
   }
   if (parse_url(m, m->url, err)) goto fail;
+  /* Process-wide and idempotent; never undone (other handles may live). */
   mosquitto_lib_init();
   m->mosq = mosquitto_new(m->client_id, true, m);
   if (!m->mosq) {
@@ -378,7 +374,6 @@ ssae_mqtt *ssae_mqtt_new(const ssae_mqtt_cfg *cfg, ssae_err *err) {
   mosquitto_disconnect_callback_set(m->mosq, on_disconnect);
   mosquitto_publish_callback_set(m->mosq, on_publish);
   mosquitto_message_callback_set(m->mosq, on_message);
-  mosquitto_reconnect_delay_set(m->mosq, 1, 1, false);
   int rc = MOSQ_ERR_SUCCESS;
   if (m->status_topic)
     rc = mosquitto_will_set(m->mosq, m->status_topic, 7, "offline", 1, true);
@@ -436,7 +431,6 @@ void ssae_mqtt_free(ssae_mqtt *m) {
   free(m->key_file);
   free(m->status_topic);
   free(m->resend_topic);
-  if (m->cv_ok) pthread_cond_destroy(&m->cv);
   if (m->mu_ok) pthread_mutex_destroy(&m->mu);
   if (m->err_mu_ok) pthread_mutex_destroy(&m->err_mu);
   free(m);

@@ -182,6 +182,13 @@ void ssae_service_audio(ssae_service *s, const float *const *in, size_t n) {
   atomic_store_explicit(&s->audio_ns, mono_ns(), memory_order_relaxed);
 }
 
+void ssae_service_audio_channels(ssae_service *s, int first, int count,
+                                 const float *const *in, size_t n) {
+  ssae_clips_feed_channels(s->clips, first, count, in, n);
+  ssae_metrics_http_heartbeat(s->http);
+  atomic_store_explicit(&s->audio_ns, mono_ns(), memory_order_relaxed);
+}
+
 void ssae_service_audio_interleaved(ssae_service *s, const float *in, size_t n) {
   ssae_clips_feed_interleaved(s->clips, in, n);
   ssae_metrics_http_heartbeat(s->http);

@@ -93,6 +93,10 @@ void ssae_service_audio(ssae_service *s, const float *const *in, size_t n)
     SSAE_REALTIME;
 void ssae_service_audio_interleaved(ssae_service *s, const float *in, size_t n)
     SSAE_REALTIME;
+/* One input group's channels (first .. first+count-1), beside
+ * ssae_engine_process_group on that group's audio thread. */
+void ssae_service_audio_channels(ssae_service *s, int first, int count,
+                                 const float *const *in, size_t n) SSAE_REALTIME;
 
 /* Main thread, about once a second (and at least twice per watchdog
  * period, ssae_sd_watchdog_usec): systemd watchdog ping while audio
