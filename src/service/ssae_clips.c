@@ -21,8 +21,11 @@
 #define CHUNK 4096
 #define PREFIX "ssae_"
 
+/* Samples are relaxed atomics: the writer may read a slot the audio thread
+ * is overwriting (it then discards what it read, see job_copy); relaxed
+ * loads and stores are plain moves, and make that well defined. */
 typedef struct ring {
-  int16_t *s;
+  _Atomic int16_t *s;
   atomic_ullong pos; /* samples written so far (release by the feeder) */
 } ring;
 
@@ -84,7 +87,8 @@ static inline void feed_one(ssae_clips *c, int ch, const float *x,
   uint64_t p = atomic_load_explicit(&r->pos, memory_order_relaxed);
   uint64_t i0 = p % c->cap;
   for (size_t i = 0; i < n; i++) {
-    r->s[i0] = x ? to_s16(x[i * stride]) : 0;
+    atomic_store_explicit(&r->s[i0], x ? to_s16(x[i * stride]) : 0,
+                          memory_order_relaxed);
     if (++i0 == c->cap) i0 = 0;
   }
   atomic_store_explicit(&r->pos, p + n, memory_order_release);
@@ -223,7 +227,9 @@ static int job_copy(ssae_clips *c, job *j, int final) {
     uint64_t upto = avail < stop ? avail : stop;
     if (j->next >= upto) break;
     uint64_t k = upto - j->next < CHUNK ? upto - j->next : CHUNK;
-    for (uint64_t i = 0; i < k; i++) c->buf[i] = r->s[(j->next + i) % c->cap];
+    for (uint64_t i = 0; i < k; i++)
+      c->buf[i] = atomic_load_explicit(&r->s[(j->next + i) % c->cap],
+                                       memory_order_relaxed);
     /* Overwritten while copying? Those samples are not the clip's. */
     uint64_t now = atomic_load_explicit(&r->pos, memory_order_acquire);
     uint64_t valid_from = now > c->cap ? now - c->cap : 0;
@@ -478,9 +484,9 @@ ssae_clips *ssae_clips_new(const ssae_clips_cfg *cfg, ssae_err *err) {
     snprintf(nm, sizeof nm, "ch%d", i);
     c->names[i] = strdup(cfg->names && cfg->names[i] ? cfg->names[i] : nm);
     /* Touch every page now: the audio thread must not fault them in. */
-    c->rings[i].s = calloc(c->cap, sizeof(int16_t));
+    c->rings[i].s = calloc(c->cap, sizeof(_Atomic int16_t));
     if (!c->names[i] || !c->rings[i].s) goto oom;
-    memset(c->rings[i].s, 0, c->cap * sizeof(int16_t));
+    for (uint64_t k = 0; k < c->cap; k++) atomic_init(&c->rings[i].s[k], 0);
     atomic_init(&c->rings[i].pos, 0);
   }
   if (pthread_create(&c->thread, NULL, writer_main, c) != 0) {
@@ -505,7 +511,7 @@ void ssae_clips_free(ssae_clips *c) {
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
   }
-  for (int i = 0; c->rings && i < c->cfg.channels; i++) free(c->rings[i].s);
+  for (int i = 0; c->rings && i < c->cfg.channels; i++) free((void *)c->rings[i].s);
   for (int i = 0; c->names && i < c->cfg.channels; i++) free(c->names[i]);
   free(c->rings);
   free(c->names);

@@ -55,6 +55,10 @@ struct ssae_mqtt {
   int inflight[MAX_INFLIGHT];
   int n_inflight;
 
+  /* Set by on_connect and on_message (which run inside libmosquitto with
+   * its own lock held, so they take no lock of ours): send the status,
+   * births and retained states again. Applied by send_pending. */
+  atomic_int resend;
   atomic_int connected;
   atomic_ullong dropped, published, acked, connects, unacked_now;
   /* Its own lock: on_disconnect may run inside mosquitto_publish, which
@@ -99,12 +103,7 @@ static void on_connect(struct mosquitto *mosq, void *user, int rc) {
   }
   atomic_store(&m->connected, 1);
   atomic_fetch_add(&m->connects, 1);
-  pthread_mutex_lock(&m->mu);
-  m->births_due = 1;
-  m->births_pos = 0;
-  for (int i = 0; i < m->n_slots; i++)
-    if (m->slots[i].payload) m->slots[i].dirty = 1;
-  pthread_mutex_unlock(&m->mu);
+  atomic_store(&m->resend, 1);
   if (m->resend_topic) mosquitto_subscribe(mosq, NULL, m->resend_topic, 1);
 }
 
@@ -134,14 +133,8 @@ static void on_message(struct mosquitto *mosq, void *user,
   (void)mosq;
   ssae_mqtt *m = user;
   if (!m->resend_topic || strcmp(msg_in->topic, m->resend_topic) != 0) return;
-  if (msg_in->payloadlen == 6 && memcmp(msg_in->payload, "online", 6) == 0) {
-    pthread_mutex_lock(&m->mu);
-    m->births_due = 1;
-    m->births_pos = 0;
-    for (int i = 0; i < m->n_slots; i++)
-      if (m->slots[i].payload) m->slots[i].dirty = 1;
-    pthread_mutex_unlock(&m->mu);
-  }
+  if (msg_in->payloadlen == 6 && memcmp(msg_in->payload, "online", 6) == 0)
+    atomic_store(&m->resend, 1);
 }
 
 /* ---- sending (the module's thread) ---- */
@@ -168,6 +161,12 @@ static int send_one(ssae_mqtt *m, const char *topic, const char *payload,
  * connection went away: what is left is sent after the reconnect). */
 static void send_pending(ssae_mqtt *m) {
   pthread_mutex_lock(&m->mu);
+  if (atomic_exchange(&m->resend, 0)) {
+    m->births_due = 1;
+    m->births_pos = 0;
+    for (int i = 0; i < m->n_slots; i++)
+      if (m->slots[i].payload) m->slots[i].dirty = 1;
+  }
   /* The status, then the births, as room for QoS 1 messages in flight
    * allows (hundreds of machines have hundreds of discovery configs). */
   while (m->births_due) {
@@ -226,7 +225,8 @@ static void *thread_main(void *arg) {
       if (stop_since == 0) stop_since = t;
       /* Deliver what is queued, then say goodbye (or give up). */
       pthread_mutex_lock(&m->mu);
-      int empty = m->len == 0 && m->n_inflight == 0 && !m->births_due;
+      int empty = m->len == 0 && m->n_inflight == 0 && !m->births_due &&
+                  !atomic_load(&m->resend);
       pthread_mutex_unlock(&m->mu);
       if (empty) stop_seen_at_empty = 1;
       if (stop_seen_at_empty || t - stop_since > m->cfg.drain_timeout_s)
@@ -535,7 +535,7 @@ int ssae_mqtt_flush(ssae_mqtt *m, double timeout_s) {
   double deadline = now_s() + timeout_s;
   for (;;) {
     pthread_mutex_lock(&m->mu);
-    int done = m->len == 0 && !m->births_due &&
+    int done = m->len == 0 && !m->births_due && !atomic_load(&m->resend) &&
                atomic_load(&m->unacked_now) == 0 && atomic_load(&m->connected);
     for (int i = 0; i < m->n_slots; i++) done &= !m->slots[i].dirty;
     pthread_mutex_unlock(&m->mu);
