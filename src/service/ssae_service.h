@@ -7,7 +7,8 @@
  *
  * Order of calls for a front end (`ssae monitor`, `ssae jack`):
  *   cfg = ssae_config_load(path) or ssae_config_new_default(channels);
- *   ssae_config_apply(cfg, &flags); ssae_config_check_models(cfg, models);
+ *   ssae_config_apply(cfg, &flags); ssae_config_set_channels(cfg, channels);
+ *   ssae_config_check_models(cfg, models);
  *   s = ssae_service_new(cfg, &opts);            main thread
  *   ssae_engine_cfg_default(&ec); ...;
  *   ssae_service_engine_cfg(s, &ec);            sets on_event, user,

@@ -596,6 +596,25 @@ int ssae_config_apply(ssae_config *c, const ssae_config_overrides *o,
   return check_values(c, err);
 }
 
+int ssae_config_set_channels(ssae_config *c, int channels, ssae_err *err) {
+  if (channels < 1 || channels > 4096)
+    return ssae_err_set(err, "%d input channels: must be 1..4096", channels);
+  if (c->n_machines == 0) {
+    if (set_machines(c, channels)) return ssae_err_set(err, "out of memory");
+    for (int i = 0; i < channels; i++) {
+      char name[32];
+      snprintf(name, sizeof name, "ch%d", i);
+      if (set_str(&c->machines[i].name, name))
+        return ssae_err_set(err, "out of memory");
+    }
+    return 0;
+  }
+  if (c->n_machines != channels)
+    return bad(c, err, "machines", "%d machines for %d input channels (one machine "
+               "per channel)", c->n_machines, channels);
+  return 0;
+}
+
 /* ---- models ---- */
 
 /* The first feature setting in which a and b differ, as "key a vs b". */

@@ -121,6 +121,11 @@ typedef struct ssae_config_overrides {
 int ssae_config_apply(ssae_config *c, const ssae_config_overrides *o,
                       ssae_err *err);
 
+/* The input has `channels` channels: a config without machines gets
+ * ch0..chN-1 (defaults), one with machines must name exactly that many
+ * (else -1 with both counts). Call after ssae_config_apply. */
+int ssae_config_set_channels(ssae_config *c, int channels, ssae_err *err);
+
 /* Loads every machine's model (NULL path: the built-in one) and checks that
  * their feature settings, mel bands and frames agree (one engine front end
  * serves them all). models_out (n_machines entries, may be NULL) receives

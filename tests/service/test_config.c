@@ -199,6 +199,16 @@ static void good_config(const char *model_a) {
         "duplicate names from flags refused: %s", err.msg);
   ssae_config_free(c);
 
+  /* Machines and input channels. */
+  c = ssae_config_load_mem("node: x\n", 8, "mem.yaml", &err);
+  CHECK(c && ssae_config_set_channels(c, 3, &err) == 0 && c->n_machines == 3 &&
+            strcmp(c->machines[1].name, "ch1") == 0,
+        "a config without machines takes the input's channels: %s", err.msg);
+  CHECK(c && ssae_config_set_channels(c, 2, &err) != 0 &&
+            strstr(err.msg, "3 machines for 2 input channels"),
+        "machine count vs channels: %s", err.msg);
+  ssae_config_free(c);
+
   /* No file: flags only. */
   c = ssae_config_new_default(3, &err);
   CHECK(c && c->n_machines == 3 && strcmp(c->machines[2].name, "ch2") == 0,
