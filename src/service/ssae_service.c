@@ -41,9 +41,10 @@ static void write_line(ssae_service *s, const char *line, size_t len) {
 }
 
 static void publish_state(ssae_service *s, int c, double t) {
-  if (!s->mqtt || !s->ev_engine) return;
+  ssae_engine *e = atomic_load(&s->ev_engine);
+  if (!s->mqtt || !e) return;
   ssae_channel_state st;
-  ssae_engine_channel_get(s->ev_engine, c, &st);
+  ssae_engine_channel_get(e, c, &st);
   char iso[SSAE_ISO_TIME_LEN], buf[768];
   ssae_iso_time(ssae_wall_now(), iso);
   int n = snprintf(buf, sizeof buf, "{\"t\":%.6f", t);
@@ -89,9 +90,10 @@ void ssae_service_on_event(void *user, const ssae_event *ev) {
     /* The state latched for this channel is its previous window's (the
      * engine publishes after the event): every window's latency is
      * counted once. */
-    if (known && s->ev_engine) {
+    ssae_engine *e = atomic_load_explicit(&s->ev_engine, memory_order_acquire);
+    if (known && e) {
       ssae_channel_state st;
-      ssae_engine_channel_get(s->ev_engine, c, &st);
+      ssae_engine_channel_get(e, c, &st);
       if (st.windows > 0) ssae_prom_hist_observe(&s->latency, st.latency_ms * 1e-3);
     }
     if (s->opts.next && s->opts.forward_windows) s->opts.next(s->opts.next_user, ev);
@@ -388,7 +390,7 @@ void ssae_service_attach(ssae_service *s, ssae_engine *e) {
   pthread_mutex_lock(&s->eng_mu);
   s->engine = e;
   pthread_mutex_unlock(&s->eng_mu);
-  s->ev_engine = e;
+  atomic_store(&s->ev_engine, e);
   atomic_store(&s->running, 1);
   ssae_metrics_http_set_running(s->http, 1);
   ssae_sd_ready(NULL);
@@ -413,9 +415,10 @@ void ssae_service_tick(ssae_service *s) {
   if (age <= s->opts.stale_s) ssae_sd_watchdog();
   if (!ssae_sd_available()) return;
   int on = 0;
-  for (int i = 0; i < s->n && s->ev_engine; i++) {
+  ssae_engine *e = atomic_load(&s->ev_engine);
+  for (int i = 0; i < s->n && e; i++) {
     ssae_channel_state st;
-    ssae_engine_channel_get(s->ev_engine, i, &st);
+    ssae_engine_channel_get(e, i, &st);
     on += st.alarm;
   }
   const char *mqtt = "";

@@ -54,7 +54,7 @@ struct ssae_service {
   pthread_mutex_t eng_mu;
   int eng_mu_ok;
   ssae_engine *engine;
-  ssae_engine *ev_engine;
+  ssae_engine *_Atomic ev_engine; /* set by attach; events may come first */
   atomic_int running;
 
   ssae_prom_hist latency; /* window's last sample -> score, seconds */
