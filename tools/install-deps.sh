@@ -4,14 +4,16 @@
 #   tools/install-deps.sh --test   also the test oracles and peers (torch,
 #                                  torchaudio, jackd, sndfile-tools, lilv, jalv,
 #                                  slurm-wlm, munge, python3-yaml for the
-#                                  cluster tests)
+#                                  cluster tests; mosquitto, promtool, curl,
+#                                  systemd-analyze for the service tests)
 set -e
 pkgs="meson ninja-build pkg-config gcc libkissfft-dev libsndfile1-dev libsoxr-dev
-portaudio19-dev libjack-jackd2-dev lv2-dev libcairo2-dev"
+portaudio19-dev libjack-jackd2-dev lv2-dev libcairo2-dev
+libcyaml-dev libyaml-dev libmosquitto-dev libmicrohttpd-dev libsystemd-dev"
 if [ "$1" = "--test" ]; then
   pkgs="$pkgs python3 python3-numpy python3-torch python3-torchaudio jackd2
 python3-pytest python3-mesonpy patchelf python3-venv sndfile-tools liblilv-dev lilv-utils jalv sordi clang libclang-rt-14-dev valgrind
-slurm-wlm munge python3-yaml"
+slurm-wlm munge python3-yaml mosquitto mosquitto-clients prometheus curl systemd"
 fi
 missing=""
 for p in $pkgs; do
