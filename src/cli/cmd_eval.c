@@ -205,17 +205,6 @@ static void fmt_num(char *buf, size_t len, double v, int json) {
   else snprintf(buf, len, "%.6f", v);
 }
 
-static void print_json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static void print_row(const char *name, const char *normal, const char *anomaly,
                       const ssae_metrics *m, int json, int last) {
   char auc[32], pauc[32], thr[32], p[32], r[32], f1[32];
@@ -232,11 +221,11 @@ static void print_row(const char *name, const char *normal, const char *anomaly,
     return;
   }
   printf("    {\"name\": ");
-  print_json_str(stdout, name);
+  ssae_cli_json_str(stdout, name);
   printf(", \"normal\": ");
-  print_json_str(stdout, normal);
+  ssae_cli_json_str(stdout, normal);
   printf(", \"anomaly\": ");
-  print_json_str(stdout, anomaly);
+  ssae_cli_json_str(stdout, anomaly);
   printf(",\n     \"n_normal\": %zu, \"n_anomaly\": %zu, \"auc\": %s, \"pauc\": %s, "
          "\"max_fpr\": %g,\n     \"threshold\": %s, \"precision\": %s, \"recall\": %s, "
          "\"f1\": %s, \"tp\": %zu, \"fp\": %zu, \"tn\": %zu, \"fn\": %zu}%s\n",
@@ -445,7 +434,7 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
   }
   if (json) {
     printf("{\n  \"model\": ");
-    print_json_str(stdout, o->model ? o->model : "default");
+    ssae_cli_json_str(stdout, o->model ? o->model : "default");
     printf(",\n  \"sections\": [\n");
   } else {
     printf("section\tnormal\tanomaly\tn_normal\tn_anomaly\tauc\tpauc\tmax_fpr\tthreshold\t"
