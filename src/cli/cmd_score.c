@@ -220,6 +220,9 @@ static void emit(out_state *o, const char *path, const slot *s, const float *sco
   } else {
     printf("%s\t%.9g\t%zu\t%s\n", path, score, nw, verdict);
   }
+  /* A line each: results reach a pipe as they come, and a failure is seen
+   * at the write that failed, with its reason. */
+  check_stdout(o);
 }
 
 static void emit_windows(out_state *o, const char *path, const slot *s, const float *scores,
@@ -309,8 +312,7 @@ static int consume(job *j, ssae_backend *be, out_state *out) {
       s->error = NULL;
       out->done++;
     }
-    if (!out->tty || out->quiet) fflush(stdout);
-    check_stdout(out);
+
     pthread_mutex_lock(&j->mu);
     j->consumed = e;
     pthread_cond_broadcast(&j->room);
