@@ -492,7 +492,10 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
       print_row(sec[k].name, sec[k].normal_src, sec[k].anomaly_src, &met[k], json,
                 ++printed == n_ok);
   if (json) printf("  ]\n}\n");
-  fflush(stdout);
+  /* Checked here, before the picture, so that the reason is the write's
+   * own (main's exit check then stays quiet and makes the status 1). */
+  ssae_err out_err = {{0}};
+  if (ssae_stdout_check(&out_err) && out_err.msg[0]) ssae_cli_error(CMD, "%s", out_err.msg);
   if (o->plot) {
     int prc = draw(o, ps, n_plot, threshold);
     if (prc) rc = prc;
