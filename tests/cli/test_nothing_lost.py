@@ -151,9 +151,12 @@ def test_files(d, good):
                 ("w.tsv", ["score", "-q", "--backend", "cpu", "--windows", None, *good]),
                 ("s.tsv", ["eval", "--backend", "cpu", "--scores", None, "--normal", good[0],
                            "--anomaly", good[1]]),
+                ("f.npy", ["features", good[0], "-o", None]),
                 ("r.png", ["report", "--backend", "cpu", good[0], "-o", None]),
-                ("r.svg", ["report", "--backend", "cpu", good[0], "-o", None])):
-            if name.startswith("r.") and not has_cairo():
+                ("r.svg", ["report", "--backend", "cpu", good[0], "-o", None]),
+                ("p.png", ["eval", "--backend", "cpu", "--plot", None, "--normal", good[0],
+                           "--anomaly", good[1]])):
+            if name[:2] in ("r.", "p.") and not has_cairo():
                 continue
             t = os.path.join(mnt, name)
             with open(t, "wb") as f:
@@ -359,9 +362,20 @@ def test_small(d, good):
     check(p.returncode == 0 and status and status[-1]["nonfinite"] == 100
           and "100 non-finite" in err(p),
           f"monitor NaN input: exit {p.returncode}, status {status[-1:]}, {err(p)[-300:]!r}")
-    p = run(["monitor", "--backend", "cpu", "--input", good[0], "--realtime", "--no-meter"])
-    check(p.returncode == 0 and "behind real time" in err(p),
-          f"monitor --realtime states its lag: {err(p)[-300:]!r}")
+    # --realtime that falls behind (the process stopped for 1.2 s) says so.
+    p = subprocess.Popen([SSAE, "monitor", "--backend", "cpu", "--input", good[0],
+                          "--realtime", "--no-meter"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(0.4)
+    p.send_signal(signal.SIGSTOP)
+    time.sleep(1.2)
+    p.send_signal(signal.SIGCONT)
+    _, e = p.communicate(timeout=60)
+    most = [float(x.split("at most ")[1].split(" s")[0]) for x in e.splitlines()
+            if "behind real time" in x and "at most" in x]
+    check(p.returncode == 0 and "warning:" in e and "s behind real time at" in e and most
+          and most[0] >= 1.0,
+          f"monitor --realtime that falls behind says by how much: {e[-400:]!r}")
 
 
 def test_no_spread(d):
