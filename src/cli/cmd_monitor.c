@@ -265,15 +265,16 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   double last_warn = -1e9;
   unsigned long long done = 0;
   while (done < total && !interrupted) {
-    size_t want = total - done < block ? (size_t)(total - done) : block;
-    long long got = ssae_audio_read(as, buf, want, &err);
+    /* Whole blocks (the planar layout's stride is the size asked for);
+     * --duration trims the last one. */
+    long long got = ssae_audio_read(as, buf, block, &err);
     if (got < 0) {
       ssae_cli_error(CMD, "%s", err.msg);
       rc = SSAE_EXIT_INPUT;
       break;
     }
     if (got == 0) break;
-    size_t n = (size_t)got;
+    size_t n = (unsigned long long)got > total - done ? (size_t)(total - done) : (size_t)got;
     if (o->realtime) {
       long ns = (long)((double)n / rate * 1e9);
       next.tv_nsec += ns;
