@@ -162,9 +162,9 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-/* Test hook: SSAE_TEST_PAUSE_AT=save stops before the save with a marker
- * line on stderr until a signal arrives, then waits 0.3 s more, so that a
- * test can send signals exactly in the save phase. */
+/* Test hook: SSAE_TEST_PAUSE_AT=save (or features) stops before that phase
+ * with a marker line on stderr until a signal arrives, then waits 0.3 s
+ * more, so that a test can send signals exactly in that phase. */
 static void test_pause(const char *phase) {
   const char *at = getenv("SSAE_TEST_PAUSE_AT");
   if (!at || strcmp(at, phase)) return;
@@ -474,6 +474,7 @@ static int gather(const opts *o, int threads, train_data *td, int *status) {
   loader ld = {td->clips, n_paths, &o->feat, o->channel, {.strict = o->strict},
                PTHREAD_MUTEX_INITIALIZER, 0};
   for (size_t i = 0; i < n_paths; i++) td->clips[i].path = td->paths[i];
+  test_pause("features");
   load_all(&ld, threads);
   if (g_stop) {
     ssae_cli_error(CMD, "interrupted while computing features: no model written");

@@ -8,7 +8,8 @@
 - train: SIGTERM during training writes a valid model marked interrupted
   (exit 0); Ctrl-C, again and SIGTERM during the save (the test hook
   SSAE_TEST_PAUSE_AT=save) wait for the save: a complete model, no
-  temporary file; data with no spread give threshold "none" with a reason;
+  temporary file; Ctrl-C while the features are computed: no model, exit
+  130; data with no spread give threshold "none" with a reason;
 - score: Ctrl-C finishes the current lines, says how many files were done,
   exits 130, the --windows file ends with a whole line;
 - a cut data chunk is a warning naming the file, --strict makes it an
@@ -233,6 +234,23 @@ def test_train_signals(d, good):
           f"temporaries {tmp}, stderr {rest!r}")
 
 
+def test_train_features_interrupt(d, good):
+    """Ctrl-C before training (while the features are computed): no model,
+    no temporary, exit 130."""
+    model = os.path.join(d, "feat.safetensors")
+    env = dict(os.environ, SSAE_TEST_PAUSE_AT="features")
+    p = subprocess.Popen([SSAE, "train", "--backend", "cpu", "--epochs", "2", "-o", model,
+                          *good], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    for line in p.stderr:
+        if "test pause at features" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    _, e = p.communicate(timeout=60)
+    check(p.returncode == 130 and "no model written" in e and not glob.glob(model + "*"),
+          f"train Ctrl-C while computing features: exit {p.returncode}, {e!r}")
+
+
 def test_score_interrupt(d):
     many = os.path.join(d, "many")
     os.makedirs(many)
@@ -400,6 +418,7 @@ def main():
         test_stdout(d, good, None)
         test_files(d, good)
         test_train_signals(d, good)
+        test_train_features_interrupt(d, good)
         test_score_interrupt(d)
         test_cut_and_strict(d, good)
         test_eval_csv(d, good)
