@@ -167,8 +167,11 @@ static void check_cut_header(ssae_audio_stream *s) {
     if (nl) *nl = '\0';
     while (*line == ' ') line++;
     if ((!strncmp(line, "data", 4) || !strncmp(line, "SSND", 4)) && strstr(line, "(should be")) {
-      stream_warn(s, "%s: the data chunk is shorter than its header says (%s bytes): the "
-                  "file was cut; reading the frames present", line);
+      stream_warn(s, s->opts.strict ? "%s: the data chunk is shorter than its header says "
+                                      "(%s bytes): the file was cut; refused (strict)"
+                                    : "%s: the data chunk is shorter than its header says "
+                                      "(%s bytes): the file was cut; reading the frames present",
+                  line);
       return;
     }
     line = nl ? nl + 1 : NULL;

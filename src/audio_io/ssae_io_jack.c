@@ -68,6 +68,15 @@ static int on_bufsize(jack_nframes_t n, void *arg) {
   return 0;
 }
 
+/* JACK's notification thread: the server missed a deadline (an xrun):
+ * audio was lost before it reached the engine. Counted once per engine
+ * (the client feeding all of it, or its first group). */
+static int on_xrun(void *arg) {
+  ssae_io_jack *j = arg;
+  ssae_engine_note_xrun(j->e, 1);
+  return 0;
+}
+
 static void on_shutdown(jack_status_t code, const char *reason, void *arg) {
   ssae_io_jack *j = arg;
   (void)code;
@@ -78,10 +87,17 @@ static void on_shutdown(jack_status_t code, const char *reason, void *arg) {
 
 static void jack_quiet(const char *msg) { (void)msg; }
 
+int ssae_io_jack_name_max(void) { return jack_client_name_size() - 1; }
+
 ssae_io_jack *ssae_io_jack_new(const char *name, int first, int inputs, int passthrough,
                           ssae_err *err) {
   if (inputs < 1 || inputs > 256 || first < 0) {
     ssae_err_set(err, "a JACK client has 1..256 inputs (got %d)", inputs);
+    return NULL;
+  }
+  if (!name || !*name || strlen(name) > (size_t)ssae_io_jack_name_max()) {
+    ssae_err_set(err, "a JACK client name has 1 to %d bytes (got %zu)", ssae_io_jack_name_max(),
+                 name ? strlen(name) : (size_t)0);
     return NULL;
   }
   ssae_io_jack *j = calloc(1, sizeof *j);
@@ -173,7 +189,8 @@ int ssae_io_jack_start(ssae_io_jack *j, ssae_engine *e, int group, ssae_err *err
   j->e = e;
   if (jack_set_process_callback(j->client, on_process, j) ||
       jack_set_sample_rate_callback(j->client, on_srate, j) ||
-      jack_set_buffer_size_callback(j->client, on_bufsize, j))
+      jack_set_buffer_size_callback(j->client, on_bufsize, j) ||
+      (group <= 0 && jack_set_xrun_callback(j->client, on_xrun, j)))
     return ssae_err_set(err, "cannot install the JACK callbacks");
   jack_on_info_shutdown(j->client, on_shutdown, j);
   if (jack_activate(j->client))

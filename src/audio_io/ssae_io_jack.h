@@ -23,11 +23,17 @@ typedef struct ssae_io_jack ssae_io_jack;
  * clients can share one engine, one input group each). */
 ssae_io_jack *ssae_io_jack_new(const char *name, int first, int inputs, int passthrough,
                           ssae_err *err);
+/* The longest client name JACK takes, in bytes (jack_client_name_size()
+ * less the terminating NUL); ssae_io_jack_new refuses longer ones. */
+int ssae_io_jack_name_max(void);
+
 /* The server's sample rate and the client's actual name. */
 double ssae_io_jack_rate(const ssae_io_jack *j);
 const char *ssae_io_jack_name(const ssae_io_jack *j);
 
-/* Installs the callbacks and activates the client; the process callback
+/* Installs the callbacks and activates the client (server xruns are
+ * counted in e's stats through ssae_engine_note_xrun, by the client of
+ * group -1 or 0); the process callback
  * feeds e (audio-thread path): every channel (group -1), or input group
  * `group` of e, whose channels must be this client's. JACK runs clients
  * that do not depend on each other in parallel: one client per group spreads

@@ -127,8 +127,9 @@ static int on_audio(const void *input, void *output, unsigned long frames,
                     void *user) {
   (void)output;
   (void)ti;
-  (void)flags;
   ssae_io_pa *p = user;
+  /* Input lost before this block (the callback was late): counted. */
+  if (flags & paInputOverflow) ssae_engine_note_xrun(p->e, 1);
   atomic_store(&p->in_cb, 1);
   if (atomic_load(&p->closing)) {
     atomic_store(&p->in_cb, 0);

@@ -5,6 +5,7 @@
 #define SSAE_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "ssae_err.h"
 
@@ -33,6 +34,11 @@ void ssae_cli_free_paths(char **paths, size_t count);
 /* 1 when stdout / stderr is a terminal (progress lines, meters). */
 int ssae_cli_stdout_tty(void);
 int ssae_cli_stderr_tty(void);
+
+/* Writes s as a JSON string (quotes included). Bytes that are not valid
+ * UTF-8 (a file name is any bytes) become \uFFFD, one per byte, so the
+ * output is always valid JSON. */
+void ssae_cli_json_str(FILE *f, const char *s);
 
 /* Prints "ssae CMD: msg" on stderr. */
 void ssae_cli_error(const char *cmd, const char *fmt, ...) SSAE_PRINTF(2, 3);

@@ -320,8 +320,11 @@ int ssae_cli_parse_channel_all(const ssae_cli_opt *o, const char *v, void *dest,
 }
 
 int ssae_cli_parse_channel(const ssae_cli_opt *o, const char *v, void *dest, ssae_err *err) {
+  (void)o;
   int c;
-  if (ssae_cli_parse_channel_all(o, v, &c, err)) return -1;
+  /* The reader's message offers 'all', which these commands refuse. */
+  if (ssae_audio_parse_channel(v, &c, err))
+    return ssae_err_set(err, "channel '%s' is not an index from 0 (up to 1023) or 'mix'", v);
   if (c == SSAE_CHANNEL_ALL)
     return ssae_err_set(err, "'all' is not supported here: give an index from 0 or mix");
   *(int *)dest = c;

@@ -121,6 +121,13 @@ void ssae_cli_show_channel(const ssae_cli_opt *o, const void *dest, char *buf, s
 int ssae_cli_parse_feature(const ssae_cli_opt *o, const char *v, void *dest, ssae_err *err);
 void ssae_cli_show_feature(const ssae_cli_opt *o, const void *dest, char *buf, size_t len);
 
+/* The range of --threshold in eval, report, monitor and jack: above 0.
+ * Window scores are mean squared errors (>= 0), so a threshold of 0 would
+ * call every sound an anomaly, and the engine and the LV2 plugin read 0 as
+ * "the model's threshold"; no command takes 0. */
+#define SSAE_CLI_THRESHOLD_MIN 1e-30
+#define SSAE_CLI_THRESHOLD_MAX 1e30
+
 /* The backend choices of score, eval, report, monitor and jack. */
 extern const char *const ssae_cli_backends[];
 

@@ -15,6 +15,7 @@
 #include "ssae_filescore.h"
 #include "ssae_metrics.h"
 #include "ssae_model.h"
+#include "ssae_outfile.h"
 #include "ssae_plot.h"
 
 static const char *const CMD = "eval";
@@ -23,7 +24,7 @@ typedef struct opts {
   const char *model, *csv, *format, *plot, *scores, *backend;
   ssae_cli_list normal, anomaly;
   double threshold, max_fpr;
-  int channel;
+  int channel, strict;
 } opts;
 
 static const char *const formats[] = {"tsv", "json", NULL};
@@ -49,8 +50,10 @@ static const ssae_cli_opt options[] = {
      .help = "also write every file's score (TSV: section, path, label, score, windows)",
      .def = ""},
     {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", .offset = offsetof(opts, threshold),
-     .metavar = "X", .min = 0, .max = INFINITY,
-     .help = "decide at X instead of the model's threshold", .def = "the model's"},
+     .metavar = "X", .min = SSAE_CLI_THRESHOLD_MIN,
+     .max = SSAE_CLI_THRESHOLD_MAX,
+     .help = "(above 0) decide at X instead of the model's threshold",
+     .def = "the model's"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--max-fpr", .offset = offsetof(opts, max_fpr),
      .metavar = "X", .min = 1e-6, .max = 1, .help = "partial AUC limit"},
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
@@ -58,6 +61,9 @@ static const ssae_cli_opt options[] = {
     {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
      .metavar = "N|mix", .help = "channel of multi-channel files",
      .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
+    {.kind = SSAE_CLI_FLAG, .name = "--strict", .offset = offsetof(opts, strict),
+     .help = "a file whose data chunk is shorter than its header says is skipped as an "
+             "error, not scored with a warning"},
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -73,10 +79,12 @@ static const ssae_cli_cmd command = {
              "or single files) is one section, for instance one machine; with several\n"
              "sections a last section \"all\" pools every file. A CSV file has lines\n"
              "path,label (label normal|anomaly, or 0|1; a header line is skipped; relative\n"
-             "paths are relative to the CSV's directory) and forms one section.\n"
+             "paths are relative to the CSV's directory) and forms one section; a CSV\n"
+             "with a bad line is refused before any scoring, every bad line named.\n"
              "A file that cannot be read or scored is reported and skipped (exit 1).",
     .epilogue = "Exit status: 0 success, 1 some file or section failed (the rest is still\n"
-                "reported), 2 usage error.",
+                "reported), 2 usage error (a bad CSV line, a --plot name that is not\n"
+                ".png or .svg).",
     .opts = options,
 };
 
@@ -141,7 +149,9 @@ static char *trim(char *s) {
   return s;
 }
 
-/* Returns 0, or -1 after printing why (a bad CSV is an input failure). */
+/* Returns 0, or -1 after printing why: every bad line with its number and
+ * reason (the whole CSV is then refused, before any work), or a CSV that
+ * cannot be read. */
 static int read_csv(section *s, const char *csv) {
   FILE *f = fopen(csv, "r");
   if (!f) {
@@ -151,16 +161,25 @@ static int read_csv(section *s, const char *csv) {
   const char *slash = strrchr(csv, '/');
   size_t dirlen = slash ? (size_t)(slash - csv + 1) : 0;
   char line[8192];
-  int lineno = 0, rc = 0;
-  while (!rc && fgets(line, sizeof line, f)) {
+  int lineno = 0, rc = 0, bad = 0, oom = 0;
+  while (!oom && fgets(line, sizeof line, f)) {
     lineno++;
+    size_t len = strlen(line);
+    if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(f)) {
+      ssae_cli_error(CMD, "%s:%d: line longer than %zu bytes", csv, lineno, sizeof line - 2);
+      bad++;
+      int c;
+      while ((c = fgetc(f)) != EOF && c != '\n') {
+      }
+      continue;
+    }
     char *p = trim(line);
     if (!*p || *p == '#') continue;
     char *comma = strrchr(p, ',');
     if (!comma) {
       ssae_cli_error(CMD, "%s:%d: expected path,label", csv, lineno);
-      rc = -1;
-      break;
+      bad++;
+      continue;
     }
     *comma = 0;
     char *path = trim(p), *lab = trim(comma + 1);
@@ -171,31 +190,44 @@ static int read_csv(section *s, const char *csv) {
     else if (lineno == 1 || !strcasecmp(lab, "label")) continue; /* header */
     else {
       ssae_cli_error(CMD, "%s:%d: label '%s' is not normal, anomaly, 0 or 1", csv, lineno, lab);
-      rc = -1;
-      break;
+      bad++;
+      continue;
     }
     char full[8192 + 4096];
     if (path[0] == '/' || !dirlen) snprintf(full, sizeof full, "%s", path);
     else snprintf(full, sizeof full, "%.*s%s", (int)dirlen, csv, path);
     if (add_path(s, full, label)) {
       ssae_cli_error(CMD, "out of memory");
-      rc = -1;
+      oom = rc = -1;
     }
   }
+  if (!oom && ferror(f)) {
+    ssae_cli_error(CMD, "%s: read failed: %s", csv, strerror(errno));
+    rc = -1;
+  }
   fclose(f);
-  if (!rc && s->n == 0) {
+  if (bad) {
+    ssae_cli_error(CMD, "%s: %d bad line%s of %d: nothing evaluated", csv, bad,
+                   bad == 1 ? "" : "s", lineno);
+    rc = -1;
+  } else if (!rc && s->n == 0) {
     ssae_cli_error(CMD, "%s: no files listed", csv);
     rc = -1;
   }
   return rc;
 }
 
-static void progress(size_t done, size_t total, const char *name) {
+/* done: files tried, of which skipped failed (never counted as scored). */
+static void progress(size_t done, size_t skipped, size_t total, const char *name) {
   if (ssae_cli_stderr_tty()) {
     fprintf(stderr, "\rscoring %zu/%zu %-40.40s", done, total, name);
     if (done == total) fprintf(stderr, "\r%-70s\r", "");
   } else if (done == total || (total >= 40 && done % (total / 4) == 0)) {
-    fprintf(stderr, "ssae eval: scored %zu/%zu files\n", done, total);
+    if (skipped)
+      fprintf(stderr, "ssae eval: %zu/%zu files: %zu scored, %zu skipped\n", done, total,
+              done - skipped, skipped);
+    else
+      fprintf(stderr, "ssae eval: scored %zu/%zu files\n", done, total);
   }
   fflush(stderr);
 }
@@ -203,17 +235,6 @@ static void progress(size_t done, size_t total, const char *name) {
 static void fmt_num(char *buf, size_t len, double v, int json) {
   if (isnan(v)) snprintf(buf, len, json ? "null" : "nan");
   else snprintf(buf, len, "%.6f", v);
-}
-
-static void print_json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
 }
 
 static void print_row(const char *name, const char *normal, const char *anomaly,
@@ -232,11 +253,11 @@ static void print_row(const char *name, const char *normal, const char *anomaly,
     return;
   }
   printf("    {\"name\": ");
-  print_json_str(stdout, name);
+  ssae_cli_json_str(stdout, name);
   printf(", \"normal\": ");
-  print_json_str(stdout, normal);
+  ssae_cli_json_str(stdout, normal);
   printf(", \"anomaly\": ");
-  print_json_str(stdout, anomaly);
+  ssae_cli_json_str(stdout, anomaly);
   printf(",\n     \"n_normal\": %zu, \"n_anomaly\": %zu, \"auc\": %s, \"pauc\": %s, "
          "\"max_fpr\": %g,\n     \"threshold\": %s, \"precision\": %s, \"recall\": %s, "
          "\"f1\": %s, \"tp\": %zu, \"fp\": %zu, \"tn\": %zu, \"fn\": %zu}%s\n",
@@ -264,6 +285,12 @@ static int check(const opts *o) {
   if (!o->csv && o->normal.n == 0)
     return ssae_cli_usage_error(&command,
                                 "nothing to evaluate: give --normal DIR --anomaly DIR or --csv FILE");
+  if (o->plot) {
+    const char *dot = strrchr(o->plot, '.');
+    if (!dot || (strcasecmp(dot, ".png") && strcasecmp(dot, ".svg")))
+      return ssae_cli_usage_error(&command, "--plot %s: the picture's name must end in .png "
+                                  "or .svg", o->plot);
+  }
   if (o->plot && !SSAE_HAVE_CAIRO) {
     ssae_cli_error(CMD, "--plot: this ssae was built without cairo (libcairo2-dev), so it "
                         "cannot draw pictures");
@@ -275,7 +302,7 @@ static int check(const opts *o) {
 /* The sections the options name, with their files: one per
  * --normal/--anomaly pair, then the CSV's; room for the pooled one after
  * them. *rc becomes 1 when some path could not be listed. */
-static section *make_sections(const opts *o, size_t *n_sec, int *rc) {
+static section *make_sections(const opts *o, size_t *n_sec, int *rc, int *bad_csv) {
   const int n_norm = o->normal.n;
   *n_sec = (size_t)n_norm + (o->csv ? 1 : 0);
   section *sec = calloc(*n_sec + 1, sizeof *sec);
@@ -298,7 +325,7 @@ static section *make_sections(const opts *o, size_t *n_sec, int *rc) {
     s->name = strdup(name);
     s->normal_src = strdup(o->csv);
     s->anomaly_src = strdup(o->csv);
-    if (read_csv(s, o->csv)) *rc = SSAE_EXIT_INPUT;
+    if (read_csv(s, o->csv)) *bad_csv = 1;
   }
   return sec;
 }
@@ -308,7 +335,8 @@ static section *make_sections(const opts *o, size_t *n_sec, int *rc) {
 static int score_sections(const opts *o, const ssae_model *m, ssae_backend *b, section *sec,
                           size_t n_sec, size_t *total, int *rc) {
   ssae_err err;
-  size_t done = 0;
+  size_t done = 0, skipped = 0;
+  ssae_audio_opts ao = {.strict = o->strict};
   *total = 0;
   for (size_t k = 0; k < n_sec; k++) *total += sec[k].n;
   for (size_t k = 0; k < n_sec; k++) {
@@ -323,16 +351,21 @@ static int score_sections(const opts *o, const ssae_model *m, ssae_backend *b, s
     for (size_t i = 0; i < s->n; i++) {
       ssae_file_scores fs;
       s->scores[i] = NAN;
-      if (ssae_file_score(m, b, 256, s->paths[i], o->channel, 0, &fs, &err)) {
+      if (ssae_file_score_opts(m, b, 256, s->paths[i], o->channel, 0, &ao, &fs, &err)) {
         if (ssae_cli_stderr_tty()) fputc('\n', stderr);
         ssae_cli_error(CMD, "skipped: %s", err.msg);
         *rc = SSAE_EXIT_INPUT;
+        skipped++;
       } else {
+        if (fs.warning.msg[0]) {
+          if (ssae_cli_stderr_tty()) fputc('\n', stderr);
+          ssae_cli_error(CMD, "warning: %s", fs.warning.msg);
+        }
         s->scores[i] = fs.file_score;
         s->windows[i] = fs.n_windows;
         ssae_file_scores_release(&fs);
       }
-      progress(++done, *total, s->paths[i]);
+      progress(++done, skipped, *total, s->paths[i]);
     }
   }
   return 0;
@@ -359,19 +392,21 @@ static size_t pool(section *sec, size_t n_sec, size_t total) {
 
 /* --scores: every scored file of every listed section. */
 static int write_scores(const char *path, const section *sec, size_t n_sec) {
-  FILE *f = fopen(path, "w");
+  ssae_err err = {{0}};
+  ssae_outfile *f = ssae_outfile_open(path, &err);
   if (!f) {
-    ssae_cli_error(CMD, "%s: %s", path, strerror(errno));
+    ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_INPUT;
   }
-  fprintf(f, "section\tpath\tlabel\tscore\twindows\n");
+  ssae_outfile_printf(f, "section\tpath\tlabel\tscore\twindows\n");
   for (size_t k = 0; k < n_sec; k++)
     for (size_t i = 0; i < sec[k].n && sec[k].paths; i++)
       if (!isnan(sec[k].scores[i]))
-        fprintf(f, "%s\t%s\t%s\t%.9g\t%zu\n", sec[k].name, sec[k].paths[i],
-                sec[k].labels[i] ? "anomaly" : "normal", sec[k].scores[i], sec[k].windows[i]);
-  if (fclose(f)) {
-    ssae_cli_error(CMD, "%s: write failed", path);
+        ssae_outfile_printf(f, "%s\t%s\t%s\t%.9g\t%zu\n", sec[k].name, sec[k].paths[i],
+                            sec[k].labels[i] ? "anomaly" : "normal", sec[k].scores[i],
+                            sec[k].windows[i]);
+  if (ssae_outfile_commit(f, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_INPUT;
   }
   return 0;
@@ -445,7 +480,7 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
   }
   if (json) {
     printf("{\n  \"model\": ");
-    print_json_str(stdout, o->model ? o->model : "default");
+    ssae_cli_json_str(stdout, o->model ? o->model : "default");
     printf(",\n  \"sections\": [\n");
   } else {
     printf("section\tnormal\tanomaly\tn_normal\tn_anomaly\tauc\tpauc\tmax_fpr\tthreshold\t"
@@ -457,7 +492,10 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
       print_row(sec[k].name, sec[k].normal_src, sec[k].anomaly_src, &met[k], json,
                 ++printed == n_ok);
   if (json) printf("  ]\n}\n");
-  fflush(stdout);
+  /* Checked here, before the picture, so that the reason is the write's
+   * own (main's exit check then stays quiet and makes the status 1). */
+  ssae_err out_err = {{0}};
+  if (ssae_stdout_check(&out_err) && out_err.msg[0]) ssae_cli_error(CMD, "%s", out_err.msg);
   if (o->plot) {
     int prc = draw(o, ps, n_plot, threshold);
     if (prc) rc = prc;
@@ -478,8 +516,14 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
 static int run(const opts *o) {
   int rc = SSAE_EXIT_OK;
   size_t n_listed;
-  section *sec = make_sections(o, &n_listed, &rc);
+  int bad_csv = 0;
+  section *sec = make_sections(o, &n_listed, &rc, &bad_csv);
   if (!sec) return SSAE_EXIT_INPUT;
+  if (bad_csv) {
+    for (size_t k = 0; k <= n_listed; k++) section_free(&sec[k]);
+    free(sec);
+    return SSAE_EXIT_USAGE;
+  }
   ssae_err err;
   ssae_model *m = ssae_model_open(o->model, &err);
   ssae_backend *b = m ? ssae_backend_new(m, o->backend, 256, &err) : NULL;

@@ -17,7 +17,7 @@ static const char *const CMD = "features";
 
 typedef struct opts {
   const char *output, *model;
-  int channel;
+  int channel, strict;
   ssae_feat_cfg feat;
 } opts;
 
@@ -47,6 +47,9 @@ static const ssae_cli_opt options[] = {
     FEAT("--mel-scale", "mel_scale", "slaney|htk", "mel scale"),
     FEAT("--mel-norm", "mel_norm", "slaney|none", "mel filter normalisation"),
     FEAT("--frames", "frames", "N", "frames per window, for the length check"),
+    {.kind = SSAE_CLI_FLAG, .name = "--strict", .offset = offsetof(opts, strict),
+     .help = "a file whose data chunk is shorter than its header says is an error, not a "
+             "warning"},
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -82,10 +85,12 @@ static int is_dir(const char *p) {
 }
 
 /* Returns 0 when written, -1 with the reason in err. */
-static int one_file(const ssae_feat_cfg *cfg, int channel, const char *in, const char *out,
-                    size_t *frames_out, ssae_err *err) {
+static int one_file(const ssae_feat_cfg *cfg, int channel, int strict, const char *in,
+                    const char *out, size_t *frames_out, ssae_err *err) {
   ssae_audio a;
-  if (ssae_audio_load(in, channel, cfg->sample_rate, &a, err)) return -1;
+  ssae_audio_opts ao = {.strict = strict};
+  if (ssae_audio_load_opts(in, channel, cfg->sample_rate, &ao, &a, err)) return -1;
+  if (a.warning.msg[0]) ssae_cli_error(CMD, "warning: %s", a.warning.msg);
   float *f = NULL;
   size_t nf = 0;
   int rc = ssae_logmel_compute(cfg, a.data, a.frames, &f, &nf, err);
@@ -156,7 +161,7 @@ static int run(const opts *o, char **inputs, int n_in) {
         if (written[j] && !strcmp(written[j], dst))
           rc = ssae_err_set(&err, "%s: output %s was already written for %s; rename one of "
                                   "the inputs", in, dst, paths[j]);
-      if (!rc) rc = one_file(cfg, o->channel, in, dst, &nf, &err);
+      if (!rc) rc = one_file(cfg, o->channel, o->strict, in, dst, &nf, &err);
     }
     if (tty && chatty) fprintf(stderr, "\r\033[K");
     if (rc) {

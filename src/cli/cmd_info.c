@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "cli_opts.h"
@@ -48,17 +49,6 @@ static int is_known(const char *k) {
   return 0;
 }
 
-static void json_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c < 0x20) printf("\\u%04x", c);
-    else putchar(c);
-  }
-  putchar('"');
-}
-
 static void print_text(const ssae_model *m, const char *path) {
   const ssae_dims *d = &m->d;
   printf("model          %s\n", path ? path : "built-in default model");
@@ -93,7 +83,7 @@ static void print_text(const ssae_model *m, const char *path) {
 static void print_json(const ssae_model *m, const char *path) {
   const ssae_dims *d = &m->d;
   printf("{\"path\":");
-  if (path) json_str(path);
+  if (path) ssae_cli_json_str(stdout, path);
   else printf("null");
   printf(",\"dims\":{\"n_mels\":%d,\"frames\":%d,\"latent_dim\":%d,\"slice_latent_dim\":%d}",
          d->n_mels, d->frames, d->latent, d->slice_latent);
@@ -102,9 +92,9 @@ static void print_json(const ssae_model *m, const char *path) {
     char buf[128];
     if (ssae_feat_cfg_get(&m->feat, ssae_feat_keys[i], buf, sizeof buf)) continue;
     printf("%s", i ? "," : "");
-    json_str(ssae_feat_keys[i]);
+    ssae_cli_json_str(stdout, ssae_feat_keys[i]);
     putchar(':');
-    json_str(buf);
+    ssae_cli_json_str(stdout, buf);
   }
   printf("},\"threshold\":");
   if (isnan(m->threshold)) printf("null");
@@ -112,9 +102,9 @@ static void print_json(const ssae_model *m, const char *path) {
   printf(",\"metadata\":{");
   for (size_t i = 0; i < m->n_meta; i++) {
     printf("%s", i ? "," : "");
-    json_str(m->meta[i].key);
+    ssae_cli_json_str(stdout, m->meta[i].key);
     putchar(':');
-    json_str(m->meta[i].value);
+    ssae_cli_json_str(stdout, m->meta[i].value);
   }
   printf("}}\n");
 }
@@ -136,6 +126,13 @@ int ssae_cmd_info(int argc, char **argv) {
   ssae_cli_args_free(&args);
   const int json = !strcmp(o.format, "json");
   ssae_err err = {{0}};
+  /* A FIFO or a device would block the open (a FIFO until a writer
+   * comes): such a path is refused before it is opened. */
+  struct stat st;
+  if (path && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    ssae_cli_error(CMD, "%s: not a regular file", path);
+    return SSAE_EXIT_INPUT;
+  }
   ssae_model *m = ssae_model_open(path, &err);
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);

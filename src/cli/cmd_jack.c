@@ -14,6 +14,7 @@
 #include "ssae_engine.h"
 #include "ssae_evsink.h"
 #include "ssae_model.h"
+#include "ssae_outfile.h"
 
 #if SSAE_HAVE_JACK
 #include "ssae_io_jack.h"
@@ -51,8 +52,9 @@ static const ssae_cli_opt options[] = {
      .help = "client name"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--duration", O(duration), .metavar = "S", .min = 0.001,
      .max = 1e9, .help = "stop after S seconds", .def = "until stopped"},
-    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", O(threshold), .metavar = "X", .min = 1e-30,
-     .max = 1e30, .help = "alarm threshold", .def = "the model's"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", O(threshold), .metavar = "X",
+     .min = SSAE_CLI_THRESHOLD_MIN, .max = SSAE_CLI_THRESHOLD_MAX,
+     .help = "(above 0) alarm threshold", .def = "the model's"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", O(smoothing), .metavar = "S", .min = 0,
      .max = 3600, .help = "smoothing time constant in seconds"},
     {.kind = SSAE_CLI_INT, .name = "--on", O(on), .metavar = "K", .min = 1, .max = 100000,
@@ -82,6 +84,16 @@ static const ssae_cli_cmd command = {
 
 /* Checks the table cannot make; 0 when the options fit together. */
 static int check(const opts *o) {
+#if SSAE_HAVE_JACK
+  /* With several clients the names get "-K" appended. */
+  size_t suffix = o->clients > 1 ? (o->clients >= 10 ? 3 : 2) : 0;
+  if (!*o->name || strlen(o->name) + suffix > (size_t)ssae_io_jack_name_max()) {
+    ssae_cli_error(CMD, "--name: a JACK client name has 1 to %d bytes%s (got %zu)",
+                   ssae_io_jack_name_max(), suffix ? " with the -K suffix of --clients" : "",
+                   strlen(o->name) + suffix);
+    return SSAE_EXIT_USAGE;
+  }
+#endif
   if (o->clients > o->inputs) {
     ssae_cli_error(CMD, "--clients %d needs at least %d inputs (--inputs %d)", o->clients,
                    o->clients, o->inputs);
@@ -161,8 +173,11 @@ static int connect_inputs(const opts *o, ssae_engine *e, ssae_io_jack **jc) {
 
 /* Main-thread housekeeping until Ctrl-C, SIGTERM, --duration or the server
  * going away; returns the client that saw the server go, or -1. */
-static int wait_for_end(const opts *o, ssae_io_jack **jc) {
+static int wait_for_end(const opts *o, ssae_io_jack **jc, ssae_engine *e, ssae_evsink *sink) {
   ssae_err err;
+  int said = 0;
+  uint64_t xruns_seen = 0;
+  double xrun_said = -1e9;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sig;
@@ -180,6 +195,21 @@ static int wait_for_end(const opts *o, ssae_io_jack **jc) {
     }
     clock_gettime(CLOCK_MONOTONIC, &now);
     double el = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
+    /* An event write that failed is said once (the monitor goes on and
+     * counts the lost lines); xruns as they come, at most every 5 s. */
+    ssae_err serr = {{0}};
+    if (!said && ssae_evsink_check(sink, &serr)) {
+      said = 1;
+      ssae_cli_error(CMD, "%s; monitoring goes on, lost event lines are counted", serr.msg);
+    }
+    ssae_engine_stats s;
+    ssae_engine_stats_get(e, &s);
+    if (s.xruns != xruns_seen && el - xrun_said >= 5.0) {
+      ssae_cli_error(CMD, "warning: %llu JACK xrun(s) so far: audio was lost",
+                     (unsigned long long)s.xruns);
+      xruns_seen = s.xruns;
+      xrun_said = el;
+    }
     if (o->duration > 0 && el >= o->duration) break;
   }
   return -1;
@@ -190,12 +220,18 @@ static void summary(ssae_engine *e, ssae_evsink *sink) {
   ssae_engine_stats_get(e, &s);
   fprintf(stderr,
           "ssae jack: %.1f s of audio, %llu windows, %llu scored, %llu "
-          "dropped, backend %s, latency p50 %.3f ms p99 %.3f ms max %.3f ms, "
-          "%llu alarm(s)\n",
+          "dropped, %llu xrun(s), %llu non-finite sample(s), backend %s, latency p50 %.3f "
+          "ms p99 %.3f ms max %.3f ms, %llu alarm(s), %llu event line(s) lost\n",
           s.audio_s, (unsigned long long)s.windows,
           (unsigned long long)s.scored, (unsigned long long)s.dropped,
+          (unsigned long long)s.xruns, (unsigned long long)s.nonfinite,
           s.backend, s.lat_p50_ms, s.lat_p99_ms, s.lat_max_ms,
-          (unsigned long long)ssae_evsink_alarms(sink, -1));
+          (unsigned long long)ssae_evsink_alarms(sink, -1),
+          (unsigned long long)ssae_evsink_lost(sink));
+  if (s.xruns)
+    fprintf(stderr, "ssae jack: the JACK server reported %llu xrun(s): audio was lost "
+                    "(the machine is overloaded, or the period is too short)\n",
+            (unsigned long long)s.xruns);
 }
 
 /* Clients, engine and events until the end; then the summary. */
@@ -261,7 +297,7 @@ static int run(const opts *o) {
             "input(s) (Ctrl-C stops)\n",
             ssae_io_jack_name(jc[0]), ssae_io_jack_name(jc[K - 1]), ssae_io_jack_rate(j),
             ssae_io_jack_buffer_size(j), o->inputs);
-  int gone = wait_for_end(o, jc);
+  int gone = wait_for_end(o, jc, e, sink);
   if (gone >= 0) {
     const char *why = ssae_io_jack_shutdown_reason(jc[gone]);
     ssae_cli_error(CMD, "the JACK server went away (%s); stopping", why);
@@ -275,8 +311,11 @@ static int run(const opts *o) {
   ssae_engine_drain(e);
   summary(e, sink);
   ssae_engine_free(e);
-  if (ssae_evsink_free(sink)) {
-    ssae_cli_error(CMD, "writing the events file failed");
+  ssae_err cerr = {{0}};
+  if (ssae_evsink_close(sink, &cerr)) {
+    ssae_cli_error(CMD, "%s", cerr.msg[0] ? cerr.msg : "writing the events file failed");
+    ssae_err quiet = {{0}};
+    ssae_stdout_check(&quiet); /* reported once, here */
     rc = SSAE_EXIT_INPUT;
   }
   free_clients(jc, K);

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "ssae_engine.h"
 #include "ssae_evsink.h"
 #include "ssae_model.h"
+#include "ssae_outfile.h"
 
 #if SSAE_HAVE_PORTAUDIO
 #include "ssae_io_portaudio.h"
@@ -63,8 +65,9 @@ static const ssae_cli_opt options[] = {
      .help = "every window's score: path, window, time, score", .def = ""},
     {.kind = SSAE_CLI_DOUBLE, .name = "--duration", O(duration), .metavar = "S", .min = 0.001,
      .max = 1e9, .help = "stop after S seconds of audio", .def = "until the end or Ctrl-C"},
-    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", O(threshold), .metavar = "X", .min = 1e-30,
-     .max = 1e30, .help = "alarm threshold", .def = "the model's"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", O(threshold), .metavar = "X",
+     .min = SSAE_CLI_THRESHOLD_MIN, .max = SSAE_CLI_THRESHOLD_MAX,
+     .help = "(above 0) alarm threshold", .def = "the model's"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", O(smoothing), .metavar = "S", .min = 0,
      .max = 3600, .help = "smoothing time constant in seconds"},
     {.kind = SSAE_CLI_INT, .name = "--on", O(on), .metavar = "K", .min = 1, .max = 100000,
@@ -95,19 +98,26 @@ static const ssae_cli_cmd command = {
     .opts = options,
 };
 
+/* What the summary says besides the engine's counters. */
+typedef struct run_totals {
+  int realtime;
+  double max_lag; /* --realtime: most seconds behind real time */
+} run_totals;
+
 /* ---- live meter ---- */
 
-static void meter_draw(ssae_engine *e, int first, double t) {
+static void meter_draw(ssae_engine *e, ssae_evsink *sink, int first, double t, int ch0) {
   int C = ssae_engine_channels(e);
   if (C > 16) C = 16;
   if (!first) fprintf(stderr, "\033[%dA", C + 1);
   ssae_engine_stats s;
   ssae_engine_stats_get(e, &s);
   fprintf(stderr,
-          "\r\033[K%7.1f s  windows %llu  dropped %llu  backend %s  latency "
-          "p99 %.2f ms\n",
+          "\r\033[K%7.1f s  windows %llu  dropped %llu  xruns %llu  non-finite %llu  lost "
+          "events %llu  backend %s  p99 %.2f ms\n",
           t, (unsigned long long)s.windows, (unsigned long long)s.dropped,
-          s.backend, s.lat_p99_ms);
+          (unsigned long long)s.xruns, (unsigned long long)s.nonfinite,
+          (unsigned long long)ssae_evsink_lost(sink), s.backend, s.lat_p99_ms);
   for (int c = 0; c < C; c++) {
     ssae_channel_state st;
     ssae_engine_channel_get(e, c, &st);
@@ -124,30 +134,57 @@ static void meter_draw(ssae_engine *e, int first, double t) {
     for (int i = 0; i < W; i++) bar[i] = i < fill ? '#' : ' ';
     if (mark >= 0 && mark < W) bar[mark] = '|';
     bar[W] = 0;
-    fprintf(stderr, "\r\033[Kch %-2d [%s] %9.4g / %-9.4g %-5s drops %llu\n", c,
+    fprintf(stderr, "\r\033[Kch %-2d [%s] %9.4g / %-9.4g %-5s drops %llu\n", c + ch0,
             bar, st.smoothed, st.threshold, st.alarm ? "ALARM" : "ok",
             (unsigned long long)st.dropped);
   }
   fflush(stderr);
 }
 
-static void summary(ssae_engine *e, ssae_evsink *sink) {
+static void summary(ssae_engine *e, ssae_evsink *sink, const run_totals *tot) {
   ssae_engine_stats s;
   ssae_engine_stats_get(e, &s);
   fprintf(stderr,
           "ssae monitor: %.1f s of audio, %d channel(s), %llu windows, "
-          "%llu scored, %llu dropped, %llu batches, backend %s, latency p50 "
-          "%.3f ms p99 %.3f ms max %.3f ms, %llu alarm(s)\n",
+          "%llu scored, %llu dropped, %llu xrun(s), %llu non-finite sample(s), %llu batches, "
+          "backend %s, latency p50 %.3f ms p99 %.3f ms max %.3f ms, %llu alarm(s), %llu "
+          "event line(s) lost\n",
           s.audio_s, ssae_engine_channels(e), (unsigned long long)s.windows,
           (unsigned long long)s.scored, (unsigned long long)s.dropped,
+          (unsigned long long)s.xruns, (unsigned long long)s.nonfinite,
           (unsigned long long)s.batches, s.backend, s.lat_p50_ms,
           s.lat_p99_ms, s.lat_max_ms,
-          (unsigned long long)ssae_evsink_alarms(sink, -1));
+          (unsigned long long)ssae_evsink_alarms(sink, -1),
+          (unsigned long long)ssae_evsink_lost(sink));
+  if (tot->realtime)
+    fprintf(stderr, "ssae monitor: at most %.3f s behind real time\n",
+            tot->max_lag > 0 ? tot->max_lag : 0.0);
   if (s.dropped)
     fprintf(stderr,
             "ssae monitor: %llu window(s) were dropped because scoring fell "
             "behind (try --backend cuda or fewer channels)\n",
             (unsigned long long)s.dropped);
+  if (s.xruns)
+    fprintf(stderr,
+            "ssae monitor: the audio device overran %llu time(s): input was lost before "
+            "it reached ssae (the machine is overloaded, or the buffer is too small)\n",
+            (unsigned long long)s.xruns);
+  if (s.nonfinite)
+    fprintf(stderr,
+            "ssae monitor: %llu NaN or infinite input sample(s) were taken as digital "
+            "silence (scored, not judged)\n",
+            (unsigned long long)s.nonfinite);
+}
+
+/* Closes the events; a failure is reported (once: stdout's own check at
+ * the exit stays quiet then) and makes the exit status 1. */
+static int close_sink(ssae_evsink *sink) {
+  ssae_err err = {{0}};
+  if (!ssae_evsink_close(sink, &err)) return 0;
+  ssae_cli_error(CMD, "%s", err.msg[0] ? err.msg : "writing the events or windows failed");
+  ssae_err quiet = {{0}};
+  ssae_stdout_check(&quiet);
+  return -1;
 }
 
 static void sleep_until(const struct timespec *t) {
@@ -158,61 +195,111 @@ static void sleep_until(const struct timespec *t) {
 
 /* ---- file input ---- */
 
+static double ts_diff(const struct timespec *a, const struct timespec *b) {
+  return (double)(a->tv_sec - b->tv_sec) + (double)(a->tv_nsec - b->tv_nsec) / 1e9;
+}
+
+/* After a write to the events failed: said once, monitoring goes on and
+ * the lost lines are counted in the status line and the summary. */
+static void note_sink_failure(ssae_evsink *sink, int *said) {
+  ssae_err err = {{0}};
+  if (*said || !ssae_evsink_check(sink, &err)) return;
+  *said = 1;
+  ssae_cli_error(CMD, "%s; monitoring goes on, lost event lines are counted", err.msg);
+}
+
+/* The file is read in blocks through the streaming reader (memory does
+ * not grow with its length) and fed to the engine as a live input would
+ * be: NaN or infinite samples are passed on, and the engine takes them as
+ * digital silence and counts them. */
 static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
-                    ssae_evsink_cfg *scfg) {
+                    ssae_evsink_cfg *scfg, run_totals *tot) {
   ssae_err err;
-  ssae_audio a;
-  if (ssae_audio_load(o->input, o->channel, m->feat.sample_rate, &a, &err)) {
+  ssae_audio_opts ao = {.allow_nonfinite = 1};
+  ssae_audio_stream *as = ssae_audio_open(o->input, o->channel, m->feat.sample_rate, &ao, &err);
+  if (!as) {
     ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_INPUT;
   }
+  const ssae_audio_info *ai = ssae_audio_stream_info(as);
+  const int C = ai->channels;
+  const double rate = ai->rate;
+  if (ssae_audio_stream_warning(as)[0])
+    ssae_cli_error(CMD, "warning: %s", ssae_audio_stream_warning(as));
   scfg->label = o->input;
+  scfg->channel_offset = o->channel >= 0 ? o->channel : 0;
   ssae_evsink *sink = ssae_evsink_new(scfg, &err);
   if (!sink) {
     ssae_cli_error(CMD, "%s", err.msg);
-    ssae_audio_release(&a);
+    ssae_audio_close(as);
     return SSAE_EXIT_INPUT;
   }
-  ecfg->channels = a.channels;
-  ecfg->input_rate = a.rate;
+  ecfg->channels = C;
+  ecfg->input_rate = rate;
   ecfg->on_event = ssae_evsink_on_event;
   ecfg->user = sink;
   ecfg->emit_windows = o->windows != NULL;
   /* As fast as possible: the ring must hold what the worker has not yet
    * scored; the file is fed no faster than the worker drains it below. */
   ssae_engine *e = ssae_engine_new(m, ecfg, &err);
-  if (!e) {
-    ssae_cli_error(CMD, "%s", err.msg);
+  size_t block = (size_t)o->block;
+  float *buf = malloc(sizeof *buf * block * (size_t)C);
+  const float **ptr = calloc((size_t)C, sizeof *ptr);
+  if (!e || !buf || !ptr) {
+    ssae_cli_error(CMD, "%s", e ? "out of memory" : err.msg);
+    ssae_engine_free(e);
     ssae_evsink_free(sink);
-    ssae_audio_release(&a);
+    ssae_audio_close(as);
+    free(buf);
+    free(ptr);
     return SSAE_EXIT_INPUT;
   }
-  size_t total = a.frames;
-  if (o->duration > 0 && (size_t)(o->duration * a.rate) < total)
-    total = (size_t)(o->duration * a.rate);
-  size_t block = (size_t)o->block;
-  const float **ptr = calloc((size_t)a.channels, sizeof *ptr);
+  for (int c = 0; c < C; c++) ptr[c] = buf + (size_t)c * block;
+  unsigned long long total = o->duration > 0 ? (unsigned long long)(o->duration * rate) : ~0ULL;
   int meter = !o->no_meter && o->realtime && ssae_cli_stderr_tty();
-  struct timespec next;
-  clock_gettime(CLOCK_MONOTONIC, &next);
+  struct timespec start, next;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  next = start;
   struct timespec last_draw = next;
-  int first = 1;
-  size_t done = 0;
+  int first = 1, rc = SSAE_EXIT_OK, said = 0;
+  double last_warn = -1e9;
+  unsigned long long done = 0;
   while (done < total && !interrupted) {
-    size_t n = total - done < block ? total - done : block;
-    for (int c = 0; c < a.channels; c++)
-      ptr[c] = a.data + (size_t)c * a.frames + done;
+    /* Whole blocks (the planar layout's stride is the size asked for);
+     * --duration trims the last one. */
+    long long got = ssae_audio_read(as, buf, block, &err);
+    if (got < 0) {
+      ssae_cli_error(CMD, "%s", err.msg);
+      rc = SSAE_EXIT_INPUT;
+      break;
+    }
+    if (got == 0) break;
+    size_t n = (unsigned long long)got > total - done ? (size_t)(total - done) : (size_t)got;
     if (o->realtime) {
-      long ns = (long)((double)n / a.rate * 1e9);
+      long ns = (long)((double)n / rate * 1e9);
       next.tv_nsec += ns;
       while (next.tv_nsec >= 1000000000L) {
         next.tv_nsec -= 1000000000L;
         next.tv_sec++;
       }
       sleep_until(&next);
+      /* How far behind real time the feeding is: the wall clock past the
+       * moment this block's audio would have ended. */
+      struct timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      double lag = ts_diff(&now, &next);
+      if (lag > tot->max_lag) tot->max_lag = lag;
+      double el = ts_diff(&now, &start);
+      if (lag > 0.5 && el - last_warn > 5.0) {
+        ssae_cli_error(CMD, "warning: %.2f s behind real time at %.1f s of audio (the "
+                       "machine cannot keep up)", lag, (double)done / rate);
+        last_warn = el;
+        first = 1; /* the meter starts again under the warning */
+      }
     }
     ssae_engine_process(e, ptr, n);
     done += n;
+    note_sink_failure(sink, &said);
     if (!o->realtime) {
       /* Keep the ring from overflowing: a file has all the time it needs. */
       ssae_engine_stats s;
@@ -222,10 +309,8 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     if (meter) {
       struct timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
-      if ((now.tv_sec - last_draw.tv_sec) * 1000000000L +
-              (now.tv_nsec - last_draw.tv_nsec) >
-          100000000L) {
-        meter_draw(e, first, (double)done / a.rate);
+      if (ts_diff(&now, &last_draw) > 0.1) {
+        meter_draw(e, sink, first, (double)done / rate, scfg->channel_offset);
         first = 0;
         last_draw = now;
       }
@@ -233,16 +318,14 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   }
   if (!interrupted) ssae_engine_flush(e);
   ssae_engine_drain(e);
-  if (meter) meter_draw(e, first, (double)done / a.rate);
-  summary(e, sink);
+  if (meter) meter_draw(e, sink, first, (double)done / rate, scfg->channel_offset);
+  tot->realtime = o->realtime;
+  summary(e, sink, tot);
   ssae_engine_free(e); /* final status event */
+  free(buf);
   free(ptr);
-  int rc = SSAE_EXIT_OK;
-  if (ssae_evsink_free(sink)) {
-    ssae_cli_error(CMD, "writing the events or windows file failed");
-    rc = SSAE_EXIT_INPUT;
-  }
-  ssae_audio_release(&a);
+  ssae_audio_close(as);
+  if (close_sink(sink)) rc = SSAE_EXIT_INPUT;
   return rc;
 }
 
@@ -298,7 +381,9 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   fprintf(stderr, "ssae monitor: listening on '%s', %d channel(s) at %.0f Hz "
                   "(Ctrl-C stops)\n", name, o->channels, rate);
   int meter = !o->no_meter && ssae_cli_stderr_tty();
-  int first = 1, rc = SSAE_EXIT_OK;
+  int first = 1, rc = SSAE_EXIT_OK, said = 0;
+  uint64_t xruns_seen = 0;
+  double xrun_said = -1e9;
   struct timespec t0, now;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (!interrupted) {
@@ -313,20 +398,29 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
       rc = SSAE_EXIT_INPUT;
       break;
     }
+    note_sink_failure(sink, &said);
+    ssae_engine_stats s;
+    ssae_engine_stats_get(e, &s);
+    /* Without the meter, an overflow is said as it happens (at most every
+     * 5 s); the meter shows the count. */
+    if (s.xruns != xruns_seen && !meter && el - xrun_said >= 5.0) {
+      ssae_cli_error(CMD, "warning: input overflow (%llu so far): audio was lost",
+                     (unsigned long long)s.xruns);
+      xruns_seen = s.xruns;
+      xrun_said = el;
+    }
     if (meter) {
-      meter_draw(e, first, el);
+      meter_draw(e, sink, first, el, 0);
       first = 0;
     }
     if (o->duration > 0 && el >= o->duration) break;
   }
   ssae_io_pa_stop(pa);
   ssae_engine_drain(e);
-  summary(e, sink);
+  run_totals tot = {0};
+  summary(e, sink, &tot);
   ssae_engine_free(e);
-  if (ssae_evsink_free(sink)) {
-    ssae_cli_error(CMD, "writing the events or windows file failed");
-    rc = SSAE_EXIT_INPUT;
-  }
+  if (close_sink(sink)) rc = SSAE_EXIT_INPUT;
   /* The events are out; now PortAudio's own clean-up (bounded after a
    * device loss). */
   ssae_io_pa_free(pa);
@@ -398,7 +492,8 @@ static int run(const opts *o) {
   sigaction(SIGTERM, &sa, NULL);
 
   int rc = SSAE_EXIT_INPUT;
-  if (o->input) rc = run_file(o, m, &ecfg, &scfg);
+  run_totals tot = {0};
+  if (o->input) rc = run_file(o, m, &ecfg, &scfg, &tot);
 #if SSAE_HAVE_PORTAUDIO
   else rc = run_live(o, m, &ecfg, &scfg);
 #endif

@@ -20,7 +20,7 @@ static const char *const CMD = "report";
 
 typedef struct opts {
   const char *output, *model, *backend;
-  int channel, on, off;
+  int channel, on, off, strict;
   int size[2]; /* width, height */
   double threshold, smoothing;
 } opts;
@@ -53,8 +53,9 @@ static const ssae_cli_opt options[] = {
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
      .choices = ssae_cli_backends, .help = "where the model runs"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", .offset = offsetof(opts, threshold),
-     .metavar = "X", .min = 1e-30, .max = INFINITY,
-     .help = "use X instead of the model's threshold", .def = "the model's"},
+     .metavar = "X", .min = SSAE_CLI_THRESHOLD_MIN,
+     .max = SSAE_CLI_THRESHOLD_MAX,
+     .help = "(above 0) use X instead of the model's threshold", .def = "the model's"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", .offset = offsetof(opts, smoothing),
      .metavar = "S", .min = 0, .max = 3600, .help = "smoothing time constant in seconds"},
     {.kind = SSAE_CLI_INT, .name = "--on", .offset = offsetof(opts, on), .metavar = "N",
@@ -63,6 +64,9 @@ static const ssae_cli_opt options[] = {
      .min = 1, .max = 100000, .help = "alarm off after N smoothed scores below it"},
     {.kind = SSAE_CLI_CUSTOM, .name = "--size", .offset = offsetof(opts, size), .metavar = "WxH",
      .help = "picture size in pixels", .parse = parse_size, .show = show_size},
+    {.kind = SSAE_CLI_FLAG, .name = "--strict", .offset = offsetof(opts, strict),
+     .help = "a file whose data chunk is shorter than its header says is an error, not a "
+             "warning"},
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -123,7 +127,10 @@ static int run(const opts *o, const char *in) {
   int rc = SSAE_EXIT_OK;
   float *smoothed = NULL;
   unsigned char *alarm = NULL;
-  if (ssae_file_score(m, b, 256, in, channel, 1, &fs, &err)) {
+  ssae_audio_opts ao = {.strict = o->strict};
+  int failed = ssae_file_score_opts(m, b, 256, in, channel, 1, &ao, &fs, &err);
+  if (!failed && fs.warning.msg[0]) ssae_cli_error(CMD, "warning: %s", fs.warning.msg);
+  if (failed) {
     ssae_cli_error(CMD, "%s", err.msg);
     rc = SSAE_EXIT_INPUT;
   } else if (!(smoothed = malloc(fs.n_windows * sizeof *smoothed)) ||

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "ssae_backend.h"
 #include "ssae_filescore.h"
 #include "ssae_model.h"
+#include "ssae_outfile.h"
 
 static const char *const CMD = "score";
 
@@ -32,7 +34,7 @@ static const char *const CMD = "score";
 
 typedef struct opts {
   const char *model, *backend, *windows, *format;
-  int channel, jobs, quiet;
+  int channel, jobs, quiet, strict;
 } opts;
 
 static const char *const formats[] = {"tsv", "json", NULL};
@@ -61,6 +63,9 @@ static const ssae_cli_opt options[] = {
      .help = "decoding threads, which on the CPU also run the model", .def = "all cores"},
     {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', .offset = offsetof(opts, quiet),
      .help = "no progress line"},
+    {.kind = SSAE_CLI_FLAG, .name = "--strict", .offset = offsetof(opts, strict),
+     .help = "a file whose data chunk is shorter than its header says is an error, not a "
+             "warning"},
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -73,9 +78,11 @@ static const ssae_cli_cmd command = {
              "score is the mean squared error of the model's reconstruction of one\n"
              "window of log-mel frames. Directories are searched recursively for audio\n"
              "files, in sorted order.",
-    .epilogue = "A file that cannot be read or is shorter than one window is reported on\n"
-                "stderr and the rest are still scored.\n"
-                "Exit status: 0 all files scored, 1 some file failed, 2 usage error.",
+    .epilogue = "A file that cannot be read, has NaN or infinite samples or is shorter than\n"
+                "one window is reported on stderr and the rest are still scored. Ctrl-C\n"
+                "stops after the current file: every output ends with a whole line.\n"
+                "Exit status: 0 all files scored, 1 some file failed (or an output could\n"
+                "not be written), 2 usage error, 130 interrupted.",
     .opts = options,
     .positional = 1,
 };
@@ -94,6 +101,7 @@ typedef struct {
   slot *slots;
   const ssae_model *m;
   int channel;
+  ssae_audio_opts audio;
   int score_in_workers;
   size_t next;     /* next file for a worker */
   size_t consumed; /* files done by the main thread */
@@ -123,9 +131,10 @@ static void *worker(void *arg) {
       err = start_err;
       rc = -1;
     } else if (cpu) { /* scored here while the frames are in this core's cache */
-      rc = ssae_file_score(j->m, cpu, BATCH_WINDOWS, j->paths[i], j->channel, 0, &s.fs, &err);
+      rc = ssae_file_score_opts(j->m, cpu, BATCH_WINDOWS, j->paths[i], j->channel, 0,
+                                &j->audio, &s.fs, &err);
     } else {
-      rc = ssae_file_frames(j->m, j->paths[i], j->channel, &s.fs, &err);
+      rc = ssae_file_frames_opts(j->m, j->paths[i], j->channel, &j->audio, &s.fs, &err);
     }
     if (rc) s.error = strdup(err.msg[0] ? err.msg : "failed");
     pthread_mutex_lock(&j->mu);
@@ -136,17 +145,6 @@ static void *worker(void *arg) {
   pthread_mutex_unlock(&j->mu);
   ssae_backend_free(cpu);
   return NULL;
-}
-
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
 }
 
 static void on_fallback(void *user, const char *msg) {
@@ -163,10 +161,31 @@ static double now(void) {
 typedef struct {
   int json, tty, quiet;
   double threshold;
-  FILE *wf;
+  ssae_outfile *wf;
   size_t done, failed, total;
   double t0, last_log;
+  int interrupted, stdout_failed;
 } out_state;
+
+/* Ctrl-C / SIGTERM: the files being scored are finished and printed, then
+ * the command stops (exit 130), every output ending with a whole line. */
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+/* stdout is checked as it goes, so that its failure is reported with the
+ * reason when it happens (once; main's exit check makes the status 1). */
+static void progress(out_state *o, int final);
+static void check_stdout(out_state *o) {
+  ssae_err e = {{0}};
+  if (!o->stdout_failed && ssae_stdout_check(&e)) {
+    o->stdout_failed = 1;
+    progress(o, 1);
+    if (e.msg[0]) ssae_cli_error(CMD, "%s", e.msg);
+  }
+}
 
 static void progress(out_state *o, int final) {
   if (o->quiet || o->total < 2) return;
@@ -196,11 +215,14 @@ static void emit(out_state *o, const char *path, const slot *s, const float *sco
   const char *verdict = isnan(o->threshold) ? "unknown" : score > o->threshold ? "anomaly" : "normal";
   if (o->json) {
     fputs("{\"path\":", stdout);
-    json_str(stdout, path);
+    ssae_cli_json_str(stdout, path);
     printf(",\"score\":%.9g,\"windows\":%zu,\"verdict\":\"%s\"}\n", score, nw, verdict);
   } else {
     printf("%s\t%.9g\t%zu\t%s\n", path, score, nw, verdict);
   }
+  /* A line each: results reach a pipe as they come, and a failure is seen
+   * at the write that failed, with its reason. */
+  check_stdout(o);
 }
 
 static void emit_windows(out_state *o, const char *path, const slot *s, const float *scores,
@@ -211,7 +233,7 @@ static void emit_windows(out_state *o, const char *path, const slot *s, const fl
   for (size_t k = 0; k < s->fs.n_windows; k++) {
     double t = ((double)k + 0.5 * (m->d.frames - 1)) * m->feat.hop_length /
                m->feat.sample_rate;
-    fprintf(o->wf, "%s\t%zu\t%.6f\t%.9g\n", path, k, t, scores[k]);
+    ssae_outfile_printf(o->wf, "%s\t%zu\t%.6f\t%.9g\n", path, k, t, scores[k]);
   }
 }
 
@@ -268,6 +290,10 @@ static int consume(job *j, ssae_backend *be, out_state *out) {
     off = 0;
     for (size_t k = i; k < e; k++) {
       slot *s = &j->slots[k];
+      if (s->state == 1 && s->fs.warning.msg[0]) {
+        progress(out, 1);
+        ssae_cli_error(CMD, "warning: %s", s->fs.warning.msg);
+      }
       if (s->state == 2 || (run_failed && !s->fs.scores)) {
         progress(out, 1);
         if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
@@ -286,13 +312,19 @@ static int consume(job *j, ssae_backend *be, out_state *out) {
       s->error = NULL;
       out->done++;
     }
-    if (!out->tty || out->quiet) fflush(stdout);
+
     pthread_mutex_lock(&j->mu);
     j->consumed = e;
     pthread_cond_broadcast(&j->room);
     pthread_mutex_unlock(&j->mu);
     i = e;
     progress(out, 0);
+    if (g_stop && i < n) {
+      progress(out, 1);
+      ssae_cli_error(CMD, "interrupted: %zu of %zu files done", i, n);
+      out->interrupted = 1;
+      break;
+    }
   }
   free(batch);
   free(scores);
@@ -332,21 +364,22 @@ static int run(const opts *o, char **inputs, int n_inputs) {
                    .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now()};
   int status = SSAE_EXIT_OK;
   if (o->windows) {
-    out.wf = fopen(o->windows, "w");
+    out.wf = ssae_outfile_open(o->windows, &err);
     if (!out.wf) {
-      ssae_cli_error(CMD, "%s: cannot write: %s", o->windows, strerror(errno));
+      ssae_cli_error(CMD, "%s", err.msg);
       ssae_backend_free(be);
       ssae_model_free(m);
       ssae_cli_free_paths(paths, n);
       return SSAE_EXIT_INPUT;
     }
-    fprintf(out.wf, "path\twindow\ttime\tscore\n");
+    ssae_outfile_printf(out.wf, "path\twindow\ttime\tscore\n");
   }
 
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int nw = o->jobs ? o->jobs : ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
   if ((size_t)nw > n) nw = (int)n;
   job j = {.paths = paths, .n = n, .m = m, .channel = o->channel,
+           .audio = {.strict = o->strict},
            .ahead = (size_t)nw * 4 + 8,
            /* On the CPU each worker scores its own files, right after their
             * features, on one thread: no batch copies, no hand-over. */
@@ -389,10 +422,12 @@ done:
     }
   free(j.slots);
   free(tids);
-  if (out.wf && fclose(out.wf) != 0) {
-    ssae_cli_error(CMD, "%s: write failed", o->windows);
+  /* After Ctrl-C the windows of the files done are kept: whole lines. */
+  if (out.wf && ssae_outfile_commit(out.wf, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
     status = SSAE_EXIT_INPUT;
   }
+  if (out.interrupted) status = 130;
   if (out.failed) ssae_cli_error(CMD, "%zu of %zu files failed", out.failed, n);
   ssae_backend_free(be);
   ssae_model_free(m);
@@ -405,8 +440,19 @@ int ssae_cmd_score(int argc, char **argv) {
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
-  if (!args.n_pos) rc = ssae_cli_usage_error(&command, "no input files");
-  else rc = run(&o, args.pos, args.n_pos);
+  if (!args.n_pos) {
+    rc = ssae_cli_usage_error(&command, "no input files");
+  } else {
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    rc = run(&o, args.pos, args.n_pos);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+  }
   ssae_cli_args_free(&args);
   return rc;
 }

@@ -25,6 +25,7 @@
 #include "ssae_config.h"
 #include "ssae_logmel.h"
 #include "ssae_model.h"
+#include "ssae_threshold.h"
 #include "ssae_train.h"
 
 static const char *const CMD = "train";
@@ -33,7 +34,7 @@ static const char *const CMD = "train";
 
 typedef struct opts {
   const char *output, *backend;
-  int epochs, batch, patience, threads, quiet, latent, slice_latent, channel;
+  int epochs, batch, patience, threads, quiet, latent, slice_latent, channel, strict;
   double lr, weight_decay, val, percentile;
   uint64_t seed;
   ssae_feat_cfg feat;
@@ -90,6 +91,9 @@ static const ssae_cli_opt options[] = {
      .max = 256, .help = "CPU threads; 0: all cores"},
     {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', O(quiet),
      .help = "no progress output"},
+    {.kind = SSAE_CLI_FLAG, .name = "--strict", O(strict),
+     .help = "a file whose data chunk is shorter than its header says is an error (it is "
+             "left out), not a warning"},
     {.kind = SSAE_CLI_HEADING, .help = "model:"},
     {.kind = SSAE_CLI_INT, .name = "--latent", O(latent), .metavar = "N", .min = 1, .max = 4096,
      .help = "latent dimension L"},
@@ -121,8 +125,9 @@ static const ssae_cli_cmd command = {
     .about = "Trains a model on recordings of a machine running normally (directories are\n"
              "searched recursively), sets the decision threshold from a gamma fit of the\n"
              "training files' scores, and writes MODEL (safetensors) for score, monitor,\n"
-             "jack and the LV2 plugin. Ctrl-C stops after the current batch and still\n"
-             "writes a valid model.",
+             "jack and the LV2 plugin. Ctrl-C (or SIGTERM) stops after the current batch\n"
+             "and still writes a valid model, marked interrupted; a second Ctrl-C waits\n"
+             "for the model file.",
     .epilogue = "Exit status: 0 model written, 1 some input failed (a model is still written\n"
                 "from the usable files when there are any), 2 usage error.",
     .opts = options,
@@ -130,15 +135,44 @@ static const ssae_cli_cmd command = {
     .unquoted_unknown = 1,
 };
 
-/* ---- Ctrl-C ------------------------------------------------------------- */
+/* ---- Ctrl-C, SIGTERM ------------------------------------------------------ */
 
+/* One handler for the whole command: a signal only sets the flag, which
+ * stops the feature loading or the training loop; calibration and the save
+ * always run to the end, so a second Ctrl-C during the save waits for it
+ * (the model is never left as a temporary file). */
 static volatile sig_atomic_t g_stop;
 
-static void on_sigint(int sig) {
+static void on_signal(int sig) {
   (void)sig;
+  if (g_stop) {
+    static const char msg[] = "\nssae train: finishing the model file before stopping\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+  }
   g_stop = 1;
-  /* a second Ctrl-C ends the program at once */
-  signal(SIGINT, SIG_DFL);
+}
+
+static void catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Test hook: SSAE_TEST_PAUSE_AT=save (or features) stops before that phase
+ * with a marker line on stderr until a signal arrives, then waits 0.3 s
+ * more, so that a test can send signals exactly in that phase. */
+static void test_pause(const char *phase) {
+  const char *at = getenv("SSAE_TEST_PAUSE_AT");
+  if (!at || strcmp(at, phase)) return;
+  fprintf(stderr, "ssae train: test pause at %s\n", phase);
+  fflush(stderr);
+  struct timespec ts = {0, 10000000};
+  while (!g_stop) nanosleep(&ts, NULL);
+  for (int i = 0; i < 30; i++) nanosleep(&ts, NULL);
 }
 
 /* ---- progress ----------------------------------------------------------- */
@@ -205,6 +239,7 @@ typedef struct clip {
   size_t n_windows;
   int ok;
   ssae_err err;
+  ssae_err warning; /* the reader's (a cut data chunk) */
 } clip;
 
 typedef struct loader {
@@ -212,6 +247,7 @@ typedef struct loader {
   size_t n;
   const ssae_feat_cfg *feat;
   int channel;
+  ssae_audio_opts audio;
   pthread_mutex_t mu;
   size_t next;
 } loader;
@@ -219,7 +255,10 @@ typedef struct loader {
 static void load_one(const loader *ld, clip *c) {
   ssae_audio a;
   memset(&a, 0, sizeof a);
-  if (ssae_audio_load(c->path, ld->channel, ld->feat->sample_rate, &a, &c->err)) return;
+  if (ssae_audio_load_opts(c->path, ld->channel, ld->feat->sample_rate, &ld->audio, &a,
+                           &c->err))
+    return;
+  c->warning = a.warning;
   if (ssae_logmel_compute(ld->feat, a.data, a.frames, &c->frames, &c->n_frames, &c->err)) {
     ssae_err_prefix(&c->err, "%s", c->path);
     ssae_audio_release(&a);
@@ -245,7 +284,7 @@ static void *load_worker(void *arg) {
     pthread_mutex_lock(&ld->mu);
     size_t i = ld->next++;
     pthread_mutex_unlock(&ld->mu);
-    if (i >= ld->n) return NULL;
+    if (i >= ld->n || g_stop) return NULL;
     load_one(ld, &ld->clips[i]);
   }
 }
@@ -432,11 +471,18 @@ static int gather(const opts *o, int threads, train_data *td, int *status) {
   if (!o->quiet)
     fprintf(stderr, "computing features of %zu file%s...\n", n_paths, n_paths == 1 ? "" : "s");
   if (!(td->clips = calloc(n_paths, sizeof *td->clips))) goto oom;
-  loader ld = {td->clips, n_paths, &o->feat, o->channel, PTHREAD_MUTEX_INITIALIZER, 0};
+  loader ld = {td->clips, n_paths, &o->feat, o->channel, {.strict = o->strict},
+               PTHREAD_MUTEX_INITIALIZER, 0};
   for (size_t i = 0; i < n_paths; i++) td->clips[i].path = td->paths[i];
+  test_pause("features");
   load_all(&ld, threads);
+  if (g_stop) {
+    ssae_cli_error(CMD, "interrupted while computing features: no model written");
+    return -1;
+  }
   size_t n_ok = 0;
   for (size_t i = 0; i < n_paths; i++) {
+    if (td->clips[i].warning.msg[0]) ssae_cli_error(CMD, "warning: %s", td->clips[i].warning.msg);
     if (td->clips[i].ok) n_ok++;
     else {
       ssae_cli_error(CMD, "%s", td->clips[i].err.msg);
@@ -461,21 +507,14 @@ oom:
 /* ---- training ------------------------------------------------------------ */
 
 /* Trains params (the model's initial weights) in place; Ctrl-C stops after
- * the current batch. */
+ * the current batch (the handler is catch_signals'). */
 static int train(const opts *o, const ssae_dims *dims, const ssae_train_cfg *tc,
                  const ssae_train_backend *be, const train_data *td, float *params,
                  ssae_train_result *res, ssae_err *err) {
-  struct sigaction sa, old_sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  g_stop = 0;
-  sigaction(SIGINT, &sa, &old_sa);
   progress pg = {ssae_cli_stderr_tty(), o->quiet, -1, 0, 0};
   int rc = ssae_train_run(dims, tc, be, params, &td->train, &td->val, &g_stop, on_progress,
                           &pg, res, err);
   progress_end(&pg);
-  sigaction(SIGINT, &old_sa, NULL);
   if (rc) return -1;
   if (res->interrupted && !o->quiet)
     fprintf(stderr, "interrupted in epoch %d: writing the model trained so far\n",
@@ -488,10 +527,7 @@ static int train(const opts *o, const ssae_dims *dims, const ssae_train_cfg *tc,
 
 /* ---- threshold ------------------------------------------------------------ */
 
-typedef struct calibration {
-  double shape, scale, threshold;
-  const char *method;
-} calibration;
+typedef ssae_threshold_fit calibration;
 
 /* Mean scores of the windows [first, first + n) of the training set, in
  * batches of cap (xb: cap windows, scores: cap floats). */
@@ -510,7 +546,9 @@ static int score_windows(const ssae_train_backend *be, const train_data *td, siz
 
 /* The threshold: a gamma fit (location 0) of the training files' mean
  * scores, or of their window scores when that fit fails (one training
- * file, or identical scores), at the percentile. be holds the weights. */
+ * file, or identical scores), at the percentile; "none" with the reason in
+ * cal->warning when neither gives one (data with no spread). be holds the
+ * weights. */
 static int calibrate(const opts *o, const ssae_train_backend *be, const train_data *td,
                      int batch, calibration *cal, ssae_err *err) {
   const size_t fm = (size_t)o->feat.n_mels * (size_t)o->feat.frames, cap = (size_t)batch;
@@ -532,17 +570,16 @@ static int calibrate(const opts *o, const ssae_train_backend *be, const train_da
     file_scores[f] = s / (double)nw;
     wi += nw;
   }
-  cal->shape = cal->scale = NAN;
-  cal->method = "gamma_mle_loc0_file_scores";
-  if (ssae_gamma_fit(file_scores, td->n_train_files, &cal->shape, &cal->scale, err)) {
-    cal->method = "gamma_mle_loc0_window_scores";
+  int fit = ssae_threshold_fit_scores(file_scores, td->n_train_files, o->percentile, 0, cal,
+                                      err);
+  if (fit == 1) {
     if (score_windows(be, td, fm, 0, td->train.n, cap, xb, scores, win, err)) goto done;
-    if (ssae_gamma_fit(win, td->train.n, &cal->shape, &cal->scale, err)) {
-      ssae_err_prefix(err, "threshold");
-      goto done;
-    }
+    fit = ssae_threshold_fit_scores(win, td->train.n, o->percentile, 1, cal, err);
   }
-  cal->threshold = cal->scale * ssae_gamma_p_inv(cal->shape, o->percentile);
+  if (fit < 0) {
+    ssae_err_prefix(err, "threshold");
+    goto done;
+  }
   rc = 0;
 done:
   free(scores);
@@ -564,14 +601,15 @@ static int save(const opts *o, const ssae_train_cfg *tc, const train_data *td,
   struct tm tmv;
   gmtime_r(&now, &tmv);
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
-  char hbuf[24], seedbuf[24];
+  char hbuf[24], seedbuf[24], ibuf[32];
+  snprintf(ibuf, sizeof ibuf, "epoch %d", res->epochs_run);
   snprintf(hbuf, sizeof hbuf, "%016llx", (unsigned long long)td->hash);
   snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)tc->seed);
   if (ssae_model_meta_set(model, "threshold_method", cal->method, err) ||
       meta_num(model, "threshold_percentile", o->percentile, err) ||
-      meta_num(model, "gamma_shape", cal->shape, err) ||
-      meta_num(model, "gamma_loc", 0.0, err) ||
-      meta_num(model, "gamma_scale", cal->scale, err) ||
+      (!isnan(cal->shape) && (meta_num(model, "gamma_shape", cal->shape, err) ||
+                              meta_num(model, "gamma_loc", 0.0, err) ||
+                              meta_num(model, "gamma_scale", cal->scale, err))) ||
       meta_int(model, "train_files", (long long)td->n_train_files, err) ||
       meta_int(model, "val_files", (long long)td->n_val_files, err) ||
       meta_int(model, "train_windows", (long long)td->train.n, err) ||
@@ -590,6 +628,7 @@ static int save(const opts *o, const ssae_train_cfg *tc, const train_data *td,
       ssae_model_meta_set(model, "train_stopped",
                           res->interrupted ? "interrupted"
                           : res->early_stopped ? "early_stop" : "completed", err) ||
+      (res->interrupted && ssae_model_meta_set(model, "interrupted", ibuf, err)) ||
       ssae_model_meta_set(model, "ssae_version", SSAE_VERSION, err) ||
       ssae_model_meta_set(model, "train_date", date, err))
     return -1;
@@ -633,6 +672,7 @@ static int run(const opts *o, char **inputs, int n_inputs) {
     threads = nc > 0 ? (int)nc : 1;
   }
   if (check_output(o->output)) return SSAE_EXIT_INPUT;
+  catch_signals();
 
   ssae_err err = {{0}};
   train_data td;
@@ -654,7 +694,7 @@ static int run(const opts *o, char **inputs, int n_inputs) {
   float *params = NULL;
   if (open_backend(o, &dims, threads, &be, &err)) goto fail;
   if (gather(o, threads, &td, &status)) {
-    status = SSAE_EXIT_INPUT;
+    status = g_stop ? 130 : SSAE_EXIT_INPUT;
     goto done;
   }
   /* the model and its initial weights */
@@ -673,16 +713,20 @@ static int run(const opts *o, char **inputs, int n_inputs) {
   if (train(o, &dims, &tc, &be, &td, params, &res, &err)) goto fail;
   params_to_model(model, off, params);
   if (ssae_model_update(model, &err) || be.set_params(be.ctx, params, &err) ||
-      calibrate(o, &be, &td, tc.batch, &cal, &err) ||
-      save(o, &tc, &td, &res, &cal, be.name, model, &err))
+      calibrate(o, &be, &td, tc.batch, &cal, &err))
     goto fail;
-  char vbuf[32] = "-";
+  if (cal.warning[0]) ssae_cli_error(CMD, "warning: %s", cal.warning);
+  test_pause("save");
+  if (save(o, &tc, &td, &res, &cal, be.name, model, &err)) goto fail;
+  char vbuf[32] = "-", tbuf[128] = "none";
   if (td.val.n) snprintf(vbuf, sizeof vbuf, "%.6g", res.val_loss);
-  printf("%s: %zu files, %zu windows, %d epoch%s, loss %.6g, val loss %s, threshold %.6g "
-         "(gamma shape %.4g scale %.4g, p %.3g)\n",
+  if (!isnan(cal.threshold))
+    snprintf(tbuf, sizeof tbuf, "%.6g (gamma shape %.4g scale %.4g, p %.3g)", cal.threshold,
+             cal.shape, cal.scale, o->percentile);
+  printf("%s: %zu files, %zu windows, %d epoch%s%s, loss %.6g, val loss %s, threshold %s\n",
          o->output, td.n_train_files, td.train.n, res.epochs_run,
-         res.epochs_run == 1 ? "" : "s", res.loss, vbuf, cal.threshold, cal.shape, cal.scale,
-         o->percentile);
+         res.epochs_run == 1 ? "" : "s", res.interrupted ? " (interrupted)" : "", res.loss,
+         vbuf, tbuf);
   goto done;
 fail:
   ssae_cli_error(CMD, "%s", err.msg);

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "ssae_config.h"
+#include "ssae_outfile.h"
 
 /* Not in cli.h while its option parser is rewritten (issue 19, cmd_merge.c). */
 int ssae_cmd_merge(int argc, char **argv);
@@ -40,6 +41,18 @@ static void usage(FILE *f) {
              "Exit status: 0 success, 1 some input failed, 2 usage error.\n");
 }
 
+/* Every command's stdout is checked once at its end: results that did not
+ * arrive (a full disk, /dev/full, a closed pipe) are reported and make the
+ * exit status 1, never 0. */
+static int finish(const char *cmd, int status) {
+  ssae_err err = {{0}};
+  if (ssae_stdout_check(&err)) {
+    if (err.msg[0]) fprintf(stderr, "ssae %s: %s\n", cmd, err.msg);
+    if (status == SSAE_EXIT_OK) status = SSAE_EXIT_INPUT;
+  }
+  return status;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -47,14 +60,14 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     usage(stdout);
-    return SSAE_EXIT_OK;
+    return finish("--help", SSAE_EXIT_OK);
   }
   if (!strcmp(argv[1], "--version")) {
     printf("ssae %s\n", SSAE_VERSION);
-    return SSAE_EXIT_OK;
+    return finish("--version", SSAE_EXIT_OK);
   }
   for (const command *c = commands; c->name; c++)
-    if (!strcmp(argv[1], c->name)) return c->fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], c->name)) return finish(c->name, c->fn(argc - 1, argv + 1));
   fprintf(stderr, "ssae: unknown command '%s'\n\n", argv[1]);
   usage(stderr);
   return SSAE_EXIT_USAGE;

@@ -103,6 +103,7 @@ static int fronts_new(ssae_engine *e, ssae_err *err) {
     gr->was_enabled = 1;
     atomic_init(&gr->in_process, 0);
     atomic_init(&gr->dropped_all, 0);
+    atomic_init(&gr->nonfinite, 0);
     gr->lmm = ssae_logmel_multi_new(&e->feat, gr->nc, engine_on_frame, gr, err);
     if (!gr->lmm) return -1;
   }
@@ -185,6 +186,7 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   atomic_init(&e->sh.pause_req, 0);
   atomic_init(&e->sh.stop, 0);
   atomic_init(&e->sh.scored_total, 0);
+  atomic_init(&e->sh.xruns, 0);
   atomic_init(&e->sh.batches, 0);
   atomic_init(&e->sh.t_take, 0);
   atomic_init(&e->sh.t_score, 0);

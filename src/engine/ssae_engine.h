@@ -87,6 +87,11 @@ typedef struct ssae_engine_stats {
    * Their sum against audio_s says how busy the worker is. */
   double worker_take_s, worker_score_s, worker_publish_s;
   const char *backend; /* backend now in use: "cpu", "cuda" */
+  uint64_t nonfinite;  /* NaN or infinite input samples, taken as digital
+                          silence (0): their windows are scored, not judged */
+  uint64_t xruns;      /* input overruns the audio adapter reported (JACK
+                          xruns, PortAudio input overflows): audio lost
+                          before it reached the engine */
 } ssae_engine_stats;
 
 typedef struct ssae_event {
@@ -193,6 +198,11 @@ SSAE_REALTIME void ssae_engine_group_channels(const ssae_engine *e, int g, int *
 SSAE_REALTIME void ssae_engine_process_group(ssae_engine *e, int g, const float *const *in,
                                              size_t n);
 SSAE_REALTIME void ssae_engine_flush_group(ssae_engine *e, int g);
+
+/* An audio adapter saw n input overruns (a JACK xrun, a PortAudio input
+ * overflow): counted in ssae_engine_stats.xruns, the status line and the
+ * STATUS events. Audio-thread safe (one relaxed atomic add); any thread. */
+SSAE_REALTIME void ssae_engine_note_xrun(ssae_engine *e, uint64_t n);
 
 /* End of input: emits the frames that need the end padding (SPEC: offline
  * and streaming are one path), so that a file played through the engine

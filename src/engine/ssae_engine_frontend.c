@@ -71,6 +71,33 @@ void engine_on_frame(void *user, int i, const float *frame) {
   ssae_ring_commit(gr->ring);
 }
 
+/* NaN or infinite samples must not reach the features (one NaN spoils
+ * every frame it touches, and the detector's smoothing after it): they
+ * become 0, digital silence, so their windows are scored and not judged,
+ * and are counted. The cleaned copy goes into deint (free in the planar
+ * path; in the interleaved path src is deint itself). */
+static const float *finite_input(group *gr, const float *src, size_t n) {
+  size_t k = 0;
+  while (k < n && isfinite(src[k])) k++;
+  if (k == n) return src;
+  float *dst = gr->deint;
+  if (dst != src) memcpy(dst, src, k * sizeof *dst);
+  uint64_t bad = 0;
+  for (; k < n; k++) {
+    int ok = isfinite(src[k]);
+    bad += !ok;
+    dst[k] = ok ? src[k] : 0.0f;
+  }
+  atomic_store_explicit(&gr->nonfinite,
+                        atomic_load_explicit(&gr->nonfinite, memory_order_relaxed) + bad,
+                        memory_order_relaxed);
+  return dst;
+}
+
+void ssae_engine_note_xrun(ssae_engine *e, uint64_t n) {
+  if (e) atomic_fetch_add_explicit(&e->sh.xruns, n, memory_order_relaxed);
+}
+
 /* One channel's part of a block: resampled, scanned for silence, fed to
  * the front end, whose frames come back through on_frame (eight channels
  * at a time; the caller runs the rest at the end of the block). The gap
@@ -78,6 +105,7 @@ void engine_on_frame(void *user, int i, const float *frame) {
 static void channel_block(group *gr, int i, const float *src, size_t n) {
   front *f = &gr->e->fr[gr->c0 + i];
   const float *feed = src ? src : gr->zeros;
+  if (src) feed = finite_input(gr, src, n);
   size_t m = n;
   if (f->rs) {
     m = ssae_resampler_process(f->rs, feed, n, gr->rs_out);

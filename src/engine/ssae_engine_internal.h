@@ -87,6 +87,9 @@ typedef struct group {
    * batch: one load instead of one per channel (at thousands of channels,
    * thousands of cache lines that the audio thread writes). */
   _Atomic uint64_t dropped_all;
+  /* Non-finite input samples (NaN, Inf) replaced by 0 (digital silence:
+   * their windows are scored, not judged); written by this audio thread. */
+  _Atomic uint64_t nonfinite;
   char pad[64]; /* the next group's audio thread writes the next one */
 } group;
 
@@ -187,6 +190,9 @@ typedef struct shared_state {
   _Atomic uint64_t batches;
   _Atomic uint64_t t_take, t_score, t_publish; /* ns, worker stages */
   _Atomic double audio_s;
+  /* Input overruns the audio adapters report (JACK xruns, PortAudio input
+   * overflows): ssae_engine_note_xrun, any thread. */
+  _Atomic uint64_t xruns;
   /* ssae_backend_name() of the backend in use (worker): a static string,
    * so that a reader may keep the pointer after the backend changes. */
   _Atomic(const char *) backend_name;

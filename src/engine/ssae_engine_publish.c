@@ -139,6 +139,9 @@ static void stats_fill(ssae_engine *e, ssae_engine_stats *s) {
   s->worker_publish_s =
       (double)atomic_load_explicit(&e->sh.t_publish, memory_order_relaxed) / 1e9;
   s->backend = atomic_load_explicit(&e->sh.backend_name, memory_order_relaxed);
+  for (int g = 0; g < e->G; g++)
+    s->nonfinite += atomic_load_explicit(&e->g[g].nonfinite, memory_order_relaxed);
+  s->xruns = atomic_load_explicit(&e->sh.xruns, memory_order_relaxed);
 }
 
 void ssae_engine_stats_get(ssae_engine *e, ssae_engine_stats *out) {

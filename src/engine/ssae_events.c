@@ -81,6 +81,8 @@ int ssae_event_json(const ssae_event *ev, char *buf, size_t len) {
         ",\"windows\":%llu,\"scored\":%llu,\"dropped\":%llu,\"batches\":%llu",
         (unsigned long long)s->windows, (unsigned long long)s->scored,
         (unsigned long long)s->dropped, (unsigned long long)s->batches);
+    put(&b, ",\"xruns\":%llu,\"nonfinite\":%llu", (unsigned long long)s->xruns,
+        (unsigned long long)s->nonfinite);
     put_str(&b, "backend", s->backend ? s->backend : "");
     put(&b, ",\"latency_ms\":{\"p50\":%.4f,\"p99\":%.4f,\"max\":%.4f}",
         s->lat_p50_ms, s->lat_p99_ms, s->lat_max_ms);

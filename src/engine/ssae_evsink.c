@@ -131,7 +131,9 @@ void ssae_evsink_on_event(void *user, const ssae_event *ev) {
   }
   if (ev->type == SSAE_EVENT_BACKEND && ev->msg)
     fprintf(stderr, "%s: backend: %s\n", s->cfg.prog, ev->msg);
-  int n = ssae_event_json(ev, line, sizeof line);
+  ssae_event shown = *ev;
+  if (shown.channel >= 0) shown.channel += s->cfg.channel_offset;
+  int n = ssae_event_json(&shown, line, sizeof line);
   if (n > 0) out_line(s, line, n);
   pthread_mutex_unlock(&s->mu);
 }

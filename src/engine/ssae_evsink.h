@@ -29,6 +29,9 @@ typedef struct ssae_evsink_cfg {
   int hop_length, sample_rate, frames; /* for the TSV time column: the
                                centre of the window's middle frame */
   const char *prog;         /* "ssae monitor": prefix of stderr reports */
+  int channel_offset;       /* added to the events' channel numbers: the
+                               input's channel when the engine runs on one
+                               channel picked from a file (--channel 7) */
 } ssae_evsink_cfg;
 
 ssae_evsink *ssae_evsink_new(const ssae_evsink_cfg *cfg, ssae_err *err);

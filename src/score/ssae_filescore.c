@@ -117,11 +117,11 @@ static ssae_logmel *front_end(const ssae_feat_cfg *cfg, int *owned, ssae_err *er
 }
 
 static int reader_open(frame_reader *r, const ssae_model *m, const char *path, int channel,
-                       ssae_file_scores *out, ssae_err *err) {
+                       const ssae_audio_opts *ao, ssae_file_scores *out, ssae_err *err) {
   memset(r, 0, sizeof *r);
   if (channel == SSAE_CHANNEL_ALL)
     return ssae_err_set(err, "%s: scoring needs one stream: a channel index or mix", path);
-  if (!(r->as = ssae_audio_open(path, channel, m->feat.sample_rate, NULL, err))) return -1;
+  if (!(r->as = ssae_audio_open(path, channel, m->feat.sample_rate, ao, err))) return -1;
   const ssae_audio_info *ai = ssae_audio_stream_info(r->as);
   out->file_rate = ai->file_rate;
   out->file_channels = ai->file_channels;
@@ -190,9 +190,14 @@ static int too_short(const ssae_model *m, const char *path, size_t nf, ssae_err 
 
 int ssae_file_frames(const ssae_model *m, const char *path, int channel,
                      ssae_file_scores *out, ssae_err *err) {
+  return ssae_file_frames_opts(m, path, channel, NULL, out, err);
+}
+
+int ssae_file_frames_opts(const ssae_model *m, const char *path, int channel,
+                          const ssae_audio_opts *ao, ssae_file_scores *out, ssae_err *err) {
   memset(out, 0, sizeof *out);
   frame_reader r;
-  if (reader_open(&r, m, path, channel, out, err)) return -1;
+  if (reader_open(&r, m, path, channel, ao, out, err)) return -1;
   const size_t M = (size_t)r.n_mels;
   size_t cap = 0;
   long k;
@@ -253,11 +258,11 @@ static int score_batch(const ssae_model *m, ssae_backend *b, const char *path,
 /* Scores while reading, batch_max windows per call as the whole-file loop
  * did (the same batches, so the same scores), keeping one batch of frames. */
 static int score_streaming(const ssae_model *m, ssae_backend *b, size_t batch_max,
-                           const char *path, int channel, ssae_file_scores *out,
-                           ssae_err *err) {
+                           const char *path, int channel, const ssae_audio_opts *ao,
+                           ssae_file_scores *out, ssae_err *err) {
   memset(out, 0, sizeof *out);
   frame_reader r;
-  if (reader_open(&r, m, path, channel, out, err)) return -1;
+  if (reader_open(&r, m, path, channel, ao, out, err)) return -1;
   const size_t M = (size_t)r.n_mels, F = (size_t)m->d.frames, span = batch_max + F - 1;
   float *buf = malloc(sizeof *buf * span * M);
   size_t have = 0, total = 0, cap = 0;
@@ -302,13 +307,19 @@ static int score_streaming(const ssae_model *m, ssae_backend *b, size_t batch_ma
 
 int ssae_file_score(const ssae_model *m, ssae_backend *b, size_t batch_max, const char *path,
                     int channel, int keep_frames, ssae_file_scores *out, ssae_err *err) {
+  return ssae_file_score_opts(m, b, batch_max, path, channel, keep_frames, NULL, out, err);
+}
+
+int ssae_file_score_opts(const ssae_model *m, ssae_backend *b, size_t batch_max,
+                         const char *path, int channel, int keep_frames,
+                         const ssae_audio_opts *ao, ssae_file_scores *out, ssae_err *err) {
   if (!batch_max) batch_max = 256;
   size_t n_win;
   if (!keep_frames) {
-    if (score_streaming(m, b, batch_max, path, channel, out, err)) return -1;
+    if (score_streaming(m, b, batch_max, path, channel, ao, out, err)) return -1;
     n_win = out->n_windows;
   } else {
-    if (ssae_file_frames(m, path, channel, out, err)) return -1;
+    if (ssae_file_frames_opts(m, path, channel, ao, out, err)) return -1;
     size_t F = (size_t)m->d.frames;
     n_win = out->n_windows;
     out->scores = malloc(n_win * sizeof *out->scores);

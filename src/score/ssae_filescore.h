@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "ssae_audio.h"
 #include "ssae_backend.h"
 #include "ssae_err.h"
 #include "ssae_model.h"
@@ -38,6 +39,11 @@ typedef struct ssae_file_scores {
 int ssae_file_score(const ssae_model *m, ssae_backend *b, size_t batch_max,
                     const char *path, int channel, int keep_frames,
                     ssae_file_scores *out, ssae_err *err);
+/* The same with the reader's options (ao: NULL for the defaults; strict
+ * makes a cut data chunk an error). */
+int ssae_file_score_opts(const ssae_model *m, ssae_backend *b, size_t batch_max,
+                         const char *path, int channel, int keep_frames,
+                         const ssae_audio_opts *ao, ssae_file_scores *out, ssae_err *err);
 void ssae_file_scores_release(ssae_file_scores *s);
 
 /* The first half of ssae_file_score: loads path and computes its log-mel
@@ -47,6 +53,8 @@ void ssae_file_scores_release(ssae_file_scores *s);
  * GPU). */
 int ssae_file_frames(const ssae_model *m, const char *path, int channel,
                      ssae_file_scores *out, ssae_err *err);
+int ssae_file_frames_opts(const ssae_model *m, const char *path, int channel,
+                          const ssae_audio_opts *ao, ssae_file_scores *out, ssae_err *err);
 
 #ifdef __cplusplus
 }
