@@ -16,7 +16,7 @@
 # blocks that complete a frame (the floor under the last channel's latency),
 # the share of the 16 ms period the audio thread used, max RSS (MB), backend.
 set -e
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 backend=${1:-cpu}
 secs=${BENCH_SECONDS:-10}
 build=${BENCH_BUILD:-build-bench}
