@@ -24,6 +24,7 @@ typedef struct {
   char *error;
   float *scores;
   size_t n_scores, cap;
+  unsigned long long samples; /* read so far */
 } stream_slot;
 
 typedef struct {
@@ -85,6 +86,7 @@ static void fill_slot(const fill_job *j, int c) {
     got += (size_t)k;
   }
   l->n[c] = got;
+  s->samples += got;
 }
 
 static void *fill_thread(void *arg) {
@@ -251,9 +253,15 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
         else snprintf(msg, sizeof msg, "%s: %s", p, s->error);
         r->error = strdup(msg);
       } else if (!s->n_scores) {
+        /* The message of ssae_file_frames, with the frames the stream had. */
+        const unsigned long long ns = s->samples, hop = (unsigned long long)m->feat.hop_length,
+                                 nfft = (unsigned long long)m->feat.n_fft;
+        const unsigned long long nf = m->feat.center ? (ns ? 1 + ns / hop : 0)
+                                      : ns >= nfft   ? 1 + (ns - nfft) / hop
+                                                     : 0;
         char msg[SSAE_ERR_LEN];
-        snprintf(msg, sizeof msg, "%s: too short: a window needs %d frames (%.3f s)",
-                 paths[s->file], m->d.frames,
+        snprintf(msg, sizeof msg, "%s: too short: %llu frames, a window needs %d (%.3f s)",
+                 paths[s->file], nf, m->d.frames,
                  (double)(m->d.frames - 1) * m->feat.hop_length / m->feat.sample_rate);
         r->error = strdup(msg);
       } else {

@@ -25,6 +25,7 @@
 #include "ssae_filescore.h"
 #include "ssae_model.h"
 #if SSAE_HAVE_CUDA
+#include "ssae_cuda_frontend.h"
 #include "ssae_score_gpu.h"
 #endif
 
@@ -336,6 +337,10 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
 static int score_on_gpu(const opts *o, const ssae_model *m, char **paths, size_t n) {
   if (strcmp(o->backend, "cuda") && (strcmp(o->backend, "auto") || !ssae_score_gpu_worth_it(paths, n)))
     return -1;
+  /* Without a device the backend path says why (and the test hook runs
+   * the front end's CPU path). */
+  const char *hook = getenv("SSAE_SCORE_GPU_ON_CPU");
+  if (!ssae_cuda_fe_device_present() && !(hook && !strcmp(hook, "1"))) return -1;
   out_state out = {.json = !strcmp(o->format, "json"), .tty = ssae_cli_stderr_tty(),
                    .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now()};
   if (o->windows) {
