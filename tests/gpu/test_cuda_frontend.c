@@ -15,6 +15,7 @@
  *                                  int16 input equal to its float; exits
  *                                  77 without a device. --tiny: short
  *                                  signals, few channels (compute-sanitizer)
+ *   test_cuda_frontend --probe     0 with a CUDA device, else 77 (for scripts)
  *   test_cuda_frontend --fallback  SSAE_CUDA_FAIL_AFTER=2: the third run
  *                                  fails on the device, the object moves to
  *                                  the CPU and no window is lost */
@@ -208,6 +209,7 @@ int main(int argc, char **argv) {
   const int host = argc > 1 && !strcmp(argv[1], "--host");
   const int tiny = argc > 1 && !strcmp(argv[1], "--tiny");
   const int fallback = argc > 1 && !strcmp(argv[1], "--fallback");
+  if (argc > 1 && !strcmp(argv[1], "--probe")) return ssae_cuda_fe_device_present() ? 0 : 77;
   if (!host && !ssae_cuda_fe_device_present()) {
     printf("skip: no CUDA device\n");
     return 77;
