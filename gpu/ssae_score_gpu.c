@@ -152,15 +152,15 @@ static void free_lane(lane *l, int files) {
 }
 
 int ssae_score_gpu_worth_it(char *const *paths, size_t n) {
-  /* The GPU pays once its set-up (CUDA context, tables, page-locked
-   * buffers: a few hundred ms) is small against the CPU's time for the
-   * job; by file bytes, so that nothing is decoded to decide. */
+  /* By file bytes (see the header), so that nothing is decoded to decide. */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  const long long need = SSAE_SCORE_GPU_BYTES_PER_CORE * (ncpu < 1 ? 1 : ncpu);
   long long bytes = 0;
-  for (size_t i = 0; i < n && bytes < SSAE_SCORE_GPU_MIN_BYTES; i++) {
+  for (size_t i = 0; i < n && bytes < need; i++) {
     struct stat st;
     if (!stat(paths[i], &st)) bytes += (long long)st.st_size;
   }
-  return bytes >= SSAE_SCORE_GPU_MIN_BYTES && ssae_cuda_fe_device_present();
+  return bytes >= need && ssae_cuda_fe_device_present();
 }
 
 int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
