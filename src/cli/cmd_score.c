@@ -396,8 +396,13 @@ static int run(const opts *o, char **inputs, int n_inputs) {
     ssae_cli_free_paths(paths, n);
     return gpu_status;
   }
+  /* auto below the GPU front end's threshold: the CPU path (the CUDA
+   * backend with the front end on the CPU is slower than it, end to end). */
+  const char *backend = strcmp(o->backend, "auto") ? o->backend : "cpu";
+#else
+  const char *backend = o->backend;
 #endif
-  ssae_backend *be = ssae_backend_new(m, o->backend, BATCH_WINDOWS, &err);
+  ssae_backend *be = ssae_backend_new(m, backend, BATCH_WINDOWS, &err);
   if (!be) {
     ssae_cli_error(CMD, "%s", err.msg);
     ssae_model_free(m);
