@@ -15,6 +15,12 @@
  *                                  int16 input equal to its float; exits
  *                                  77 without a device. --tiny: short
  *                                  signals, few channels (compute-sanitizer)
+ *   test_cuda_frontend --logmel IN.npy OUT.npy [key=value ...]
+ *                                  the GPU's log-mel frames of a float32
+ *                                  signal (fed in random blocks), feature
+ *                                  keys as in model files (for the
+ *                                  torchaudio parity test); 77 without a
+ *                                  device
  *   test_cuda_frontend --probe     0 with a CUDA device, else 77 (for scripts)
  *   test_cuda_frontend --fallback  SSAE_CUDA_FAIL_AFTER=2: the third run
  *                                  fails on the device, the object moves to
@@ -29,6 +35,7 @@
 #include "ssae_cuda_frontend.h"
 #include "ssae_logmel.h"
 #include "ssae_model.h"
+#include "ssae_npy.h"
 
 static int failures;
 #define CHECK(cond, ...)                  \
@@ -102,11 +109,10 @@ static void collect(collected *c, const float *v, size_t n, size_t width, int sc
  * max_block; block 0 = one pass in max_block pieces), several channels per
  * run, some runs giving a channel nothing; each stream ends on the run
  * that brings its last samples. Results per channel in out. */
-static int feed(ssae_cuda_fe *fe, int channels, size_t max_block, float *const *sig,
+static int feed(ssae_cuda_fe *fe, int M, int channels, size_t max_block, float *const *sig,
                 const size_t *len, int n_sig, int random_blocks, int i16, collected *out) {
   size_t *pos = calloc((size_t)channels, sizeof *pos), *n = calloc((size_t)channels, sizeof *n);
   unsigned char *end = calloc((size_t)channels, 1), *done = calloc((size_t)channels, 1);
-  const int M = 64;
   int left = channels, rc = 0;
   while (left > 0 && !rc) {
     for (int c = 0; c < channels; c++) {
@@ -205,11 +211,62 @@ static const feat_case cases[] = {
     {"400/160 (not a power of two)", 400, 160, 1, SSAE_PAD_REFLECT, 2.0},
 };
 
+/* --logmel: the frames of one signal on the GPU. */
+static int logmel_file(int argc, char **argv) {
+  ssae_err err = {{0}};
+  ssae_feat_cfg feat;
+  ssae_feat_cfg_default(&feat);
+  for (int i = 4; i < argc; i++) {
+    char key[64];
+    const char *eq = strchr(argv[i], '=');
+    if (!eq || (size_t)(eq - argv[i]) >= sizeof key) return fprintf(stderr, "bad %s\n", argv[i]), 2;
+    memcpy(key, argv[i], (size_t)(eq - argv[i]));
+    key[eq - argv[i]] = 0;
+    if (ssae_feat_cfg_set(&feat, key, eq + 1, &err) != 1)
+      return fprintf(stderr, "%s: %s\n", argv[i], err.msg[0] ? err.msg : "not a feature key"), 2;
+  }
+  float *x;
+  size_t shape[8];
+  int ndim;
+  if (ssae_npy_read_f32(argv[2], &x, shape, &ndim, &err) || ndim != 1)
+    return fprintf(stderr, "%s: %s\n", argv[2], err.msg[0] ? err.msg : "not 1-D"), 1;
+  ssae_dims d;
+  ssae_dims_default(&d);
+  d.n_mels = feat.n_mels;
+  ssae_model *m = ssae_model_new(&d, &err);
+  if (!m) return fprintf(stderr, "%s\n", err.msg), 1;
+  ssae_model_init(m, 1);
+  if (ssae_model_update(m, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+  m->feat = feat;
+  const size_t max_block = 3000;
+  ssae_cuda_fe_cfg cfg = {.channels = 1, .max_block = max_block, .keep_frames = 1};
+  ssae_cuda_fe *fe = ssae_cuda_fe_new(m, &cfg, &err);
+  if (!fe) return fprintf(stderr, "%s\n", err.msg), 1;
+  collected out = {0};
+  size_t len = shape[0];
+  float *sig[1] = {x};
+  int rc = feed(fe, feat.n_mels, 1, max_block, sig, &len, 1, 1, 0, &out);
+  if (!rc && !ssae_cuda_fe_on_gpu(fe)) rc = fprintf(stderr, "left the GPU: %s\n", ssae_cuda_fe_note(fe));
+  size_t oshape[2] = {out.n_frames, (size_t)feat.n_mels};
+  if (!rc && ssae_npy_write_f32(argv[3], out.frames, oshape, 2, &err))
+    rc = fprintf(stderr, "%s\n", err.msg);
+  ssae_cuda_fe_free(fe);
+  ssae_model_free(m);
+  free(out.frames);
+  free(out.scores);
+  free(x);
+  return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   const int host = argc > 1 && !strcmp(argv[1], "--host");
   const int tiny = argc > 1 && !strcmp(argv[1], "--tiny");
   const int fallback = argc > 1 && !strcmp(argv[1], "--fallback");
   if (argc > 1 && !strcmp(argv[1], "--probe")) return ssae_cuda_fe_device_present() ? 0 : 77;
+  if (argc > 3 && !strcmp(argv[1], "--logmel")) {
+    if (!ssae_cuda_fe_device_present()) return printf("skip: no CUDA device\n"), 77;
+    return logmel_file(argc, argv);
+  }
   if (!host && !ssae_cuda_fe_device_present()) {
     printf("skip: no CUDA device\n");
     return 77;
@@ -261,7 +318,7 @@ int main(int argc, char **argv) {
       ssae_cuda_fe *fe = ssae_cuda_fe_new(m, &cfg, &err);
       if (!fe) return fprintf(stderr, "%s: %s\n", fc->name, err.msg), 1;
       collected *dst = pass == 1 && !host ? one : out;
-      if (feed(fe, channels, max_block, sig, len, N_SIGNALS, random_blocks, i16, dst)) failures++;
+      if (feed(fe, 64, channels, max_block, sig, len, N_SIGNALS, random_blocks, i16, dst)) failures++;
       if (fallback) {
         CHECK(!ssae_cuda_fe_on_gpu(fe) && *ssae_cuda_fe_note(fe),
               "%s: the failure hook did not move the front end to the CPU", fc->name);
