@@ -31,6 +31,7 @@ struct ssae_cuda_fe {
   int M, F, n_fft, hop, half;
   size_t max_fr, max_rows, hist_cap;
   fe_chan *ch;
+  unsigned char *packed; /* channel's block holds int16 this run (ssae_cuda_fe_pack_i16) */
   ssae_fe_dev *dev;
   long fail_after, runs;
   ssae_err note;
@@ -77,6 +78,7 @@ void ssae_cuda_fe_free(ssae_cuda_fe *fe) {
   if (fe->ch)
     for (int i = 0; i < fe->cfg.channels; i++) free(fe->ch[i].hist);
   free(fe->ch);
+  free(fe->packed);
   ssae_fe_dev_free(fe->dev);
   if (fe->lb_ready) ssae_lmbatch_release(&fe->lb);
   ssae_cpu_free(fe->cpu);
@@ -181,7 +183,8 @@ ssae_cuda_fe *ssae_cuda_fe_new(const ssae_model *m, const ssae_cuda_fe_cfg *cfg,
   if (fa && *fa) fe->fail_after = strtol(fa, NULL, 10);
   const size_t nc = (size_t)cfg->channels;
   fe->ch = calloc(nc, sizeof *fe->ch);
-  if (!fe->ch) goto oom;
+  fe->packed = calloc(nc, 1);
+  if (!fe->ch || !fe->packed) goto oom;
   for (size_t i = 0; i < nc; i++)
     if (!(fe->ch[i].hist = malloc(sizeof(float) * fe->hist_cap))) goto oom;
   if (ssae_lmbatch_init(&fe->lb, &m->feat, err)) {
@@ -228,7 +231,7 @@ const char *ssae_cuda_fe_note(const ssae_cuda_fe *fe) { return fe->note.msg; }
 /* Channel ch's block as floats (into fe->blk). */
 static const float *block_f32(ssae_cuda_fe *fe, int ch, size_t n) {
   const void *src = ssae_cuda_fe_block(fe, ch);
-  if (fe->cfg.pcm == SSAE_FE_PCM_F32) return src;
+  if (fe->cfg.pcm == SSAE_FE_PCM_F32 && !fe->packed[ch]) return src;
   const int16_t *s = src;
   for (size_t i = 0; i < n; i++) fe->blk[i] = (float)s[i] * (1.0f / 32768.0f);
   return fe->blk;
@@ -325,6 +328,7 @@ int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end
       d->nnew = (int)c->n_frames;
       d->carry = (int)c->carry;
       d->keep = (int)(after < (uint64_t)fe->n_fft ? after : (uint64_t)fe->n_fft);
+      d->i16 = fe->cfg.pcm == SSAE_FE_PCM_I16 || fe->packed[i];
     }
   }
   if (fe->dev) {
@@ -357,7 +361,31 @@ int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end
     c->n_in += n[i];
     if (e) c->n_in = c->next_t = c->seen = c->hh = 0;
   }
+  memset(fe->packed, 0, (size_t)nc);
   return 0;
+}
+
+int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n) {
+  if (fe->cfg.pcm != SSAE_FE_PCM_F32 || n > fe->cfg.max_block) return 0;
+  float *x = ssae_cuda_fe_block(fe, ch);
+  /* Every sample k/32768 with k a 16-bit integer: exact either way. */
+  int ok = 1;
+  for (size_t i = 0; i < n; i++) {
+    const float v = x[i] * 32768.0f;
+    ok &= v >= -32768.0f && v <= 32767.0f && v == (float)(int)v;
+  }
+  if (!ok) return 0;
+  /* In place, through a small buffer: chunk k's int16 bytes end below the
+   * floats still to be read. */
+  int16_t tmp[1024];
+  int16_t *dst = (int16_t *)(void *)x;
+  for (size_t i = 0; i < n; i += 1024) {
+    const size_t k = n - i < 1024 ? n - i : 1024;
+    for (size_t j = 0; j < k; j++) tmp[j] = (int16_t)(x[i + j] * 32768.0f);
+    memcpy(dst + i, tmp, k * sizeof *tmp);
+  }
+  fe->packed[ch] = 1;
+  return 1;
 }
 
 size_t ssae_cuda_fe_scores(const ssae_cuda_fe *fe, int ch, const float **scores) {

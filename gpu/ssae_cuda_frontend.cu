@@ -1,7 +1,8 @@
 /* The device half of the GPU front end (ssae_cuda_frontend_dev.h).
  *
  * One run is seven launches on one stream, then one wait:
- *   append   the new samples (float, or int16 / 32768) after each channel's hist
+ *   append   the new samples (float, or int16 / 32768), read from mapped
+ *            page-locked memory, after each channel's hist
  *   carry    each channel's cached frames and codes in front of its rows
  *   frames   one block per new frame: window, FFT, power, mel, dB (double
  *            precision: float rounding inside the FFT leaves errors of
@@ -56,7 +57,9 @@ struct ssae_fe_dev {
   cudaStream_t stream;
   int have_stream;
   void *d_tables; /* one allocation behind t */
-  void *d_in, *h_in;
+  /* The input blocks: page-locked and mapped, read by fe_append straight
+   * over PCIe (only the samples each channel brings; no staging copy). */
+  void *h_in, *d_in_map;
   float *d_buf[2];
   int cur; /* which d_buf holds the hist */
   ssae_fe_desc *d_desc, *h_desc;
@@ -86,11 +89,12 @@ __global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in
   const int c = blockIdx.y;
   const ssae_fe_desc d = desc[c];
   float *dst = buf + (size_t)c * p.buf_stride + d.hlen;
+  const char *blk = (const char *)in + (size_t)c * p.max_block * (p.pcm_i16 ? 2 : 4);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d.n; i += gridDim.x * blockDim.x) {
-    if (p.pcm_i16)
-      dst[i] = (float)((const int16_t *)in)[(size_t)c * p.max_block + i] * (1.0f / 32768.0f);
+    if (d.i16)
+      dst[i] = (float)((const int16_t *)blk)[i] * (1.0f / 32768.0f);
     else
-      dst[i] = ((const float *)in)[(size_t)c * p.max_block + i];
+      dst[i] = ((const float *)blk)[i];
   }
 }
 
@@ -298,7 +302,6 @@ extern "C" void ssae_fe_dev_free(ssae_fe_dev *d) {
     cudaStreamDestroy(d->stream);
   }
   cudaFree(d->d_tables);
-  cudaFree(d->d_in);
   cudaFree(d->d_buf[0]);
   cudaFree(d->d_buf[1]);
   cudaFree(d->d_desc);
@@ -431,7 +434,6 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fe_frames, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)d->smem_frames);
-  if (e == cudaSuccess) e = cudaMalloc(&d->d_in, in_bytes);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_buf[0], sizeof(float) * ch * p.buf_stride);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_buf[1], sizeof(float) * ch * p.buf_stride);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_desc, sizeof(ssae_fe_desc) * ch);
@@ -442,7 +444,9 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess && cache)
     e = cudaMalloc(&d->d_cache_codes, sizeof(double) * cache * (size_t)p.S);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_scores, sizeof(float) * rows);
-  if (e == cudaSuccess) e = cudaMallocHost(&d->h_in, in_bytes);
+  if (e == cudaSuccess)
+    e = cudaHostAlloc(&d->h_in, in_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess) e = cudaHostGetDevicePointer(&d->d_in_map, d->h_in, 0);
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_desc, sizeof(ssae_fe_desc) * ch);
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_scores, sizeof(float) * rows);
   if (e == cudaSuccess && cfg->keep_frames)
@@ -478,24 +482,21 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err) {
   const dev_params &p = d->p;
   const int ch = p.channels;
   int max_n = 0, max_new = 0, max_win = 0;
-  size_t in_len = 0; /* bytes up to the last channel with samples */
   for (int c = 0; c < ch; c++) {
     const ssae_fe_desc *g = &d->h_desc[c];
     if (g->n > max_n) max_n = g->n;
     if (g->nnew > max_new) max_new = g->nnew;
     if (g->carry + g->nnew - p.F + 1 > max_win) max_win = g->carry + g->nnew - p.F + 1;
-    if (g->n) in_len = ((size_t)c * p.max_block + (size_t)g->n) * (p.pcm_i16 ? 2 : 4);
   }
   cudaStream_t s = d->stream;
   CK(cudaSetDevice(d->cfg.device), "selecting the device");
-  if (in_len) CK(cudaMemcpyAsync(d->d_in, d->h_in, in_len, cudaMemcpyHostToDevice, s), "input copy");
   CK(cudaMemcpyAsync(d->d_desc, d->h_desc, sizeof(ssae_fe_desc) * (size_t)ch,
                      cudaMemcpyHostToDevice, s),
      "descriptor copy");
   float *cur = d->d_buf[d->cur], *next = d->d_buf[1 - d->cur];
   if (max_n) {
     dim3 grid((unsigned)((max_n + 255) / 256 < 64 ? (max_n + 255) / 256 : 64), (unsigned)ch);
-    fe_append<<<grid, poison ? 0 : 256, 0, s>>>(p, d->d_desc, d->d_in, cur);
+    fe_append<<<grid, poison ? 0 : 256, 0, s>>>(p, d->d_desc, d->d_in_map, cur);
     CK(cudaGetLastError(), "append launch");
   }
   if (p.F > 1) {

@@ -59,6 +59,14 @@ void ssae_cuda_fe_free(ssae_cuda_fe *fe);
  * samples of the cfg's format (page-locked memory on the GPU path). */
 void *ssae_cuda_fe_block(ssae_cuda_fe *fe, int ch);
 
+/* For a float front end: when each of channel ch's first n samples is
+ * k/32768 for a 16-bit k (16-bit audio: what libsndfile gives for it),
+ * rewrites the block in place as int16 for the next run, which halves the
+ * bytes the device reads over PCIe; returns 1 then, else 0 (the block is
+ * unchanged). The frames are the same either way. May be called for
+ * different channels on different threads at once (not during a run). */
+int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n);
+
 /* One run: channel ch takes n[ch] samples from its block (n[ch] <=
  * max_block); end NULL, or end[ch] != 0 to end channel ch's stream after
  * them. 0, or -1 with err when the CPU path fails too (out of range n, no

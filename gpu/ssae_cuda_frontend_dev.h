@@ -30,6 +30,7 @@ typedef struct ssae_fe_desc {
   int nnew;       /* frames made in this run: t0 .. t0+nnew-1 */
   int carry;      /* frames (and codes) before t0 kept from earlier runs, <= F-1 */
   int keep;       /* samples of hist after this run (min(n_fft, n_in + n)) */
+  int i16;        /* this run's block holds int16 samples (else float) */
 } ssae_fe_desc;
 
 /* The tables, built on the host in double precision. */
@@ -64,7 +65,8 @@ int ssae_fe_dev_present(void);
 ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *err);
 void ssae_fe_dev_free(ssae_fe_dev *d);
 
-/* Page-locked input of channel ch: max_block samples (float or int16). */
+/* Page-locked input of channel ch: max_block samples (float, or int16 when
+ * pcm_i16; a float block may hold int16 samples, see ssae_fe_desc.i16). */
 void *ssae_fe_dev_block(ssae_fe_dev *d, int ch);
 /* Page-locked descriptors, one per channel, filled before each run. */
 ssae_fe_desc *ssae_fe_dev_desc(ssae_fe_dev *d);

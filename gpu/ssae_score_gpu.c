@@ -87,6 +87,8 @@ static void fill_slot(const fill_job *j, int c) {
   }
   l->n[c] = got;
   s->samples += got;
+  /* 16-bit files cross PCIe as 16 bits. */
+  if (got) ssae_cuda_fe_pack_i16(l->fe, c, got);
 }
 
 static void *fill_thread(void *arg) {

@@ -12,7 +12,8 @@
  *                                  its frame's peak (SPEC section 1's
  *                                  parity), scores within 1e-5 relative;
  *                                  random blocks bit-identical to one pass;
- *                                  int16 input equal to its float; exits
+ *                                  int16 input (and float blocks packed as
+ *                                  int16) equal to float; exits
  *                                  77 without a device. --tiny: short
  *                                  signals, few channels (compute-sanitizer)
  *   test_cuda_frontend --logmel IN.npy OUT.npy [key=value ...]
@@ -133,6 +134,9 @@ static int feed(ssae_cuda_fe *fe, int M, int channels, size_t max_block, float *
         for (size_t i = 0; i < want; i++) ((int16_t *)blk)[i] = (int16_t)lrintf(src[i] * 32768.0f);
       else
         memcpy(blk, src, want * sizeof *src);
+      /* Half the float blocks go as int16 (the signals are 16-bit values). */
+      if (!i16 && want && (rnd() & 1))
+        CHECK(ssae_cuda_fe_pack_i16(fe, c, want) == 1, "a 16-bit block was not packed");
       pos[c] += want;
       if (pos[c] == L) end[c] = 1, done[c] = 1, left--;
     }
@@ -317,6 +321,12 @@ int main(int argc, char **argv) {
                               .keep_frames = 1};
       ssae_cuda_fe *fe = ssae_cuda_fe_new(m, &cfg, &err);
       if (!fe) return fprintf(stderr, "%s: %s\n", fc->name, err.msg), 1;
+      if (!i16 && ci == 0) {
+        /* A block that is not 16-bit stays as it is. */
+        float *b = ssae_cuda_fe_block(fe, 0);
+        b[0] = 0.1f;
+        CHECK(ssae_cuda_fe_pack_i16(fe, 0, 1) == 0 && b[0] == 0.1f, "0.1 packed as int16");
+      }
       collected *dst = pass == 1 && !host ? one : out;
       if (feed(fe, 64, channels, max_block, sig, len, N_SIGNALS, random_blocks, i16, dst)) failures++;
       if (fallback) {

@@ -107,17 +107,17 @@ print(f"file scores cuda vs cpu: {len(a) - len(bad)}/{len(a)} within 1e-5 relati
 sr, nfft, hop, M, F, L, S = 16000, 1024, 512, 64, 5, 32, 64
 bins, C = nfft // 2 + 1, F * S
 win_per_s = sr / hop
-pcie_in = 4 * sr                      # float PCM in (decoded on the host)
+pcie_in = 2 * sr                      # 16-bit files: PCM read by the device as int16
 pcie_out = 4 * win_per_s              # one float score per window
 print(f"PCIe per second of audio: {pcie_in + pcie_out:,.0f} B "
-      f"({pcie_in:,} B PCM in as float, {pcie_out:,.0f} B scores out)")
+      f"({pcie_in:,} B PCM in as int16 (float files: twice that), {pcie_out:,.0f} B scores out)")
 fft = 5 * nfft * (nfft.bit_length() - 1)      # complex radix-2, real input in a complex FFT
 mel_w = 2 * bins                               # Slaney bank: about two weights per bin
 front = nfft + fft + 3 * bins + 2 * mel_w + 30 * M   # window, FFT, power, mel, log
 model = 2 * (M * S + L * C + L * L + F * M * L) + 3 * F * M
 print(f"FLOPs per window (FP64): {front + model:,} = front end {front:,} "
       f"(FFT {fft:,}) + model {model:,} (slice encoder once per frame)")
-hbm_in = 4 * hop * 2                  # PCM: the input copy lands, append writes it
+hbm_in = 4 * hop                      # PCM: append writes the new samples as float
 hbm_frame = 4 * hop + 4 * M + 8 * S   # the frame's new samples read, its bands and codes written
 hbm_win = 8 * C + 4 * F * M + 4       # a window reads its F codes and F frames, writes its score
 print(f"HBM bytes per window (upper bound, L2 hits not subtracted): "
