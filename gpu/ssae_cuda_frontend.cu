@@ -451,6 +451,11 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_scores, sizeof(float) * rows);
   if (e == cudaSuccess && cfg->keep_frames)
     e = cudaMallocHost((void **)&d->h_rows, sizeof(float) * rows * (size_t)p.M);
+  /* Defined contents everywhere (the result copies take whole arrays;
+   * compute-sanitizer's initcheck stays quiet). */
+  if (e == cudaSuccess) e = cudaMemset(d->d_rows, 0, sizeof(float) * rows * (size_t)p.M);
+  if (e == cudaSuccess) e = cudaMemset(d->d_codes, 0, sizeof(double) * rows * (size_t)p.S);
+  if (e == cudaSuccess) e = cudaMemset(d->d_scores, 0, sizeof(float) * rows);
   if (e != cudaSuccess) {
     ssae_err_set(err, "CUDA front end: setting up %zu channels: %s", ch, cudaGetErrorString(e));
     ssae_fe_dev_free(d);
