@@ -37,7 +37,7 @@ static const char *const CMD = "score";
 
 typedef struct opts {
   const char *model, *backend, *windows, *format;
-  int channel, jobs, quiet;
+  int channel, jobs, quiet, device;
 } opts;
 
 static const char *const formats[] = {"tsv", "json", NULL};
@@ -66,6 +66,9 @@ static const ssae_cli_opt options[] = {
      .help = "decoding threads, which on the CPU also run the model", .def = "all cores"},
     {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', .offset = offsetof(opts, quiet),
      .help = "no progress line"},
+    {.kind = SSAE_CLI_INT, .name = "--device", .offset = offsetof(opts, device), .metavar = "N",
+     .min = 0, .max = 255,
+     .help = "CUDA device of the GPU front end (one process per GPU scales)", .def = "0"},
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -351,7 +354,7 @@ static int score_on_gpu(const opts *o, const ssae_model *m, char **paths, size_t
     fprintf(out.wf, "path\twindow\ttime\tscore\n");
   }
   gpu_out g = {.out = &out, .m = m};
-  ssae_score_gpu_opts go = {.channel = o->channel, .jobs = o->jobs};
+  ssae_score_gpu_opts go = {.channel = o->channel, .jobs = o->jobs, .device = o->device};
   ssae_err err = {{0}}, note = {{0}};
   if (ssae_score_files_gpu(m, paths, n, &go, on_gpu_file, &g, &note, &err)) {
     ssae_cli_error(CMD, "GPU front end unavailable, scoring with the backend: %s", err.msg);
