@@ -390,7 +390,8 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
                  pow2 ? kMaxPow2 : kMaxDft, pow2 ? "powers of two" : "other sizes", N);
     return NULL;
   }
-  if (cfg->channels < 1 || cfg->max_block < 1 || cfg->max_block > (1u << 30) ||
+  /* channels: the launches' grid.y (65535 at most). */
+  if (cfg->channels < 1 || cfg->channels > 65535 || cfg->max_block < 1 || cfg->max_block > (1u << 30) ||
       cfg->max_rows < cfg->F || cfg->M != cfg->n_mels) {
     ssae_err_set(err, "GPU front end: bad sizes (%d channels, %zu samples a block)",
                  cfg->channels, cfg->max_block);

@@ -38,7 +38,7 @@ extern "C" {
 typedef enum { SSAE_FE_PCM_F32 = 0, SSAE_FE_PCM_I16 = 1 } ssae_fe_pcm;
 
 typedef struct ssae_cuda_fe_cfg {
-  int channels;     /* streams per run */
+  int channels;     /* streams per run (up to 65535 on the GPU) */
   size_t max_block; /* samples per channel per run, at most */
   ssae_fe_pcm pcm;  /* float in [-1, 1), or 16-bit (divided by 32768 on the device) */
   int device;       /* CUDA device index */
