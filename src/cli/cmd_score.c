@@ -22,9 +22,14 @@
 #include "cli_opts.h"
 #include "ssae_audio.h"
 #include "ssae_backend.h"
+#include "ssae_config.h"
 #include "ssae_filescore.h"
 #include "ssae_model.h"
 #include "ssae_outfile.h"
+#if SSAE_HAVE_CUDA
+#include "ssae_cuda_frontend.h"
+#include "ssae_score_gpu.h"
+#endif
 
 static const char *const CMD = "score";
 
@@ -34,7 +39,7 @@ static const char *const CMD = "score";
 
 typedef struct opts {
   const char *model, *backend, *windows, *format;
-  int channel, jobs, quiet, strict;
+  int channel, jobs, quiet, strict, device;
 } opts;
 
 static const char *const formats[] = {"tsv", "json", NULL};
@@ -66,6 +71,9 @@ static const ssae_cli_opt options[] = {
     {.kind = SSAE_CLI_FLAG, .name = "--strict", .offset = offsetof(opts, strict),
      .help = "a file whose data chunk is shorter than its header says is an error, not a "
              "warning"},
+    {.kind = SSAE_CLI_INT, .name = "--device", .offset = offsetof(opts, device), .metavar = "N",
+     .min = 0, .max = 255,
+     .help = "CUDA device of the GPU front end (one process per GPU scales)", .def = "0"},
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -331,6 +339,74 @@ static int consume(job *j, ssae_backend *be, out_state *out) {
   return status;
 }
 
+#if SSAE_HAVE_CUDA
+/* The GPU front end's results (ssae_score_gpu.h), printed as consume does. */
+typedef struct {
+  out_state *out;
+  const ssae_model *m;
+  int failed;
+} gpu_out;
+
+static void on_gpu_file(void *user, const ssae_scored_file *f) {
+  gpu_out *g = user;
+  if (f->error) {
+    progress(g->out, 1);
+    ssae_cli_error(CMD, "%s", f->error);
+    g->failed = 1;
+    g->out->failed++;
+  } else {
+    slot s = {.state = 1};
+    s.fs.n_windows = f->n_windows;
+    emit(g->out, f->path, &s, f->scores);
+    emit_windows(g->out, f->path, &s, f->scores, g->m);
+  }
+  g->out->done++;
+  if (!g->out->tty || g->out->quiet) fflush(stdout);
+  progress(g->out, 0);
+}
+
+/* Everything but decoding on the GPU, many files per launch: with
+ * --backend cuda, and with auto when ssae_score_gpu_worth_it. Returns the
+ * exit status, or -1 when the GPU front end cannot start (the caller goes
+ * on with the backend path). */
+static int score_on_gpu(const opts *o, const ssae_model *m, char **paths, size_t n) {
+  if (strcmp(o->backend, "cuda") && (strcmp(o->backend, "auto") || !ssae_score_gpu_worth_it(paths, n)))
+    return -1;
+  /* Its decoders take no reader options: --strict goes the backend path. */
+  if (o->strict) return -1;
+  /* Without a device the backend path says why (and the test hook runs
+   * the front end's CPU path). */
+  const char *hook = getenv("SSAE_SCORE_GPU_ON_CPU");
+  if (!ssae_cuda_fe_device_present() && !(hook && !strcmp(hook, "1"))) return -1;
+  out_state out = {.json = !strcmp(o->format, "json"), .tty = ssae_cli_stderr_tty(),
+                   .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now()};
+  ssae_err err = {{0}}, note = {{0}};
+  if (o->windows) {
+    if (!(out.wf = ssae_outfile_open(o->windows, &err))) {
+      ssae_cli_error(CMD, "%s", err.msg);
+      return SSAE_EXIT_INPUT;
+    }
+    ssae_outfile_printf(out.wf, "path\twindow\ttime\tscore\n");
+  }
+  gpu_out g = {.out = &out, .m = m};
+  ssae_score_gpu_opts go = {.channel = o->channel, .jobs = o->jobs, .device = o->device};
+  if (ssae_score_files_gpu(m, paths, n, &go, on_gpu_file, &g, &note, &err)) {
+    ssae_cli_error(CMD, "GPU front end unavailable, scoring with the backend: %s", err.msg);
+    if (out.wf) ssae_outfile_abort(out.wf);
+    return -1;
+  }
+  progress(&out, 1);
+  if (note.msg[0]) ssae_cli_error(CMD, "went on on the CPU: %s", note.msg);
+  int status = g.failed ? SSAE_EXIT_INPUT : SSAE_EXIT_OK;
+  if (out.wf && ssae_outfile_commit(out.wf, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    status = SSAE_EXIT_INPUT;
+  }
+  if (out.failed) ssae_cli_error(CMD, "%zu of %zu files failed", out.failed, n);
+  return status;
+}
+#endif
+
 /* Scores every input and prints them in order; 0, or 1 when some failed. */
 static int run(const opts *o, char **inputs, int n_inputs) {
   ssae_err err = {{0}};
@@ -350,7 +426,20 @@ static int run(const opts *o, char **inputs, int n_inputs) {
     ssae_cli_free_paths(paths, n);
     return SSAE_EXIT_INPUT;
   }
-  ssae_backend *be = ssae_backend_new(m, o->backend, BATCH_WINDOWS, &err);
+#if SSAE_HAVE_CUDA
+  int gpu_status = score_on_gpu(o, m, paths, n);
+  if (gpu_status >= 0) {
+    ssae_model_free(m);
+    ssae_cli_free_paths(paths, n);
+    return gpu_status;
+  }
+  /* auto below the GPU front end's threshold: the CPU path (the CUDA
+   * backend with the front end on the CPU is slower than it, end to end). */
+  const char *backend = strcmp(o->backend, "auto") ? o->backend : "cpu";
+#else
+  const char *backend = o->backend;
+#endif
+  ssae_backend *be = ssae_backend_new(m, backend, BATCH_WINDOWS, &err);
   if (!be) {
     ssae_cli_error(CMD, "%s", err.msg);
     ssae_model_free(m);

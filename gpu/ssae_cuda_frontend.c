@@ -1,0 +1,408 @@
+/* The host half of the GPU front end (ssae_cuda_frontend.h): which frames
+ * and windows each run makes (the stream geometry of dsp/ssae_logmel.c),
+ * the descriptors for the device half (ssae_cuda_frontend.cu), and the same
+ * steps on the CPU from a host copy of each stream's state.
+ *
+ * The host copy: the newest n_fft + (F-1)*hop samples of each stream. A
+ * frame not yet made starts after the newest n_fft samples, so the last
+ * F-1 frames made start after the newest n_fft + (F-1)*hop; those frames
+ * (the carry of the next windows) can be made again on the CPU from the
+ * copy, which is all a switch to the CPU needs: no device memory has to be
+ * read back after a CUDA error. */
+#include "ssae_cuda_frontend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ssae_cpu.h"
+#include "ssae_cuda_frontend_dev.h"
+#include "ssae_logmel_batch.h"
+
+typedef struct {
+  uint64_t n_in, next_t, seen; /* samples and frames of the stream so far */
+  float *hist;                 /* the newest hh samples (n_in - hh ... n_in - 1) */
+  size_t hh;
+  size_t n_scores, n_frames, carry; /* the last run's results */
+} fe_chan;
+
+struct ssae_cuda_fe {
+  ssae_cuda_fe_cfg cfg;
+  ssae_feat_cfg feat;
+  int M, F, n_fft, hop, half;
+  size_t max_fr, max_rows, hist_cap;
+  fe_chan *ch;
+  unsigned char *packed; /* channel's block holds int16 this run (ssae_cuda_fe_pack_i16) */
+  ssae_fe_dev *dev;
+  long fail_after, runs;
+  ssae_err note;
+  /* The CPU path. */
+  ssae_lmbatch lb;
+  int lb_ready;
+  ssae_cpu *cpu;
+  void *cpu_blocks;  /* channels x max_block samples (cfg.cpu: the caller's blocks) */
+  float *blk;        /* one block as floats */
+  float *rows;       /* max_rows frames of one channel */
+  float *cpu_scores; /* channels x max_rows */
+  float *cpu_frames; /* channels x max_rows x M (keep_frames) */
+};
+
+static uint64_t total_frames(const ssae_cuda_fe *fe, uint64_t n) {
+  ssae_lmbatch b = {.cfg = fe->feat, .hop = fe->hop, .half = fe->half, .n_fft = fe->n_fft};
+  return ssae_lm_total_frames(&b, n);
+}
+
+/* The frames [t0, t1) a run of n samples (ending the stream or not) makes:
+ * all of the stream's at its end, else those ssae_lm_frame_ready allows
+ * (frame t reaches sample t*hop + n_fft/2 when centred, t*hop + n_fft
+ * not; a centred, reflected stream of n_fft/2 samples or fewer has none
+ * yet, as its first frame's reflection reads samples 1 ... n_fft/2). */
+static void run_frames(const ssae_cuda_fe *fe, const fe_chan *c, size_t n, int end, uint64_t *t0,
+                       uint64_t *t1) {
+  const uint64_t n_total = c->n_in + n;
+  uint64_t t = 0;
+  if (end) {
+    t = total_frames(fe, n_total);
+  } else {
+    const int center = fe->feat.center;
+    const uint64_t reach = (uint64_t)(center ? fe->half : fe->n_fft);
+    const int too_short =
+        center && fe->feat.pad_mode == SSAE_PAD_REFLECT && n_total <= (uint64_t)fe->half;
+    if (n_total >= reach && !too_short) t = (n_total - reach) / (uint64_t)fe->hop + 1;
+  }
+  *t0 = c->next_t;
+  *t1 = t < *t0 ? *t0 : t;
+}
+
+void ssae_cuda_fe_free(ssae_cuda_fe *fe) {
+  if (!fe) return;
+  if (fe->ch)
+    for (int i = 0; i < fe->cfg.channels; i++) free(fe->ch[i].hist);
+  free(fe->ch);
+  free(fe->packed);
+  ssae_fe_dev_free(fe->dev);
+  if (fe->lb_ready) ssae_lmbatch_release(&fe->lb);
+  ssae_cpu_free(fe->cpu);
+  free(fe->cpu_blocks);
+  free(fe->blk);
+  free(fe->rows);
+  free(fe->cpu_scores);
+  free(fe->cpu_frames);
+  free(fe);
+}
+
+int ssae_cuda_fe_device_present(void) { return ssae_fe_dev_present(); }
+
+/* The model folded for the device, in double (see ssae_cuda_frontend_dev.h). */
+static int start_device(ssae_cuda_fe *fe, const ssae_model *m, ssae_err *err) {
+  const size_t M = (size_t)m->d.n_mels, F = (size_t)m->d.frames, L = (size_t)m->d.latent,
+               S = (size_t)m->d.slice_latent, C = F * S;
+  ssae_melbank *bank = &fe->lb.bank;
+  const size_t n_w = bank->off[bank->n_mels];
+  int *mel_i = malloc(sizeof *mel_i * 3 * M);
+  double *w = malloc(sizeof *w * (M * S + S + L * C + L * L + L + F * M * L + M));
+  if (!mel_i || !w) {
+    free(mel_i);
+    free(w);
+    return ssae_err_set(err, "out of memory for the GPU front end");
+  }
+  double *encT = w, *enc_b = encT + M * S, *B = enc_b + S, *bnT = B + L * C, *bn_b = bnT + L * L,
+         *D = bn_b + L, *dec_b = D + F * M * L;
+  for (size_t o = 0; o < S; o++) {
+    double b = m->enc_b[o];
+    for (size_t i = 0; i < M; i++) {
+      encT[i * S + o] = (double)m->enc_w[o * M + i] * m->ln_enc_w[i];
+      b += (double)m->enc_w[o * M + i] * m->ln_enc_b[i];
+    }
+    enc_b[o] = b;
+  }
+  for (size_t i = 0; i < L * C; i++) B[i] = m->basis_n[i];
+  for (size_t o = 0; o < L; o++) {
+    double b = m->bn_b[o];
+    for (size_t i = 0; i < L; i++) {
+      bnT[i * L + o] = (double)m->bn_w[o * L + i] * m->ln_bn_w[i];
+      b += (double)m->bn_w[o * L + i] * m->ln_bn_b[i];
+    }
+    bn_b[o] = b;
+  }
+  for (size_t f = 0; f < F; f++)
+    for (size_t mm = 0; mm < M; mm++)
+      for (size_t l = 0; l < L; l++) {
+        double s = 0.0;
+        for (size_t k = 0; k < S; k++) s += (double)m->dec_w[mm * S + k] * B[l * C + f * S + k];
+        D[(f * M + mm) * L + l] = s;
+      }
+  for (size_t i = 0; i < M; i++) {
+    dec_b[i] = m->dec_b[i];
+    mel_i[i] = bank->start[i];
+    mel_i[M + i] = bank->len[i];
+    mel_i[2 * M + i] = (int)bank->off[i];
+  }
+  ssae_fe_dev_cfg g = {
+      .device = fe->cfg.device, .channels = fe->cfg.channels,
+      .pcm_i16 = fe->cfg.pcm == SSAE_FE_PCM_I16, .keep_frames = fe->cfg.keep_frames,
+      .max_block = fe->cfg.max_block, .max_rows = (int)fe->max_rows, .n_fft = fe->n_fft,
+      .hop = fe->hop, .center = fe->feat.center, .reflect = fe->feat.pad_mode == SSAE_PAD_REFLECT,
+      .n_mels = fe->feat.n_mels, .power = fe->feat.power, .win = fe->lb.win,
+      .mel_start = mel_i, .mel_len = mel_i + M, .mel_off = mel_i + 2 * M, .mel_w = bank->w,
+      .mel_nw = (int)n_w, .M = (int)M, .F = (int)F, .L = (int)L, .S = (int)S, .encT = encT,
+      .enc_b = enc_b, .B = B, .bnT = bnT, .bn_b = bn_b, .D = D, .dec_b = dec_b};
+  fe->dev = ssae_fe_dev_new(&g, err);
+  free(mel_i);
+  free(w);
+  return fe->dev ? 0 : -1;
+}
+
+ssae_cuda_fe *ssae_cuda_fe_new(const ssae_model *m, const ssae_cuda_fe_cfg *cfg, ssae_err *err) {
+  if (!m || !cfg || cfg->channels < 1 || cfg->max_block < 1 || cfg->max_block > (1u << 30)) {
+    ssae_err_set(err, "GPU front end: bad settings");
+    return NULL;
+  }
+  if (ssae_feat_cfg_validate(&m->feat, err)) return NULL;
+  if (m->feat.n_mels != m->d.n_mels) {
+    ssae_err_set(err, "the model's n_mels (%d) and its features' (%d) differ", m->d.n_mels,
+                 m->feat.n_mels);
+    return NULL;
+  }
+  ssae_cuda_fe *fe = calloc(1, sizeof *fe);
+  if (!fe) {
+    ssae_err_set(err, "out of memory for the GPU front end");
+    return NULL;
+  }
+  fe->cfg = *cfg;
+  fe->feat = m->feat;
+  fe->M = m->d.n_mels;
+  fe->F = m->d.frames;
+  fe->n_fft = m->feat.n_fft;
+  fe->hop = m->feat.hop_length;
+  fe->half = fe->n_fft / 2;
+  fe->max_fr = (cfg->max_block + (size_t)fe->n_fft) / (size_t)fe->hop + 3;
+  fe->max_rows = fe->max_fr + (size_t)fe->F - 1;
+  fe->hist_cap = (size_t)fe->n_fft + (size_t)(fe->F - 1) * (size_t)fe->hop;
+  fe->fail_after = -1;
+  const char *fa = getenv("SSAE_CUDA_FAIL_AFTER");
+  if (fa && *fa) fe->fail_after = strtol(fa, NULL, 10);
+  const size_t nc = (size_t)cfg->channels;
+  fe->ch = calloc(nc, sizeof *fe->ch);
+  fe->packed = calloc(nc, 1);
+  if (!fe->ch || !fe->packed) goto oom;
+  for (size_t i = 0; i < nc; i++)
+    if (!(fe->ch[i].hist = malloc(sizeof(float) * fe->hist_cap))) goto oom;
+  if (ssae_lmbatch_init(&fe->lb, &m->feat, err)) {
+    fe->lb_ready = 1;
+    ssae_cuda_fe_free(fe);
+    return NULL;
+  }
+  fe->lb_ready = 1;
+  fe->blk = malloc(sizeof *fe->blk * cfg->max_block);
+  fe->rows = malloc(sizeof *fe->rows * fe->max_rows * (size_t)fe->M);
+  fe->cpu_scores = malloc(sizeof *fe->cpu_scores * fe->max_rows * nc);
+  if (cfg->keep_frames)
+    fe->cpu_frames = malloc(sizeof *fe->cpu_frames * fe->max_rows * nc * (size_t)fe->M);
+  if (!fe->blk || !fe->rows || !fe->cpu_scores || (cfg->keep_frames && !fe->cpu_frames))
+    goto oom;
+  if (!(fe->cpu = ssae_cpu_new(m, 1, err))) {
+    ssae_cuda_fe_free(fe);
+    return NULL;
+  }
+  if (cfg->cpu) {
+    fe->cpu_blocks = malloc(cfg->max_block * nc * (cfg->pcm == SSAE_FE_PCM_I16 ? 2 : 4));
+    if (!fe->cpu_blocks) goto oom;
+  } else if (start_device(fe, m, err)) {
+    ssae_cuda_fe_free(fe);
+    return NULL;
+  }
+  return fe;
+oom:
+  ssae_err_set(err, "out of memory for the front end of %d channels", cfg->channels);
+  ssae_cuda_fe_free(fe);
+  return NULL;
+}
+
+void *ssae_cuda_fe_block(ssae_cuda_fe *fe, int ch) {
+  if (fe->dev) return ssae_fe_dev_block(fe->dev, ch);
+  return (char *)fe->cpu_blocks +
+         (size_t)ch * fe->cfg.max_block * (fe->cfg.pcm == SSAE_FE_PCM_I16 ? 2 : 4);
+}
+
+size_t ssae_cuda_fe_max_frames(const ssae_cuda_fe *fe) { return fe->max_fr; }
+int ssae_cuda_fe_on_gpu(const ssae_cuda_fe *fe) { return fe->dev != NULL; }
+const char *ssae_cuda_fe_note(const ssae_cuda_fe *fe) { return fe->note.msg; }
+
+/* Channel ch's block as floats (into fe->blk). */
+static const float *block_f32(ssae_cuda_fe *fe, int ch, size_t n) {
+  const void *src = ssae_cuda_fe_block(fe, ch);
+  if (fe->cfg.pcm == SSAE_FE_PCM_F32 && !fe->packed[ch]) return src;
+  const int16_t *s = src;
+  for (size_t i = 0; i < n; i++) fe->blk[i] = (float)s[i] * (1.0f / 32768.0f);
+  return fe->blk;
+}
+
+/* Sample j of a stream whose copy holds samples n_in - hh ... n_in - 1 and
+ * whose current block (blk, NULL: none) follows them. */
+static float sample(const fe_chan *c, const float *blk, int64_t j) {
+  if ((uint64_t)j >= c->n_in) return blk[(uint64_t)j - c->n_in];
+  return c->hist[(uint64_t)j - (c->n_in - c->hh)];
+}
+
+/* Frame t of a stream of n_total samples (ended: samples past it are
+ * padding) into the batch, bands to out; as emit_frame in ssae_logmel.c. */
+static void cpu_frame(ssae_cuda_fe *fe, const fe_chan *c, const float *blk, uint64_t t,
+                      uint64_t n_total, int ended, float *out) {
+  ssae_lmbatch *b = &fe->lb;
+  const int64_t start = ssae_lm_frame_start(b, t), n = (int64_t)n_total;
+  const int reflect = fe->feat.pad_mode == SSAE_PAD_REFLECT;
+  float *frame = ssae_lmbatch_gather(b);
+  for (int i = 0; i < fe->n_fft; i++) {
+    const int64_t j = start + i;
+    float v;
+    if (j >= 0 && j < n) v = sample(c, blk, j);
+    else if (!reflect) v = 0.0f;
+    else if (!ended && j < 0) v = sample(c, blk, -j);
+    else v = sample(c, blk, (int64_t)ssae_lm_reflect_index(j, n_total));
+    frame[i] = v;
+  }
+  if (ssae_lmbatch_add(b, frame, out)) ssae_lmbatch_run(b);
+}
+
+/* One run of channel ch on the CPU: the carry frames made again from the
+ * copy, the new frames, every window's score. */
+static int cpu_channel(ssae_cuda_fe *fe, int ch, size_t n, int end, uint64_t t0, uint64_t t1,
+                       ssae_err *err) {
+  fe_chan *c = &fe->ch[ch];
+  const size_t M = (size_t)fe->M, carry = c->carry;
+  const float *blk = n ? block_f32(fe, ch, n) : NULL;
+  for (size_t r = 0; r < carry; r++)
+    cpu_frame(fe, c, NULL, c->next_t - carry + r, c->n_in, 0, fe->rows + r * M);
+  for (uint64_t t = t0; t < t1; t++)
+    cpu_frame(fe, c, blk, t, c->n_in + n, end, fe->rows + (carry + (size_t)(t - t0)) * M);
+  ssae_lmbatch_run(&fe->lb);
+  const size_t total = carry + (size_t)(t1 - t0);
+  c->n_scores = total >= (size_t)fe->F ? total - (size_t)fe->F + 1 : 0;
+  if (c->n_scores &&
+      ssae_cpu_score_frames(fe->cpu, fe->rows, total, fe->cpu_scores + (size_t)ch * fe->max_rows))
+    return ssae_err_set(err, "the CPU model failed");
+  if (fe->cpu_frames)
+    memcpy(fe->cpu_frames + (size_t)ch * fe->max_rows * M, fe->rows + carry * M,
+           (size_t)(t1 - t0) * M * sizeof *fe->rows);
+  return 0;
+}
+
+/* The host copy after a run of n samples. */
+static void keep_history(ssae_cuda_fe *fe, int ch, size_t n) {
+  fe_chan *c = &fe->ch[ch];
+  const size_t cap = fe->hist_cap;
+  const float *blk = block_f32(fe, ch, n);
+  if (n >= cap) {
+    memcpy(c->hist, blk + (n - cap), cap * sizeof *blk);
+    c->hh = cap;
+    return;
+  }
+  size_t old = c->hh + n > cap ? cap - n : c->hh;
+  memmove(c->hist, c->hist + (c->hh - old), old * sizeof *c->hist);
+  memcpy(c->hist + old, blk, n * sizeof *blk);
+  c->hh = old + n;
+}
+
+int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end, ssae_err *err) {
+  const int nc = fe->cfg.channels;
+  for (int i = 0; i < nc; i++)
+    if (n[i] > fe->cfg.max_block)
+      return ssae_err_set(err, "GPU front end: %zu samples for channel %d, at most %zu", n[i], i,
+                          fe->cfg.max_block);
+  for (int i = 0; i < nc; i++) {
+    fe_chan *c = &fe->ch[i];
+    uint64_t t0, t1;
+    run_frames(fe, c, n[i], end && end[i], &t0, &t1);
+    c->carry = c->seen < (uint64_t)(fe->F - 1) ? (size_t)c->seen : (size_t)(fe->F - 1);
+    c->n_frames = (size_t)(t1 - t0);
+    const size_t total = c->carry + c->n_frames;
+    c->n_scores = total >= (size_t)fe->F ? total - (size_t)fe->F + 1 : 0;
+    if (fe->dev) {
+      ssae_fe_desc *d = &ssae_fe_dev_desc(fe->dev)[i];
+      const uint64_t after = c->n_in + n[i];
+      d->n_in = (long long)c->n_in;
+      d->t0 = (long long)t0;
+      d->hlen = (int)(c->n_in < (uint64_t)fe->n_fft ? c->n_in : (uint64_t)fe->n_fft);
+      d->n = (int)n[i];
+      d->end = end && end[i];
+      d->nnew = (int)c->n_frames;
+      d->carry = (int)c->carry;
+      d->keep = (int)(after < (uint64_t)fe->n_fft ? after : (uint64_t)fe->n_fft);
+      d->i16 = fe->cfg.pcm == SSAE_FE_PCM_I16 || fe->packed[i];
+    }
+  }
+  if (fe->dev) {
+    int poison = fe->fail_after >= 0 && fe->runs >= fe->fail_after;
+    ssae_err derr = {{0}};
+    if (ssae_fe_dev_run(fe->dev, poison, &derr)) {
+      /* To the CPU for good; this run again there, from the host copy. */
+      fe->note = derr;
+      /* The caller's samples move to the CPU blocks first. */
+      const size_t bytes = fe->cfg.max_block * (fe->cfg.pcm == SSAE_FE_PCM_I16 ? 2 : 4);
+      fe->cpu_blocks = malloc(bytes * (size_t)nc);
+      if (!fe->cpu_blocks) return ssae_err_set(err, "%s; no memory to go on on the CPU", derr.msg);
+      for (int i = 0; i < nc; i++)
+        memcpy((char *)fe->cpu_blocks + bytes * (size_t)i, ssae_fe_dev_block(fe->dev, i), bytes);
+      ssae_fe_dev_free(fe->dev);
+      fe->dev = NULL;
+    }
+  }
+  fe->runs++;
+  for (int i = 0; i < nc; i++) {
+    fe_chan *c = &fe->ch[i];
+    const int e = end && end[i];
+    if (!fe->dev) {
+      uint64_t t0 = c->next_t, t1 = c->next_t + c->n_frames;
+      if (cpu_channel(fe, i, n[i], e, t0, t1, err)) return -1;
+    }
+    c->next_t += c->n_frames;
+    c->seen += c->n_frames;
+    if (n[i]) keep_history(fe, i, n[i]);
+    c->n_in += n[i];
+    if (e) c->n_in = c->next_t = c->seen = c->hh = 0;
+  }
+  memset(fe->packed, 0, (size_t)nc);
+  return 0;
+}
+
+int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n) {
+  if (fe->cfg.pcm != SSAE_FE_PCM_F32 || n > fe->cfg.max_block) return 0;
+  float *x = ssae_cuda_fe_block(fe, ch);
+  /* Every sample k/32768 with k a 16-bit integer: exact either way. */
+  int ok = 1;
+  for (size_t i = 0; i < n; i++) {
+    const float v = x[i] * 32768.0f;
+    ok &= v >= -32768.0f && v <= 32767.0f && v == (float)(int)v;
+  }
+  if (!ok) return 0;
+  /* In place, through a small buffer: chunk k's int16 bytes end below the
+   * floats still to be read. */
+  int16_t tmp[1024];
+  int16_t *dst = (int16_t *)(void *)x;
+  for (size_t i = 0; i < n; i += 1024) {
+    const size_t k = n - i < 1024 ? n - i : 1024;
+    for (size_t j = 0; j < k; j++) tmp[j] = (int16_t)(x[i + j] * 32768.0f);
+    memcpy(dst + i, tmp, k * sizeof *tmp);
+  }
+  fe->packed[ch] = 1;
+  return 1;
+}
+
+size_t ssae_cuda_fe_scores(const ssae_cuda_fe *fe, int ch, const float **scores) {
+  *scores = fe->dev ? ssae_fe_dev_scores(fe->dev, ch) : fe->cpu_scores + (size_t)ch * fe->max_rows;
+  return fe->ch[ch].n_scores;
+}
+
+size_t ssae_cuda_fe_frames(const ssae_cuda_fe *fe, int ch, const float **frames) {
+  if (!fe->cfg.keep_frames) {
+    *frames = NULL;
+    return 0;
+  }
+  if (fe->dev) {
+    const float *r = ssae_fe_dev_rows(fe->dev, ch);
+    *frames = r + fe->ch[ch].carry * (size_t)fe->M;
+  } else {
+    *frames = fe->cpu_frames + (size_t)ch * fe->max_rows * (size_t)fe->M;
+  }
+  return fe->ch[ch].n_frames;
+}

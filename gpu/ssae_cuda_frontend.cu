@@ -1,0 +1,545 @@
+/* The device half of the GPU front end (ssae_cuda_frontend_dev.h).
+ *
+ * One run is seven launches on one stream, then one wait:
+ *   append   the new samples (float, or int16 / 32768), read from mapped
+ *            page-locked memory, after each channel's hist
+ *   carry    each channel's cached frames and codes in front of its rows
+ *   frames   one block per new frame: window, FFT, power, mel, dB (double
+ *            precision: float rounding inside the FFT leaves errors of
+ *            0.01 dB on bins 80-90 dB under a frame's peak, ten times the
+ *            SPEC's parity, see dsp/ssae_fft.h), then the frame's
+ *            LayerNorm, slice encoder and GELU, once per frame
+ *   windows  one warp per window: its F codes, latent, bottleneck, the
+ *            folded decoder and the squared error against its F frames
+ *   save     each channel's last F-1 rows back to its cache
+ *   compact  each channel's newest n_fft samples to the front of the other
+ *            sample buffer (two buffers: no launch reads what it writes)
+ *   copies   scores (and frames) to page-locked host memory
+ * The model runs in double as the CPU reference does (ssae_cpu.c), so the
+ * scores agree with it to float rounding. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ssae_cuda_frontend_dev.h"
+
+namespace {
+
+/* The FFT in shared memory: n_fft complex doubles; sizes above this go to
+ * the CPU (the host half refuses them here). */
+const int kMaxPow2 = 8192;
+const int kMaxDft = 4096;
+const int kFrameThreads = 256;
+const int kWinWarps = 4;
+
+struct dev_tables {
+  const double *win, *mel_w, *encT, *enc_b, *B, *bnT, *bn_b, *D, *dec_b;
+  const double2 *tw; /* pow2: exp(-2 pi i k/N), k < N/2; else cos/sin of 2 pi k/N, k < N */
+  const int *mel_start, *mel_len, *mel_off;
+};
+
+struct dev_params {
+  int channels, n_fft, hop, half, center, reflect, pow2, log2n, n_bins, n_mels, pcm_i16;
+  double power;
+  int M, F, L, S, max_rows;
+  size_t max_block, buf_stride;
+};
+
+}  // namespace
+
+struct ssae_fe_dev {
+  ssae_fe_dev_cfg cfg;
+  dev_params p;
+  dev_tables t;
+  cudaStream_t stream;
+  int have_stream;
+  void *d_tables; /* one allocation behind t */
+  /* The input blocks: page-locked and mapped, read by fe_append straight
+   * over PCIe (only the samples each channel brings; no staging copy). */
+  void *h_in, *d_in_map;
+  float *d_buf[2];
+  int cur; /* which d_buf holds the hist */
+  ssae_fe_desc *d_desc, *h_desc;
+  float *d_rows, *d_cache_rows, *h_rows;
+  double *d_codes, *d_cache_codes;
+  float *d_scores, *h_scores;
+  size_t smem_frames;
+};
+
+#define CK(call, what)                                                                 \
+  do {                                                                                 \
+    cudaError_t e_ = (call);                                                           \
+    if (e_ != cudaSuccess)                                                             \
+      return ssae_err_set(err, "CUDA front end: %s: %s", what, cudaGetErrorString(e_)); \
+  } while (0)
+
+/* numpy's 'reflect' index (ssae_lm_reflect_index). */
+__device__ __forceinline__ long long reflect_index(long long j, long long n) {
+  if (n == 1) return 0;
+  long long period = 2 * (n - 1), m = j % period;
+  if (m < 0) m += period;
+  if (m >= n) m = period - m;
+  return m;
+}
+
+__global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in, float *buf) {
+  const int c = blockIdx.y;
+  const ssae_fe_desc d = desc[c];
+  float *dst = buf + (size_t)c * p.buf_stride + d.hlen;
+  const char *blk = (const char *)in + (size_t)c * p.max_block * (p.pcm_i16 ? 2 : 4);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d.n; i += gridDim.x * blockDim.x) {
+    if (d.i16)
+      dst[i] = (float)((const int16_t *)blk)[i] * (1.0f / 32768.0f);
+    else
+      dst[i] = ((const float *)blk)[i];
+  }
+}
+
+/* rows <- cache (dir 0, the carry in front) or cache <- last rows (dir 1). */
+__global__ void fe_cache(dev_params p, const ssae_fe_desc *desc, float *rows, double *codes,
+                         float *cache_rows, double *cache_codes, int dir) {
+  const int c = blockIdx.x;
+  const ssae_fe_desc d = desc[c];
+  const int keep_rows = p.F - 1;
+  int n, from;
+  if (dir == 0) {
+    n = d.carry;
+    from = 0;
+  } else {
+    const int total = d.carry + d.nnew;
+    n = d.end ? 0 : total < keep_rows ? total : keep_rows;
+    from = total - n;
+  }
+  float *r = rows + (size_t)c * p.max_rows * p.M;
+  double *k = codes + (size_t)c * p.max_rows * p.S;
+  float *cr = cache_rows + (size_t)c * keep_rows * p.M;
+  double *ck = cache_codes + (size_t)c * keep_rows * p.S;
+  for (int i = threadIdx.x; i < n * p.M; i += blockDim.x) {
+    if (dir == 0) r[i] = cr[i];
+    else cr[i] = r[(size_t)from * p.M + i];
+  }
+  for (int i = threadIdx.x; i < n * p.S; i += blockDim.x) {
+    if (dir == 0) k[i] = ck[i];
+    else ck[i] = k[(size_t)from * p.S + i];
+  }
+}
+
+__device__ __forceinline__ double gelu_d(double v) {
+  return 0.5 * v * (1.0 + erf(v * 0.70710678118654752440));
+}
+
+/* One block per new frame. Shared memory: the spectrum (n_fft double2),
+ * the power (n_bins doubles, non-power-of-two sizes), the dB bands
+ * (n_mels floats) and two doubles of LayerNorm statistics. */
+__global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
+                          const float *buf, float *rows, double *codes) {
+  extern __shared__ double2 sh[];
+  const int c = blockIdx.y, i = blockIdx.x;
+  const ssae_fe_desc d = desc[c];
+  if (i >= d.nnew) return;
+  const int N = p.n_fft, tid = threadIdx.x, nt = blockDim.x;
+  double *pw = (double *)(sh + N);
+  float *band = (float *)(pw + p.n_bins);
+  double *stats = (double *)(band + ((p.n_mels + 1) & ~1));
+  const long long start = (d.t0 + i) * p.hop - (p.center ? p.half : 0);
+  const long long n_total = d.n_in + d.n, base = d.n_in - d.hlen;
+  const float *s = buf + (size_t)c * p.buf_stride;
+  for (int k = tid; k < N; k += nt) {
+    const long long j = start + k;
+    float v;
+    if (j >= 0 && j < n_total) v = s[j - base];
+    else if (!p.reflect) v = 0.0f;
+    else if (!d.end && j < 0) v = s[-j - base];
+    else v = s[reflect_index(j, n_total) - base];
+    const double x = (double)v * t.win[k];
+    if (p.pow2) sh[__brev((unsigned)k) >> (32 - p.log2n)] = make_double2(x, 0.0);
+    else sh[k] = make_double2(x, 0.0);
+  }
+  __syncthreads();
+  if (p.pow2) {
+    /* Radix-2 decimation in time, in place. */
+    for (int len = 2; len <= N; len <<= 1) {
+      const int h = len >> 1, step = N / len;
+      for (int q = tid; q < N / 2; q += nt) {
+        const int a = (q / h) * len + (q % h), b = a + h;
+        const double2 w = t.tw[(q % h) * step], u = sh[a], x = sh[b];
+        const double2 v = make_double2(x.x * w.x - x.y * w.y, x.x * w.y + x.y * w.x);
+        sh[a] = make_double2(u.x + v.x, u.y + v.y);
+        sh[b] = make_double2(u.x - v.x, u.y - v.y);
+      }
+      __syncthreads();
+    }
+    for (int k = tid; k < p.n_bins; k += nt) pw[k] = sh[k].x * sh[k].x + sh[k].y * sh[k].y;
+  } else {
+    /* A plain DFT for the other even sizes (tw[k] = cos, sin of 2 pi k/N). */
+    for (int k = tid; k < p.n_bins; k += nt) {
+      double re = 0.0, im = 0.0;
+      long long idx = 0;
+      for (int n = 0; n < N; n++) {
+        const double2 w = t.tw[idx];
+        re += sh[n].x * w.x;
+        im -= sh[n].x * w.y;
+        idx += k;
+        if (idx >= N) idx -= N;
+      }
+      pw[k] = re * re + im * im;
+    }
+  }
+  __syncthreads();
+  if (p.power != 2.0)
+    for (int k = tid; k < p.n_bins; k += nt)
+      pw[k] = p.power == 1.0 ? sqrt(pw[k]) : pow(pw[k], 0.5 * p.power);
+  __syncthreads();
+  float *out = rows + ((size_t)c * p.max_rows + d.carry + i) * p.M;
+  for (int m = tid; m < p.n_mels; m += nt) {
+    const double *w = t.mel_w + t.mel_off[m];
+    const double *q = pw + t.mel_start[m];
+    double acc = 0.0;
+    for (int k = 0; k < t.mel_len[m]; k++) acc += w[k] * q[k];
+    const float v = (float)(4.3429448190325182 * log(acc + 2.220446049250313e-16));
+    band[m] = v;
+    out[m] = v;
+  }
+  __syncthreads();
+  /* LayerNorm statistics of the float frame (as ssae_normalise_f). */
+  if (tid < 32) {
+    double a = 0.0;
+    for (int m = tid; m < p.M; m += 32) a += (double)band[m];
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    const double mean = a / p.M;
+    double q = 0.0;
+    for (int m = tid; m < p.M; m += 32) {
+      const double e = (double)band[m] - mean;
+      q += e * e;
+    }
+    for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    if (tid == 0) {
+      stats[0] = mean;
+      stats[1] = 1.0 / sqrt(q / p.M + 1e-5);
+    }
+  }
+  __syncthreads();
+  double *code = codes + ((size_t)c * p.max_rows + d.carry + i) * p.S;
+  for (int o = tid; o < p.S; o += nt) {
+    double acc = t.enc_b[o];
+    for (int m = 0; m < p.M; m++)
+      acc += t.encT[(size_t)m * p.S + o] * (((double)band[m] - stats[0]) * stats[1]);
+    code[o] = gelu_d(acc);
+  }
+}
+
+/* One warp per window: window w of channel c is rows w .. w+F-1. Shared
+ * memory: 2 L doubles per warp. */
+__global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
+                           const float *rows, const double *codes, float *scores) {
+  extern __shared__ double wsh[];
+  const int c = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int w = blockIdx.x * kWinWarps + warp;
+  const ssae_fe_desc d = desc[c];
+  const int total = d.carry + d.nnew;
+  if (w > total - p.F) return; /* whole warps leave; no block barrier follows */
+  const int L = p.L, C = p.F * p.S, FM = p.F * p.M;
+  double *z = wsh + (size_t)warp * 2 * L, *zp = z + L;
+  const double *cv = codes + ((size_t)c * p.max_rows + w) * p.S;
+  double a = 0.0;
+  for (int l = lane; l < L; l += 32) {
+    double acc = 0.0;
+    for (int k = 0; k < C; k++) acc += t.B[(size_t)l * C + k] * cv[k];
+    z[l] = acc;
+    a += acc;
+  }
+  for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+  const double mean = a / L;
+  double q = 0.0;
+  for (int l = lane; l < L; l += 32) {
+    const double e = z[l] - mean;
+    q += e * e;
+  }
+  for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+  const double rstd = 1.0 / sqrt(q / L + 1e-5);
+  __syncwarp();
+  for (int o = lane; o < L; o += 32) {
+    double acc = t.bn_b[o];
+    for (int k = 0; k < L; k++) acc += t.bnT[(size_t)k * L + o] * ((z[k] - mean) * rstd);
+    zp[o] = gelu_d(acc);
+  }
+  __syncwarp();
+  const float *x = rows + ((size_t)c * p.max_rows + w) * p.M;
+  double e2 = 0.0;
+  for (int j = lane; j < FM; j += 32) {
+    double y = t.dec_b[j % p.M];
+    for (int k = 0; k < L; k++) y += t.D[(size_t)j * L + k] * zp[k];
+    const double e = y - (double)x[j];
+    e2 += e * e;
+  }
+  for (int o = 16; o > 0; o >>= 1) e2 += __shfl_xor_sync(0xffffffffu, e2, o);
+  if (lane == 0) scores[(size_t)c * p.max_rows + w] = (float)(e2 / FM);
+}
+
+__global__ void fe_compact(dev_params p, const ssae_fe_desc *desc, const float *src,
+                           float *dst) {
+  const int c = blockIdx.y;
+  const ssae_fe_desc d = desc[c];
+  const float *s = src + (size_t)c * p.buf_stride + (d.hlen + d.n - d.keep);
+  float *o = dst + (size_t)c * p.buf_stride;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d.keep; i += gridDim.x * blockDim.x)
+    o[i] = s[i];
+}
+
+extern "C" int ssae_fe_dev_present(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+extern "C" void ssae_fe_dev_free(ssae_fe_dev *d) {
+  if (!d) return;
+  if (d->have_stream) {
+    cudaSetDevice(d->cfg.device);
+    cudaStreamSynchronize(d->stream);
+    cudaStreamDestroy(d->stream);
+  }
+  cudaFree(d->d_tables);
+  cudaFree(d->d_buf[0]);
+  cudaFree(d->d_buf[1]);
+  cudaFree(d->d_desc);
+  cudaFree(d->d_rows);
+  cudaFree(d->d_cache_rows);
+  cudaFree(d->d_codes);
+  cudaFree(d->d_cache_codes);
+  cudaFree(d->d_scores);
+  cudaFreeHost(d->h_in);
+  cudaFreeHost(d->h_desc);
+  cudaFreeHost(d->h_rows);
+  cudaFreeHost(d->h_scores);
+  free(d);
+}
+
+/* Appends n bytes of src to the table image at *off (16-byte aligned). */
+static size_t table_put(char *img, size_t *off, const void *src, size_t n) {
+  size_t at = *off;
+  if (img) memcpy(img + at, src, n);
+  *off = (at + n + 15) & ~(size_t)15;
+  return at;
+}
+
+static int build_tables(ssae_fe_dev *d, ssae_err *err) {
+  const ssae_fe_dev_cfg *g = &d->cfg;
+  const int N = g->n_fft, pow2 = d->p.pow2, ntw = pow2 ? N / 2 : N;
+  double2 *tw = (double2 *)malloc(sizeof *tw * (size_t)ntw);
+  if (!tw) return ssae_err_set(err, "out of memory for the GPU front end's tables");
+  for (int k = 0; k < ntw; k++) {
+    const double a = 2.0 * M_PI * k / N;
+    tw[k] = pow2 ? make_double2(cos(a), -sin(a)) : make_double2(cos(a), sin(a));
+  }
+  const size_t M = (size_t)g->M, S = (size_t)g->S, L = (size_t)g->L, F = (size_t)g->F;
+  struct part {
+    const void *src;
+    size_t n;
+  } parts[] = {{g->win, sizeof(double) * (size_t)N},
+               {g->mel_w, sizeof(double) * (size_t)g->mel_nw},
+               {g->encT, sizeof(double) * M * S},
+               {g->enc_b, sizeof(double) * S},
+               {g->B, sizeof(double) * L * F * S},
+               {g->bnT, sizeof(double) * L * L},
+               {g->bn_b, sizeof(double) * L},
+               {g->D, sizeof(double) * F * M * L},
+               {g->dec_b, sizeof(double) * M},
+               {tw, sizeof(double2) * (size_t)ntw},
+               {g->mel_start, sizeof(int) * (size_t)g->n_mels},
+               {g->mel_len, sizeof(int) * (size_t)g->n_mels},
+               {g->mel_off, sizeof(int) * (size_t)g->n_mels}};
+  const int np = (int)(sizeof parts / sizeof parts[0]);
+  size_t total = 0, at[13];
+  for (int i = 0; i < np; i++) table_put(NULL, &total, parts[i].src, parts[i].n);
+  char *img = (char *)malloc(total);
+  if (!img) {
+    free(tw);
+    return ssae_err_set(err, "out of memory for the GPU front end's tables");
+  }
+  size_t off = 0;
+  for (int i = 0; i < np; i++) at[i] = table_put(img, &off, parts[i].src, parts[i].n);
+  free(tw);
+  cudaError_t e = cudaMalloc(&d->d_tables, total);
+  if (e == cudaSuccess) e = cudaMemcpy(d->d_tables, img, total, cudaMemcpyHostToDevice);
+  free(img);
+  CK(e, "uploading the tables");
+  char *b = (char *)d->d_tables;
+  d->t.win = (const double *)(b + at[0]);
+  d->t.mel_w = (const double *)(b + at[1]);
+  d->t.encT = (const double *)(b + at[2]);
+  d->t.enc_b = (const double *)(b + at[3]);
+  d->t.B = (const double *)(b + at[4]);
+  d->t.bnT = (const double *)(b + at[5]);
+  d->t.bn_b = (const double *)(b + at[6]);
+  d->t.D = (const double *)(b + at[7]);
+  d->t.dec_b = (const double *)(b + at[8]);
+  d->t.tw = (const double2 *)(b + at[9]);
+  d->t.mel_start = (const int *)(b + at[10]);
+  d->t.mel_len = (const int *)(b + at[11]);
+  d->t.mel_off = (const int *)(b + at[12]);
+  return 0;
+}
+
+extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *err) {
+  const int N = cfg->n_fft, pow2 = (N & (N - 1)) == 0;
+  if (N > (pow2 ? kMaxPow2 : kMaxDft)) {
+    ssae_err_set(err, "the GPU front end takes n_fft up to %d (%s), not %d",
+                 pow2 ? kMaxPow2 : kMaxDft, pow2 ? "powers of two" : "other sizes", N);
+    return NULL;
+  }
+  /* channels: the launches' grid.y (65535 at most). */
+  if (cfg->channels < 1 || cfg->channels > 65535 || cfg->max_block < 1 || cfg->max_block > (1u << 30) ||
+      cfg->max_rows < cfg->F || cfg->M != cfg->n_mels) {
+    ssae_err_set(err, "GPU front end: bad sizes (%d channels, %zu samples a block)",
+                 cfg->channels, cfg->max_block);
+    return NULL;
+  }
+  ssae_fe_dev *d = (ssae_fe_dev *)calloc(1, sizeof *d);
+  if (!d) {
+    ssae_err_set(err, "out of memory for the GPU front end");
+    return NULL;
+  }
+  d->cfg = *cfg;
+  dev_params &p = d->p;
+  p.channels = cfg->channels;
+  p.n_fft = N;
+  p.hop = cfg->hop;
+  p.half = N / 2;
+  p.center = cfg->center;
+  p.reflect = cfg->reflect;
+  p.pow2 = pow2;
+  p.log2n = 0;
+  while ((1 << p.log2n) < N) p.log2n++;
+  p.n_bins = N / 2 + 1;
+  p.n_mels = cfg->n_mels;
+  p.pcm_i16 = cfg->pcm_i16;
+  p.power = cfg->power;
+  p.M = cfg->M;
+  p.F = cfg->F;
+  p.L = cfg->L;
+  p.S = cfg->S;
+  p.max_rows = cfg->max_rows;
+  p.max_block = cfg->max_block;
+  p.buf_stride = (size_t)N + cfg->max_block;
+  d->smem_frames = sizeof(double2) * (size_t)N + sizeof(double) * (size_t)p.n_bins +
+                   sizeof(float) * (size_t)((p.n_mels + 1) & ~1) + 2 * sizeof(double);
+  const size_t ch = (size_t)cfg->channels, rows = ch * (size_t)cfg->max_rows;
+  const size_t in_bytes = ch * cfg->max_block * (cfg->pcm_i16 ? 2 : 4);
+  const size_t cache = ch * (size_t)(cfg->F - 1);
+  cudaError_t e = cudaSetDevice(cfg->device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) d->have_stream = 1;
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fe_frames, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)d->smem_frames);
+  if (e == cudaSuccess) e = cudaMalloc(&d->d_buf[0], sizeof(float) * ch * p.buf_stride);
+  if (e == cudaSuccess) e = cudaMalloc(&d->d_buf[1], sizeof(float) * ch * p.buf_stride);
+  if (e == cudaSuccess) e = cudaMalloc(&d->d_desc, sizeof(ssae_fe_desc) * ch);
+  if (e == cudaSuccess) e = cudaMalloc(&d->d_rows, sizeof(float) * rows * (size_t)p.M);
+  if (e == cudaSuccess) e = cudaMalloc(&d->d_codes, sizeof(double) * rows * (size_t)p.S);
+  if (e == cudaSuccess && cache)
+    e = cudaMalloc(&d->d_cache_rows, sizeof(float) * cache * (size_t)p.M);
+  if (e == cudaSuccess && cache)
+    e = cudaMalloc(&d->d_cache_codes, sizeof(double) * cache * (size_t)p.S);
+  if (e == cudaSuccess) e = cudaMalloc(&d->d_scores, sizeof(float) * rows);
+  if (e == cudaSuccess)
+    e = cudaHostAlloc(&d->h_in, in_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess) e = cudaHostGetDevicePointer(&d->d_in_map, d->h_in, 0);
+  if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_desc, sizeof(ssae_fe_desc) * ch);
+  if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_scores, sizeof(float) * rows);
+  if (e == cudaSuccess && cfg->keep_frames)
+    e = cudaMallocHost((void **)&d->h_rows, sizeof(float) * rows * (size_t)p.M);
+  /* Defined contents everywhere (the result copies take whole arrays;
+   * compute-sanitizer's initcheck stays quiet). */
+  if (e == cudaSuccess) e = cudaMemset(d->d_rows, 0, sizeof(float) * rows * (size_t)p.M);
+  if (e == cudaSuccess) e = cudaMemset(d->d_codes, 0, sizeof(double) * rows * (size_t)p.S);
+  if (e == cudaSuccess) e = cudaMemset(d->d_scores, 0, sizeof(float) * rows);
+  if (e != cudaSuccess) {
+    ssae_err_set(err, "CUDA front end: setting up %zu channels: %s", ch, cudaGetErrorString(e));
+    ssae_fe_dev_free(d);
+    return NULL;
+  }
+  memset(d->h_desc, 0, sizeof(ssae_fe_desc) * ch);
+  if (build_tables(d, err)) {
+    ssae_fe_dev_free(d);
+    return NULL;
+  }
+  return d;
+}
+
+extern "C" void *ssae_fe_dev_block(ssae_fe_dev *d, int ch) {
+  return (char *)d->h_in + (size_t)ch * d->cfg.max_block * (d->cfg.pcm_i16 ? 2 : 4);
+}
+
+extern "C" ssae_fe_desc *ssae_fe_dev_desc(ssae_fe_dev *d) { return d->h_desc; }
+
+extern "C" const float *ssae_fe_dev_scores(const ssae_fe_dev *d, int ch) {
+  return d->h_scores + (size_t)ch * d->cfg.max_rows;
+}
+
+extern "C" const float *ssae_fe_dev_rows(const ssae_fe_dev *d, int ch) {
+  return d->h_rows ? d->h_rows + (size_t)ch * d->cfg.max_rows * d->cfg.M : NULL;
+}
+
+extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err) {
+  const dev_params &p = d->p;
+  const int ch = p.channels;
+  int max_n = 0, max_new = 0, max_win = 0;
+  for (int c = 0; c < ch; c++) {
+    const ssae_fe_desc *g = &d->h_desc[c];
+    if (g->n > max_n) max_n = g->n;
+    if (g->nnew > max_new) max_new = g->nnew;
+    if (g->carry + g->nnew - p.F + 1 > max_win) max_win = g->carry + g->nnew - p.F + 1;
+  }
+  cudaStream_t s = d->stream;
+  CK(cudaSetDevice(d->cfg.device), "selecting the device");
+  CK(cudaMemcpyAsync(d->d_desc, d->h_desc, sizeof(ssae_fe_desc) * (size_t)ch,
+                     cudaMemcpyHostToDevice, s),
+     "descriptor copy");
+  float *cur = d->d_buf[d->cur], *next = d->d_buf[1 - d->cur];
+  if (max_n) {
+    dim3 grid((unsigned)((max_n + 255) / 256 < 64 ? (max_n + 255) / 256 : 64), (unsigned)ch);
+    fe_append<<<grid, poison ? 0 : 256, 0, s>>>(p, d->d_desc, d->d_in_map, cur);
+    CK(cudaGetLastError(), "append launch");
+  }
+  if (p.F > 1) {
+    fe_cache<<<ch, 128, 0, s>>>(p, d->d_desc, d->d_rows, d->d_codes, d->d_cache_rows,
+                                d->d_cache_codes, 0);
+    CK(cudaGetLastError(), "carry launch");
+  }
+  if (max_new) {
+    fe_frames<<<dim3((unsigned)max_new, (unsigned)ch), kFrameThreads, d->smem_frames, s>>>(
+        p, d->t, d->d_desc, cur, d->d_rows, d->d_codes);
+    CK(cudaGetLastError(), "frame launch");
+  }
+  if (max_win > 0) {
+    fe_windows<<<dim3((unsigned)((max_win + kWinWarps - 1) / kWinWarps), (unsigned)ch),
+                 32 * kWinWarps, sizeof(double) * 2 * (size_t)p.L * kWinWarps, s>>>(
+        p, d->t, d->d_desc, d->d_rows, d->d_codes, d->d_scores);
+    CK(cudaGetLastError(), "window launch");
+  }
+  if (p.F > 1) {
+    fe_cache<<<ch, 128, 0, s>>>(p, d->d_desc, d->d_rows, d->d_codes, d->d_cache_rows,
+                                d->d_cache_codes, 1);
+    CK(cudaGetLastError(), "cache launch");
+  }
+  {
+    dim3 grid((unsigned)((p.n_fft + 255) / 256), (unsigned)ch);
+    fe_compact<<<grid, 256, 0, s>>>(p, d->d_desc, cur, next);
+    CK(cudaGetLastError(), "compact launch");
+  }
+  const size_t rows = (size_t)ch * (size_t)p.max_rows;
+  if (max_win > 0)
+    CK(cudaMemcpyAsync(d->h_scores, d->d_scores, sizeof(float) * rows, cudaMemcpyDeviceToHost, s),
+       "score copy");
+  if (d->h_rows && max_new)
+    CK(cudaMemcpyAsync(d->h_rows, d->d_rows, sizeof(float) * rows * (size_t)p.M,
+                       cudaMemcpyDeviceToHost, s),
+       "frame copy");
+  CK(cudaStreamSynchronize(s), "running the front end");
+  d->cur = 1 - d->cur;
+  return 0;
+}

@@ -1,0 +1,98 @@
+/* The GPU front end: PCM in, window scores out, for many streams at once
+ * (offline: one stream per file; live: one per channel).
+ *
+ * Each run takes a block of samples for every channel (any sizes up to
+ * max_block, zero included) and makes, on the device, every log-mel frame
+ * the blocks complete (SPEC section 1: periodic Hann, FFT, power, Slaney
+ * mel, dB; double precision where float is not enough), the frames' slice
+ * codes (each frame encoded once), and the score of every window they
+ * complete (SPEC section 2). The frames are those of the CPU front end
+ * (dsp/ssae_logmel.h) for any block sizes: a channel's stream state (the
+ * newest n_fft samples, the last F-1 frames and codes) stays on the device
+ * between runs, and ending a channel's stream (end[ch]) adds the end
+ * padding as ssae_logmel_flush does, then starts the channel afresh.
+ *
+ * The same object also runs every step on the CPU (dsp's frame code and
+ * ssae_cpu_score_frames) from a copy of the stream state it keeps on the
+ * host: with cfg.cpu set, or after a CUDA error, when it moves to the CPU
+ * for good and re-runs the failed step there: no window is lost, and
+ * ssae_cuda_fe_note says why it moved. Test hook: SSAE_CUDA_FAIL_AFTER=N
+ * in the environment at creation makes every run after the first N fail
+ * on the device with a real CUDA error (an invalid launch configuration).
+ *
+ * Not for the audio thread (runs wait for the device); the live engine's
+ * worker calls it. One call at a time per object. */
+#ifndef SSAE_CUDA_FRONTEND_H
+#define SSAE_CUDA_FRONTEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { SSAE_FE_PCM_F32 = 0, SSAE_FE_PCM_I16 = 1 } ssae_fe_pcm;
+
+typedef struct ssae_cuda_fe_cfg {
+  int channels;     /* streams per run (up to 65535 on the GPU) */
+  size_t max_block; /* samples per channel per run, at most */
+  ssae_fe_pcm pcm;  /* float in [-1, 1), or 16-bit (divided by 32768 on the device) */
+  int device;       /* CUDA device index */
+  int cpu;          /* 1: run on the CPU only (the reference; hosts without a GPU) */
+  int keep_frames;  /* 1: also return the log-mel frames (tests, pictures) */
+} ssae_cuda_fe_cfg;
+
+typedef struct ssae_cuda_fe ssae_cuda_fe;
+
+/* Frames and windows follow m->feat and m->d. Fails (NULL with err) when
+ * the device cannot be set up, or for n_fft above 8192 (4096 for sizes
+ * that are not powers of two) unless cfg->cpu. */
+ssae_cuda_fe *ssae_cuda_fe_new(const ssae_model *m, const ssae_cuda_fe_cfg *cfg, ssae_err *err);
+/* Accepts half-built objects and NULL. */
+void ssae_cuda_fe_free(ssae_cuda_fe *fe);
+
+/* Where the caller puts channel ch's samples for the next run: max_block
+ * samples of the cfg's format (page-locked memory on the GPU path). */
+void *ssae_cuda_fe_block(ssae_cuda_fe *fe, int ch);
+
+/* For a float front end: when each of channel ch's first n samples is
+ * k/32768 for a 16-bit k (16-bit audio: what libsndfile gives for it),
+ * rewrites the block in place as int16 for the next run, which halves the
+ * bytes the device reads over PCIe; returns 1 then, else 0 (the block is
+ * unchanged). The frames are the same either way. May be called for
+ * different channels on different threads at once (not during a run). */
+int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n);
+
+/* One run: channel ch takes n[ch] samples from its block (n[ch] <=
+ * max_block); end NULL, or end[ch] != 0 to end channel ch's stream after
+ * them. 0, or -1 with err when the CPU path fails too (out of range n, no
+ * memory): results are then unspecified and the streams must be ended. */
+int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end, ssae_err *err);
+
+/* The last run's results for channel ch, valid until the next run: its
+ * window scores in stream order (the return value counts them), and its
+ * new log-mel frames (n_mels floats each; only with keep_frames, else
+ * *frames NULL). */
+size_t ssae_cuda_fe_scores(const ssae_cuda_fe *fe, int ch, const float **scores);
+size_t ssae_cuda_fe_frames(const ssae_cuda_fe *fe, int ch, const float **frames);
+
+/* Frames a channel can produce in one run, at most. */
+size_t ssae_cuda_fe_max_frames(const ssae_cuda_fe *fe);
+
+/* 1 while the object runs on the GPU. */
+int ssae_cuda_fe_on_gpu(const ssae_cuda_fe *fe);
+/* "" on the GPU or with cfg.cpu; otherwise the CUDA error that moved it to
+ * the CPU. */
+const char *ssae_cuda_fe_note(const ssae_cuda_fe *fe);
+
+/* 1 when a CUDA device is present. */
+int ssae_cuda_fe_device_present(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

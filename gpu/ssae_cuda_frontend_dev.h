@@ -1,0 +1,89 @@
+/* The device half of the GPU front end (internal to gpu/ssae_cuda_frontend*):
+ * buffers, tables and kernels on one CUDA device. The host half
+ * (ssae_cuda_frontend.c) decides which frames and windows each run makes,
+ * keeps the per-channel bookkeeping and a CPU path of the same steps, and
+ * fills the descriptors below; this half only executes them.
+ *
+ * Per channel the device keeps the newest n_fft samples of its stream (hist:
+ * a frame not yet made starts after the newest n_fft samples, and the end
+ * reflection reaches back n_fft/2 + 1, as in dsp/ssae_logmel.c), and the
+ * log-mel frames and slice codes of its last F-1 frames (a window's first
+ * F-1 frames are its predecessor's last F-1: each frame is encoded once). */
+#ifndef SSAE_CUDA_FRONTEND_DEV_H
+#define SSAE_CUDA_FRONTEND_DEV_H
+
+#include <stddef.h>
+
+#include "ssae_err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What one run does on one channel (filled by the host half). */
+typedef struct ssae_fe_desc {
+  long long n_in; /* stream samples before this run */
+  long long t0;   /* first frame made in this run */
+  int hlen;       /* samples of hist on the device before this run (min(n_fft, n_in)) */
+  int n;          /* new samples in this run */
+  int end;        /* the stream ends after them: samples past it are padding */
+  int nnew;       /* frames made in this run: t0 .. t0+nnew-1 */
+  int carry;      /* frames (and codes) before t0 kept from earlier runs, <= F-1 */
+  int keep;       /* samples of hist after this run (min(n_fft, n_in + n)) */
+  int i16;        /* this run's block holds int16 samples (else float) */
+} ssae_fe_desc;
+
+/* The tables, built on the host in double precision. */
+typedef struct ssae_fe_dev_cfg {
+  int device, channels, pcm_i16, keep_frames;
+  size_t max_block; /* samples per channel per run */
+  int max_rows;     /* carry + frames per channel per run, at most */
+  /* Features. */
+  int n_fft, hop, center, reflect, n_mels;
+  double power;
+  const double *win;   /* periodic Hann, n_fft */
+  const int *mel_start, *mel_len, *mel_off; /* n_mels each: band m's bins and weights */
+  const double *mel_w; /* mel_nw weights */
+  int mel_nw;
+  /* The model, folded (LayerNorm affine into the next Linear; D_f = W_d B_f^T). */
+  int M, F, L, S;
+  const double *encT;  /* [M][S] */
+  const double *enc_b; /* [S] */
+  const double *B;     /* [L][F*S] normalised basis */
+  const double *bnT;   /* [L][L]: bnT[i*L+o] */
+  const double *bn_b;  /* [L] */
+  const double *D;     /* [F*M][L]: row f*M+m */
+  const double *dec_b; /* [M] */
+} ssae_fe_dev_cfg;
+
+typedef struct ssae_fe_dev ssae_fe_dev;
+
+/* 1 when a CUDA device is present. */
+int ssae_fe_dev_present(void);
+
+/* NULL with err on a CUDA failure or sizes the device cannot take. */
+ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *err);
+void ssae_fe_dev_free(ssae_fe_dev *d);
+
+/* Page-locked input of channel ch: max_block samples (float, or int16 when
+ * pcm_i16; a float block may hold int16 samples, see ssae_fe_desc.i16). */
+void *ssae_fe_dev_block(ssae_fe_dev *d, int ch);
+/* Page-locked descriptors, one per channel, filled before each run. */
+ssae_fe_desc *ssae_fe_dev_desc(ssae_fe_dev *d);
+
+/* Copies the inputs and descriptors in, makes the frames and scores, copies
+ * them out, and waits. poison: launch with an invalid configuration (the
+ * SSAE_CUDA_FAIL_AFTER test hook: the real CUDA error path). -1 with err
+ * on any CUDA error; the object is then unusable. */
+int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err);
+
+/* After a run, page-locked: channel ch's window scores (in order), and its
+ * rows (carry + nnew frames of n_mels floats; the new frames from row
+ * carry on; only with keep_frames). */
+const float *ssae_fe_dev_scores(const ssae_fe_dev *d, int ch);
+const float *ssae_fe_dev_rows(const ssae_fe_dev *d, int ch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

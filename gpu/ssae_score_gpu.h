@@ -1,0 +1,68 @@
+/* Offline scoring of many files on the GPU front end (`ssae score
+ * --backend cuda`): CPU threads decode (libsndfile, resampling, channel
+ * selection: ssae_audio_read, the very samples of the CPU path) straight
+ * into page-locked blocks, and everything else (log-mel frames, windows,
+ * the model) runs on the GPU, many files per run, each file one stream of
+ * the front end (gpu/ssae_cuda_frontend.h). Two sets of streams take turns:
+ * while one set runs on the GPU the threads decode the next blocks of the
+ * other. Results come back in input order.
+ *
+ * Test hook: SSAE_SCORE_GPU_ON_CPU=1 in the environment runs the front
+ * end's CPU path (same pipeline, no GPU needed). */
+#ifndef SSAE_SCORE_GPU_H
+#define SSAE_SCORE_GPU_H
+
+#include <stddef.h>
+
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ssae_scored_file {
+  size_t index;         /* in paths */
+  const char *path;
+  const float *scores;  /* n_windows window scores (NULL on error) */
+  size_t n_windows;
+  const char *error;    /* NULL when scored; the message naming the file */
+} ssae_scored_file;
+
+/* Called on the calling thread, in input order. */
+typedef void (*ssae_scored_file_cb)(void *user, const ssae_scored_file *f);
+
+typedef struct ssae_score_gpu_opts {
+  int channel; /* an index or SSAE_CHANNEL_MIX (ssae_audio.h) */
+  int jobs;    /* decoding threads (0: all cores) */
+  int device;  /* CUDA device */
+  int files;   /* files per run in each set (0: 256) */
+  size_t block; /* samples per file per run (0: 65536) */
+} ssae_score_gpu_opts;
+
+/* Scores every path. -1 with err only when the GPU front end cannot be set
+ * up (nothing was reported then: the caller can score on the CPU); a file
+ * that fails is reported through cb with its error. *note: "" or why the
+ * front end moved to the CPU part way (CUDA error; no file lost). */
+int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
+                         const ssae_score_gpu_opts *o, ssae_scored_file_cb cb, void *user,
+                         ssae_err *note, ssae_err *err);
+
+/* Whether `auto` should take this path for these files: a CUDA device is
+ * present and the files hold at least SSAE_SCORE_GPU_BYTES_PER_CORE bytes
+ * per online core together. Why that holds (never more than 5 % slower
+ * than the CPU path): the CPU path scores about 175 MB of 16-bit 16 kHz
+ * files per second per core (10,000 ten-second clips, 3.2 GB, in 1.15 s on
+ * 16 cores); the GPU path pays a fixed set-up of at most about 0.3 s (CUDA
+ * context, tables, page-locked buffers) and then runs at least twice as
+ * fast as the CPU path. GPU <= 1.05 CPU needs 0.3 s <= bytes x (1.05 - 0.5)
+ * / (175 MB/s x cores), i.e. bytes >= 95 MB per core; 128 MB per core keeps
+ * a margin (2 GB on 16 cores: the 10,000-clip set takes the GPU, a few
+ * hundred clips stay on the CPU). */
+#define SSAE_SCORE_GPU_BYTES_PER_CORE (128ll << 20)
+int ssae_score_gpu_worth_it(char *const *paths, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,123 @@
+"""`ssae score --backend cuda` on the GPU front end (gpu/ssae_score_gpu.h)
+against `--backend cpu`: the same lines, errors and --windows file.
+
+Files: 300 short clips (more than one run's slots: slots are reused), long
+ones (several runs per file), a 48 kHz one (resampled), a file too short
+for a window and one that is not audio, in one call.
+
+- Everywhere: the pipeline on the front end's CPU path (the test hook
+  SSAE_SCORE_GPU_ON_CPU=1): output identical to --backend cpu, byte for
+  byte (the same frame and model code).
+- With a CUDA device: the real GPU path: the same files, windows and
+  verdicts, scores within 1e-5 relative (SPEC section 2); and the
+  SSAE_CUDA_FAIL_AFTER hook (the front end moves to the CPU part way):
+  every file still scored.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+ssae = os.environ.get("SSAE")
+build = os.environ.get("SSAE_BUILD_ROOT")
+if not ssae or not build:
+    print("SSAE / SSAE_BUILD_ROOT not set: skipped")
+    sys.exit(77)
+gen = os.path.join(build, "tools", "ssae-gen")
+if not os.path.exists(gen):
+    print("ssae-gen not built: skipped")
+    sys.exit(77)
+
+fails = 0
+
+
+def fail(msg):
+    global fails
+    print("FAIL:", msg)
+    fails += 1
+
+
+def score(d, backend, env_extra, wfile):
+    env = dict(os.environ)
+    env.update(env_extra)
+    p = subprocess.run([ssae, "score", "-q", "--backend", backend, "--windows", wfile, d],
+                       capture_output=True, text=True, env=env)
+    with open(wfile) as f:
+        windows = f.read()
+    return p.returncode, p.stdout, p.stderr, windows
+
+
+def errors(stderr):
+    return sorted(l for l in stderr.splitlines() if "files failed" in l or ".wav" in l)
+
+
+def compare_scores(what, ref, got, tol, col):
+    """Lines of tab-separated fields: all equal but column col, a score
+    within tol relative."""
+    a, b = ref.splitlines(), got.splitlines()
+    if len(a) != len(b):
+        fail(f"{what}: {len(b)} lines, cpu {len(a)}")
+        return
+    for la, lb in zip(a, b):
+        fa, fb = la.split("\t"), lb.split("\t")
+        if len(fa) != len(fb) or [v for i, v in enumerate(fa) if i != col] != \
+                [v for i, v in enumerate(fb) if i != col]:
+            fail(f"{what}: '{lb}' against cpu '{la}'")
+            continue
+        if fa[col] == fb[col]:
+            continue
+        x, y = float(fa[col]), float(fb[col])
+        if abs(x - y) > tol * max(abs(x), 1e-30):
+            fail(f"{what}: score {y} against cpu {x}")
+
+
+with tempfile.TemporaryDirectory() as d:
+    clips = os.path.join(d, "clips")
+    os.makedirs(clips)
+    jobs = []
+    for i in range(300):
+        jobs.append([gen, "--seed", str(i + 1), "--seconds", "0.3", "-o",
+                     os.path.join(clips, f"short{i:03d}.wav")])
+    for i, sec in enumerate(["9.7", "13", "31"]):
+        jobs.append([gen, "--seed", str(1000 + i), "--seconds", sec, "--anomaly", "clicks",
+                     "-o", os.path.join(clips, f"long{i}.wav")])
+    jobs.append([gen, "--seed", "7", "--seconds", "5", "--rate", "48000", "-o",
+                 os.path.join(clips, "rate48k.wav")])
+    jobs.append([gen, "--seed", "8", "--seconds", "0.1", "-o",
+                 os.path.join(clips, "tooshort.wav")])
+    for j in jobs:
+        subprocess.run(j, check=True, capture_output=True)
+    with open(os.path.join(clips, "notaudio.wav"), "w") as f:
+        f.write("not a wave file\n")
+
+    ref = score(clips, "cpu", {}, os.path.join(d, "w_cpu.tsv"))
+    if ref[0] != 1 or len(ref[1].splitlines()) != 304:
+        fail(f"cpu reference: rc={ref[0]}, {len(ref[1].splitlines())} lines\n{ref[2]}")
+    hook = score(clips, "cuda", {"SSAE_SCORE_GPU_ON_CPU": "1"}, os.path.join(d, "w_hook.tsv"))
+    if hook[0] != ref[0] or hook[1] != ref[1] or hook[3] != ref[3]:
+        fail(f"CPU path of the GPU pipeline differs from --backend cpu: rc={hook[0]}\n{hook[2]}")
+    if errors(hook[2]) != errors(ref[2]):
+        fail(f"errors differ:\n{hook[2]}\nagainst\n{ref[2]}")
+
+    probe = subprocess.run([os.path.join(build, "tests", "gpu", "test_cuda_frontend"), "--probe"],
+                           capture_output=True, text=True)
+    if probe.returncode == 0:
+        gpu = score(clips, "cuda", {}, os.path.join(d, "w_gpu.tsv"))
+        if gpu[0] != ref[0] or errors(gpu[2]) != errors(ref[2]):
+            fail(f"GPU: rc={gpu[0]}\n{gpu[2]}")
+        if "went on on the CPU" in gpu[2]:
+            fail(f"GPU: left the GPU:\n{gpu[2]}")
+        compare_scores("GPU file scores", ref[1], gpu[1], 1e-5, 1)
+        compare_scores("GPU window scores", ref[3], gpu[3], 1e-5, 3)
+        fb = score(clips, "cuda", {"SSAE_CUDA_FAIL_AFTER": "1"}, os.path.join(d, "w_fb.tsv"))
+        if fb[0] != ref[0] or "went on on the CPU" not in fb[2]:
+            fail(f"GPU failure hook: rc={fb[0]}\n{fb[2]}")
+        compare_scores("fallback file scores", ref[1], fb[1], 1e-5, 1)
+        compare_scores("fallback window scores", ref[3], fb[3], 1e-5, 3)
+    else:
+        print("no CUDA device: the GPU part skipped")
+
+if fails:
+    print(f"{fails} failures")
+    sys.exit(1)
+print("ok")

@@ -1,0 +1,125 @@
+#!/bin/bash
+# Offline scoring, side by side in one call: `ssae score --backend cuda`
+# (the GPU front end: decode on CPU threads, everything else on the GPU),
+# `--backend cpu`, and the PyTorch GPU pipeline a user would write
+# (tools/bench/torch_gpu_pipeline.py: torchaudio MelSpectrogram on the GPU
+# + the SPEC module), on N generated ten-second clips (tools/ssae-gen).
+#
+#   tools/bench/bench_gpu_frontend.sh [-b BUILD_DIR] [-n CLIPS] [-r ROUNDS] [-d DIR]
+#
+# Prints a table (wall seconds per round, the median, clips/s), checks that
+# the cuda and cpu file scores agree (1e-5 relative), and prints the
+# per-window limits of the GPU path computed from the kernels' arithmetic
+# and data movement (gpu/ssae_cuda_frontend.cu): PCIe bytes per second of
+# audio, FLOPs per window, HBM bytes per window.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD=$ROOT/build
+N=10000
+ROUNDS=3
+DIR=/tmp/ssae_bench_gpu_clips
+while getopts "b:n:r:d:" opt; do
+  case $opt in
+    b) BUILD=$OPTARG ;;
+    n) N=$OPTARG ;;
+    r) ROUNDS=$OPTARG ;;
+    d) DIR=$OPTARG ;;
+    *) echo "usage: $0 [-b BUILD_DIR] [-n CLIPS] [-r ROUNDS] [-d DIR]" >&2; exit 2 ;;
+  esac
+done
+SSAE=$BUILD/ssae
+GEN=$BUILD/tools/ssae-gen
+MODEL=$ROOT/src/model/default.safetensors
+for f in "$SSAE" "$GEN"; do
+  [ -x "$f" ] || { echo "$f: not built" >&2; exit 1; }
+done
+
+# The clips: ssae-gen is deterministic, so a complete set is reused.
+mkdir -p "$DIR"
+have=$(find "$DIR" -name 'clip*.wav' | wc -l)
+if [ "$have" -ne "$N" ]; then
+  rm -f "$DIR"/clip*.wav
+  echo "generating $N clips in $DIR ..." >&2
+  seq 1 "$N" | xargs -P "$(nproc)" -I{} "$GEN" --seed {} --seconds 10 -o "$DIR/clip{}.wav"
+fi
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+
+now() { date +%s.%N; }
+run_timed() { # name, command...: appends the wall seconds to $OUT/name.t
+  local name=$1; shift
+  local t0 t1
+  t0=$(now)
+  if "$@" > "$OUT/$name.out" 2> "$OUT/$name.err"; then :; else
+    echo "$name failed (status $?):" >&2; tail -5 "$OUT/$name.err" >&2; echo fail >> "$OUT/$name.t"; return 0
+  fi
+  t1=$(now)
+  echo "$t1 - $t0" | bc -l >> "$OUT/$name.t"
+}
+
+TORCH_OK=1
+/usr/bin/python3 -c "import torch, torchaudio, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+  2>/dev/null || TORCH_OK=0
+for r in $(seq 1 "$ROUNDS"); do
+  echo "round $r/$ROUNDS ..." >&2
+  run_timed cuda "$SSAE" score -q --backend cuda "$DIR"
+  run_timed cpu "$SSAE" score -q --backend cpu "$DIR"
+  if [ $TORCH_OK = 1 ]; then
+    run_timed torch /usr/bin/python3 "$HERE/torch_gpu_pipeline.py" "$MODEL" "$DIR"/clip*.wav
+  fi
+done
+if grep -q "went on on the CPU" "$OUT/cuda.err"; then
+  echo "WARNING: the GPU front end fell back to the CPU:" >&2; cat "$OUT/cuda.err" >&2
+fi
+
+/usr/bin/python3 - "$OUT" "$N" "$TORCH_OK" <<'EOF'
+import statistics, sys
+out, n, torch_ok = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+rows = [("ssae score --backend cuda", "cuda"), ("ssae score --backend cpu", "cpu")]
+if torch_ok:
+    rows.append(("PyTorch GPU (torchaudio + module)", "torch"))
+med = {}
+print(f"{'pipeline':36s} {'rounds (s)':28s} {'median s':>9s} {'clips/s':>9s}")
+for label, key in rows:
+    ts = [l.strip() for l in open(f"{out}/{key}.t")]
+    ok = [float(t) for t in ts if t != "fail"]
+    m = statistics.median(ok) if ok else float("nan")
+    med[key] = m
+    print(f"{label:36s} {' '.join(ts):28s} {m:9.3f} {n / m if ok else float('nan'):9.0f}")
+if med["cuda"] == med["cuda"]:
+    print(f"cuda / cpu speed-up: {med['cpu'] / med['cuda']:.2f}x"
+          + (f", cuda / PyTorch: {med['torch'] / med['cuda']:.1f}x" if torch_ok else ""))
+
+def scores(key):
+    d = {}
+    for l in open(f"{out}/{key}.out"):
+        f = l.rstrip("\n").split("\t")
+        d[f[0]] = float(f[1])
+    return d
+a, b = scores("cpu"), scores("cuda")
+bad = [p for p in a if p not in b or abs(a[p] - b[p]) > 1e-5 * max(abs(a[p]), 1e-30)]
+print(f"file scores cuda vs cpu: {len(a) - len(bad)}/{len(a)} within 1e-5 relative")
+
+# The limits, from the kernels (defaults: 16 kHz, n_fft 1024, hop 512, M 64,
+# F 5, L 32, S 64). In steady state a window brings one new frame.
+sr, nfft, hop, M, F, L, S = 16000, 1024, 512, 64, 5, 32, 64
+bins, C = nfft // 2 + 1, F * S
+win_per_s = sr / hop
+pcie_in = 2 * sr                      # 16-bit files: PCM read by the device as int16
+pcie_out = 4 * win_per_s              # one float score per window
+print(f"PCIe per second of audio: {pcie_in + pcie_out:,.0f} B "
+      f"({pcie_in:,} B PCM in as int16 (float files: twice that), {pcie_out:,.0f} B scores out)")
+fft = 5 * nfft * (nfft.bit_length() - 1)      # complex radix-2, real input in a complex FFT
+mel_w = 2 * bins                               # Slaney bank: about two weights per bin
+front = nfft + fft + 3 * bins + 2 * mel_w + 30 * M   # window, FFT, power, mel, log
+model = 2 * (M * S + L * C + L * L + F * M * L) + 3 * F * M
+print(f"FLOPs per window (FP64): {front + model:,} = front end {front:,} "
+      f"(FFT {fft:,}) + model {model:,} (slice encoder once per frame)")
+hbm_in = 4 * hop                      # PCM: append writes the new samples as float
+hbm_frame = 4 * hop + 4 * M + 8 * S   # the frame's new samples read, its bands and codes written
+hbm_win = 8 * C + 4 * F * M + 4       # a window reads its F codes and F frames, writes its score
+print(f"HBM bytes per window (upper bound, L2 hits not subtracted): "
+      f"{hbm_in + hbm_frame + hbm_win:,} = PCM {hbm_in:,} + frame {hbm_frame:,} + window {hbm_win:,}")
+EOF
