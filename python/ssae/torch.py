@@ -9,10 +9,18 @@ whose forward and backward run on libssae's kernels.
     model.save("trained.safetensors")
 
 Parameter names, shapes and state_dict are the SPEC module's (section 2),
-so state_dicts load either way. The forward pass is a torch.autograd.Function:
-its forward runs ssae's CPU forward (float64 inside, SPEC accuracy) and its
-backward ssae's vector-Jacobian kernels (the trainer's), giving the
-gradients of every parameter and, when it requires them, of the input.
+so state_dicts load either way. Where the forward runs:
+- CPU tensors, no gradient wanted (eval, torch.no_grad): ssae's CPU
+  forward (float64 inside, SPEC accuracy);
+- CPU tensors in training: a torch.autograd.Function whose forward runs the
+  trainer's kernels and keeps their activations, and whose backward
+  (ssae's vector-Jacobian kernels) starts from them instead of running the
+  forward again; it gives the gradients of every parameter and, when it
+  requires them, of the input;
+- CUDA tensors (eval and training): the CUDA trainer's fused kernels on the
+  tensors' own memory and the parameters where they lie, on the current
+  stream, with the input gradient and per-block parameter partials summed
+  in a fixed order (libssae's device-pointer entry points).
 
 Plain PyTorch (the SPEC module's own operations) runs instead, with one
 RuntimeWarning:
@@ -22,8 +30,9 @@ RuntimeWarning:
   (per process).
 Dtypes other than float32 run plain PyTorch without a warning (the kernels
 are float32). With torch >= 2.4 the kernel is also registered as the custom
-op ssae::autoencoder with a fake (meta) implementation, so torch.compile
-keeps it in the graph.
+op ssae::autoencoder with a fake (meta) implementation, used while
+torch.compile traces the module, so that the compiled graph keeps it (its
+backward runs the forward again: the activations stay inside the op).
 """
 import threading
 import warnings
@@ -62,10 +71,10 @@ class KernelError(RuntimeError):
 
 
 class _Net:
-    """One ssae_api_net (CPU forward + backward) per model dimensions,
-    shared by the modules of those dimensions; calls are serialised. It
-    keeps the parameters it was last given and the key (storage and
-    version of every parameter tensor) they came from."""
+    """One ssae_api_net per model dimensions, shared by the modules of those
+    dimensions; calls are serialised. On the CPU it keeps the parameters it
+    was last given and the key (storage and version of every parameter
+    tensor) they came from; on CUDA the parameters go with every call."""
 
     _cache = {}
     _cache_lock = threading.Lock()
@@ -96,6 +105,10 @@ class _Net:
         if h:
             self.lib.ssae_api_net_free(h)
 
+    @property
+    def has_cuda(self):
+        return self.lib.ssae_has_cuda_tensors
+
     def _check(self, rc, err):
         if rc != 0:
             raise KernelError(err.value.decode("utf-8", "replace"))
@@ -111,7 +124,17 @@ class _Net:
                                                      flat.numel(), err), err)
         self.key = key
 
+    def _grads(self, dp, params):
+        grads, o = [], 0
+        for p in params:
+            grads.append(dp[o:o + p.numel()].view_as(p))
+            o += p.numel()
+        return grads
+
     def forward(self, x, params):
+        """y = f(x): float64 inside on the CPU, the trainer's kernel on CUDA."""
+        if x.is_cuda:
+            return self._forward_cuda(x, params)
         y = torch.empty_like(x)
         err = _lib.errbuf()
         with self.lock:
@@ -121,21 +144,76 @@ class _Net:
         self._check(rc, err)
         return y
 
-    def backward(self, x, dy, params, want_dx):
-        dp = torch.empty(self.n_params, dtype=torch.float32)
-        dx = torch.empty_like(x) if want_dx else None
+    def forward_train(self, x, params):
+        """(y, activations for backward): the CPU training forward."""
+        n = x.shape[0]
+        y = torch.empty_like(x)
         err = _lib.errbuf()
         with self.lock:
             self._params(params)
-            rc = self.lib.ssae_api_net_backward(
-                self.h, _lib.fptr(x.data_ptr()), x.shape[0], _lib.fptr(dy.data_ptr()),
-                _lib.fptr(dp.data_ptr()), _lib.fptr(dx.data_ptr()) if want_dx else None, err)
+            n_act = self.lib.ssae_api_net_act_floats(self.h, n)
+            act = torch.empty(n_act, dtype=torch.float32)
+            rc = self.lib.ssae_api_net_forward_train(
+                self.h, _lib.fptr(x.data_ptr()), n, _lib.fptr(y.data_ptr()),
+                _lib.fptr(act.data_ptr()), n_act, err)
         self._check(rc, err)
-        grads, o = [], 0
-        for p in params:
-            grads.append(dp[o:o + p.numel()].view_as(p))
-            o += p.numel()
-        return dx, grads
+        return y, act
+
+    def backward(self, x, dy, params, want_dx, act=None):
+        """(dx or None, parameter gradients) for the upstream gradient dy;
+        act: what forward_train kept (CPU), else the forward runs again
+        (inside the kernels on CUDA)."""
+        if x.is_cuda:
+            return self._backward_cuda(x, dy, params, want_dx)
+        dp = torch.empty(self.n_params, dtype=torch.float32)
+        dx = torch.empty_like(x) if want_dx else None
+        dxp = _lib.fptr(dx.data_ptr()) if want_dx else None
+        err = _lib.errbuf()
+        with self.lock:
+            self._params(params)
+            if act is not None:
+                rc = self.lib.ssae_api_net_backward_saved(
+                    self.h, _lib.fptr(act.data_ptr()), act.numel(), x.shape[0],
+                    _lib.fptr(dy.data_ptr()), _lib.fptr(dp.data_ptr()), dxp, err)
+            else:
+                rc = self.lib.ssae_api_net_backward(
+                    self.h, _lib.fptr(x.data_ptr()), x.shape[0], _lib.fptr(dy.data_ptr()),
+                    _lib.fptr(dp.data_ptr()), dxp, err)
+        self._check(rc, err)
+        return dx, self._grads(dp, params)
+
+    # CUDA: the parameters as one flat vector on the device, every call (the
+    # optimiser changes them in place); all work queued on the current
+    # stream of the input's device, where torch also queues what comes
+    # before (producers) and after (consumers); temporaries are freed into
+    # that stream's pool, so their reuse waits for these kernels.
+
+    def _forward_cuda(self, x, params):
+        with torch.cuda.device(x.device):
+            flat = torch.cat([p.detach().reshape(-1) for p in params])
+            y = torch.empty_like(x)
+            stream = torch.cuda.current_stream(x.device).cuda_stream
+            err = _lib.errbuf()
+            with self.lock:
+                rc = self.lib.ssae_api_net_forward_cuda(self.h, flat.data_ptr(), x.data_ptr(),
+                                                        x.shape[0], y.data_ptr(), stream or None,
+                                                        err)
+        self._check(rc, err)
+        return y
+
+    def _backward_cuda(self, x, dy, params, want_dx):
+        with torch.cuda.device(x.device):
+            flat = torch.cat([p.detach().reshape(-1) for p in params])
+            dp = torch.empty(self.n_params, dtype=torch.float32, device=x.device)
+            dx = torch.empty_like(x) if want_dx else None
+            stream = torch.cuda.current_stream(x.device).cuda_stream
+            err = _lib.errbuf()
+            with self.lock:
+                rc = self.lib.ssae_api_net_backward_cuda(
+                    self.h, flat.data_ptr(), x.data_ptr(), x.shape[0], dy.data_ptr(),
+                    dp.data_ptr(), dx.data_ptr() if want_dx else None, stream or None, err)
+        self._check(rc, err)
+        return dx, self._grads(dp, params)
 
     def fail_next(self):
         self.lib.ssae_api_net_fail_next(self.h)
@@ -159,13 +237,15 @@ class _Fallback(Exception):
     pass
 
 
-def _backward(net, x, dy, params, want_dx, dims, on_failure):
-    """(dx, parameter gradients) from ssae's backward; when it fails,
-    on_failure(error) and the same from PyTorch autograd on the reference
-    forward."""
+def _backward(net, x, dy, params, want_dx, dims, on_failure, act=None):
+    """(dx, parameter gradients) from ssae's backward (from the kept
+    activations act when given); when it fails, on_failure(error) and the
+    same from PyTorch autograd on the reference forward."""
     dy = dy.contiguous()
     try:
-        return net.backward(x, dy, params, want_dx)
+        if net is None:
+            raise KernelError(_lib._load_error or "libssae not loaded")
+        return net.backward(x, dy, params, want_dx, act)
     except KernelError as e:
         on_failure(e)
     with torch.enable_grad():
@@ -177,20 +257,26 @@ def _backward(net, x, dy, params, want_dx, dims, on_failure):
 
 
 class _Autoencoder(torch.autograd.Function):
-    """y = f(x; params) on ssae's kernels (x: (n, F*M) float32, CPU)."""
+    """y = f(x; params) on ssae's kernels (x: (n, F*M) float32, CPU or
+    CUDA), for training: on the CPU the forward keeps its activations for
+    the backward."""
 
     @staticmethod
     def forward(ctx, x, net, owner, *params):
-        y = net.forward(x, params)
-        ctx.net, ctx.owner = net, owner
+        if x.is_cuda:
+            y, act = net.forward(x, params), None
+        else:
+            y, act = net.forward_train(x, params)
+        ctx.net, ctx.owner, ctx.act = net, owner, act
         ctx.save_for_backward(x, *params)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, *params = ctx.saved_tensors
+        act, ctx.act = ctx.act, None  # a second backward through the graph recomputes
         dx, grads = _backward(ctx.net, x, dy, params, ctx.needs_input_grad[0],
-                              ctx.owner._dims(), ctx.owner._kernel_failed)
+                              ctx.owner._dims(), ctx.owner._kernel_failed, act)
         return (dx, None, None, *grads)
 
 
@@ -199,16 +285,44 @@ def _custom_op_available():
     return lib is not None and hasattr(lib, "custom_op") and hasattr(lib, "register_fake")
 
 
+def _compiling():
+    """True while torch.compile (dynamo) traces the caller."""
+    c = getattr(torch, "compiler", None)
+    f = getattr(c, "is_compiling", None)
+    return bool(f()) if f is not None else False
+
+
+def _op_net(dims):
+    """The net for the custom op, or None (with one warning) when libssae
+    is absent: the op then computes in plain PyTorch."""
+    try:
+        return _Net.get(dims)
+    except (_lib.LibraryNotFound, KernelError) as e:
+        _warn_once(("kernel-op", dims), "ssae kernel unavailable (%s); ssae::autoencoder "
+                   "runs on plain PyTorch" % e)
+        return None
+
+
 _op = None
 if _custom_op_available():
     # torch >= 2.4: ssae::autoencoder keeps the kernel in torch.compile
     # graphs (the fake implementation gives the output's shape); the
-    # kernel handle is found again from the dimensions.
+    # kernel handle is found again from the dimensions. A compiled graph
+    # cannot fall back around the op, so the op itself does: any kernel
+    # failure gives the plain PyTorch result (one warning per dimensions).
     from typing import List
 
     @torch.library.custom_op("ssae::autoencoder", mutates_args=())
     def _op(x: torch.Tensor, params: List[torch.Tensor], dims: List[int]) -> torch.Tensor:
-        return _Net.get(tuple(dims)).forward(x, params)
+        net = _op_net(tuple(dims))
+        if net is not None and (not x.is_cuda or net.has_cuda):
+            try:
+                return net.forward(x, params)
+            except KernelError as e:
+                _warn_once(("kernel-op", tuple(dims)), "ssae kernel failed (%s); "
+                           "ssae::autoencoder runs on plain PyTorch" % e)
+        with torch.no_grad():
+            return reference_forward(x, params, tuple(dims))
 
     @_op.register_fake
     def _op_fake(x, params, dims):
@@ -221,8 +335,11 @@ if _custom_op_available():
 
     def _op_backward(ctx, dy):
         x, *params = ctx.saved_tensors
+        net = _op_net(ctx.dims)
+        if net is not None and x.is_cuda and not net.has_cuda:
+            net = None
         dx, grads = _backward(
-            _Net.get(ctx.dims), x, dy, params, ctx.needs_input_grad[0], ctx.dims,
+            net, x, dy, params, ctx.needs_input_grad[0], ctx.dims,
             lambda e: _warn_once(("kernel-op", ctx.dims), "ssae backward kernel failed (%s); "
                                  "this step's gradients come from PyTorch" % e))
         return dx, grads, None
@@ -285,14 +402,15 @@ class SpectralShapeAutoencoder(nn.Module):
             return False
         if any(p.dtype != torch.float32 or p.device != x.device for p in params):
             return False
-        if x.device.type != "cpu":
-            _warn_once("cuda", "this libssae has no CUDA tensor entry points: "
-                       "SpectralShapeAutoencoder runs on plain PyTorch for %s tensors"
-                       % x.device.type)
+        if x.device.type not in ("cpu", "cuda"):
             return False
         if not _lib.available():
             _warn_once("lib", "%s; SpectralShapeAutoencoder runs on plain PyTorch"
                        % _lib._load_error)
+            return False
+        if x.device.type == "cuda" and not _lib.load().ssae_has_cuda_tensors:
+            _warn_once("cuda", "this libssae has no CUDA tensor entry points: "
+                       "SpectralShapeAutoencoder runs on plain PyTorch for cuda tensors")
             return False
         return True
 
@@ -300,12 +418,18 @@ class SpectralShapeAutoencoder(nn.Module):
         params = self._params()
         self._check_input(x, params)
         x2 = x.reshape(-1, self.frames * self.n_mels)
+        if _op is not None and _compiling():
+            # traced: the op (which falls back by itself) stays in the graph
+            if self._kernel_off is None and x.dtype == torch.float32:
+                return _op(x2, params, list(self._dims()))
+            return reference_forward(x2, params, self._dims())
         if self._use_kernel(x, params):
             try:
                 net = _Net.get(self._dims())
-                if _op is not None:
-                    return _op(x2, params, list(self._dims()))
-                return _Autoencoder.apply(x2, net, self, *params)
+                if torch.is_grad_enabled() and (x.requires_grad or
+                                                any(p.requires_grad for p in params)):
+                    return _Autoencoder.apply(x2, net, self, *params)
+                return net.forward(x2, params)
             except KernelError as e:
                 self._kernel_failed(e)
         return reference_forward(x2, params, self._dims())
