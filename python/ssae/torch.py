@@ -371,8 +371,13 @@ class SpectralShapeAutoencoder(nn.Module):
         return (self.n_mels, self.frames, self.latent_dim, self.slice_latent_dim)
 
     def _params(self):
-        sd = dict(self.named_parameters())
-        return [sd[n] for n in TENSOR_NAMES]
+        # TENSOR_NAMES' order, by attribute (named_parameters would cost a
+        # walk of the module tree per call)
+        se, bm, sd = (self.slice_encoder._modules, self.bottleneck_mlp._modules,
+                      self.slice_decoder._modules)
+        e_ln, e_lin, b_ln, b_lin, d_lin = se["0"], se["1"], bm["0"], bm["1"], sd["0"]
+        return [e_ln.weight, e_ln.bias, e_lin.weight, e_lin.bias, self.global_basis,
+                b_ln.weight, b_ln.bias, b_lin.weight, b_lin.bias, d_lin.weight, d_lin.bias]
 
     def _kernel_failed(self, e):
         if self._kernel_off is None:
