@@ -327,8 +327,9 @@ class Model:
         on the current stream of x's device; None when the backend in use
         reads no device memory (the caller copies to the host)."""
         import torch
+        from .torch import _on_device
         n = x.shape[0]
-        with torch.cuda.device(x.device):
+        with _on_device(x.device):
             scores = torch.empty(n, dtype=torch.float32, device=x.device)
             y = torch.empty_like(x) if recon else None
             stream = torch.cuda.current_stream(x.device).cuda_stream

@@ -34,6 +34,7 @@ op ssae::autoencoder with a fake (meta) implementation, used while
 torch.compile traces the module, so that the compiled graph keeps it (its
 backward runs the forward again: the activations stay inside the op).
 """
+import contextlib
 import threading
 import warnings
 
@@ -68,6 +69,14 @@ def _warn_once(key, msg):
 
 class KernelError(RuntimeError):
     """A libssae kernel call failed."""
+
+
+def _on_device(device):
+    """torch.cuda.device(device) when it is not the current device already
+    (entering that context costs more than the kernel call at batch 1)."""
+    if device.index is None or device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
 
 
 class _Net:
@@ -188,13 +197,25 @@ class _Net:
     # before (producers) and after (consumers); temporaries are freed into
     # that stream's pool, so their reuse waits for these kernels.
 
+    def _flat_cuda(self, params, stream):
+        """The parameters as one vector on their device: made on stream,
+        kept while the parameters (storage, version) and the stream stay
+        the same (an evaluation loop then queues no copy per call)."""
+        key = (stream, tuple((p.data_ptr(), p._version) for p in params))
+        cached = getattr(self, "_cuda_flat", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        self._cuda_flat = (key, flat)
+        return flat
+
     def _forward_cuda(self, x, params):
-        with torch.cuda.device(x.device):
-            flat = torch.cat([p.detach().reshape(-1) for p in params])
-            y = torch.empty_like(x)
+        with _on_device(x.device):
             stream = torch.cuda.current_stream(x.device).cuda_stream
+            y = torch.empty_like(x)
             err = _lib.errbuf()
             with self.lock:
+                flat = self._flat_cuda(params, stream)
                 rc = self.lib.ssae_api_net_forward_cuda(self.h, flat.data_ptr(), x.data_ptr(),
                                                         x.shape[0], y.data_ptr(), stream or None,
                                                         err)
@@ -202,13 +223,13 @@ class _Net:
         return y
 
     def _backward_cuda(self, x, dy, params, want_dx):
-        with torch.cuda.device(x.device):
-            flat = torch.cat([p.detach().reshape(-1) for p in params])
+        with _on_device(x.device):
+            stream = torch.cuda.current_stream(x.device).cuda_stream
             dp = torch.empty(self.n_params, dtype=torch.float32, device=x.device)
             dx = torch.empty_like(x) if want_dx else None
-            stream = torch.cuda.current_stream(x.device).cuda_stream
             err = _lib.errbuf()
             with self.lock:
+                flat = self._flat_cuda(params, stream)
                 rc = self.lib.ssae_api_net_backward_cuda(
                     self.h, flat.data_ptr(), x.data_ptr(), x.shape[0], dy.data_ptr(),
                     dp.data_ptr(), dx.data_ptr() if want_dx else None, stream or None, err)
@@ -371,6 +392,9 @@ class SpectralShapeAutoencoder(nn.Module):
         return (self.n_mels, self.frames, self.latent_dim, self.slice_latent_dim)
 
     def _params(self):
+        if _compiling():  # what dynamo traces best
+            sd = dict(self.named_parameters())
+            return [sd[n] for n in TENSOR_NAMES]
         # TENSOR_NAMES' order, by attribute (named_parameters would cost a
         # walk of the module tree per call)
         se, bm, sd = (self.slice_encoder._modules, self.bottleneck_mlp._modules,
