@@ -46,6 +46,11 @@ int run_device(void *impl, const float *x_dev, size_t n, float *scores_dev, floa
     ssae_err_set(err, "CUDA: NULL device buffer");
     return SSAE_BACKEND_DEVICE_EARG;
   }
+  /* The kernels read windows and write reconstructions as float4. */
+  if ((((uintptr_t)x_dev | (uintptr_t)recon_dev) & 15) != 0) {
+    ssae_err_set(err, "CUDA: windows and reconstructions must be 16-byte aligned");
+    return SSAE_BACKEND_DEVICE_EARG;
+  }
   int rc;
   if ((rc = check_device_ptr(x_dev, c->dev, "windows", err)) ||
       (rc = check_device_ptr(scores_dev, c->dev, "scores", err)) ||

@@ -167,8 +167,9 @@ int ssae_api_save(const char *path, const int dims[4], const float *params, size
 #ifdef SSAE_API_HAVE_CUDA_TENSORS
 /* As ssae_api_model_score, on the model's backend when that is CUDA (its
  * kernel table's kernel for n windows reads x_dev in place): scores_dev
- * (n floats), recon_dev (n*F*M floats or NULL). The model's device is the
- * one its backend started on (device 0). SSAE_API_ENODEV when the backend
+ * (n floats), recon_dev (n*F*M floats or NULL); x_dev and recon_dev
+ * 16-byte aligned (the kernels move float4s; a fresh CUDA allocation is).
+ * The model's device is the one its backend started on (device 0). SSAE_API_ENODEV when the backend
  * in use reads no device memory (the CPU; or after a fall back, which a
  * device failure in this very call makes: ssae_api_model_fell_back and its
  * message say so): nothing was written; the caller copies the windows to

@@ -66,6 +66,20 @@ def test_model_on_cuda_tensors(windows):
     cpu = ssae.Model(backend="cpu")
     fc = cpu.score_frames(np.ascontiguousarray(windows[:, :64]))
     assert float(np.max(np.abs(f.cpu().numpy() - fc) / fc)) <= 1e-5
+    # a view 4 bytes into its storage (the kernels read float4s: copied on
+    # the device first)
+    k = len(windows) - 1
+    flat = x.reshape(-1)[1:1 + 320 * k]
+    xv = flat.view(k, 320)
+    assert xv.data_ptr() % 16 and xv.is_contiguous()
+    sv = m.score(xv)
+    check_scores(sv, xv.cpu().numpy())
+    # a model on the CPU backend takes CUDA tensors through the host, silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sc = cpu.score(x)
+    assert sc.device == x.device
+    assert float(((sc - s).abs() / sc).max()) <= 1e-5
 
 
 @needs_entry_points
