@@ -331,7 +331,7 @@ if _custom_op_available():
     # kernel handle is found again from the dimensions. A compiled graph
     # cannot fall back around the op, so the op itself does: any kernel
     # failure gives the plain PyTorch result (one warning per dimensions).
-    from typing import List
+    from typing import List, Tuple
 
     @torch.library.custom_op("ssae::autoencoder", mutates_args=())
     def _op(x: torch.Tensor, params: List[torch.Tensor], dims: List[int]) -> torch.Tensor:
@@ -349,21 +349,40 @@ if _custom_op_available():
     def _op_fake(x, params, dims):
         return torch.empty_like(x)
 
-    def _op_setup(ctx, inputs, output):
-        x, params, dims = inputs
-        ctx.save_for_backward(x, *params)
-        ctx.dims = tuple(dims)
-
-    def _op_backward(ctx, dy):
-        x, *params = ctx.saved_tensors
-        net = _op_net(ctx.dims)
+    # The backward is an op of its own: register_autograd's formula is
+    # traced (torch.compile, opcheck) and may hold only PyTorch operations
+    # and custom ops, not a call into libssae. It returns the input
+    # gradient and the parameter gradients as one flat vector.
+    @torch.library.custom_op("ssae::autoencoder_backward", mutates_args=())
+    def _op_bwd(x: torch.Tensor, dy: torch.Tensor, params: List[torch.Tensor],
+                dims: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+        dims = tuple(dims)
+        net = _op_net(dims)
         if net is not None and x.is_cuda and not net.has_cuda:
             net = None
         dx, grads = _backward(
-            net, x, dy, params, ctx.needs_input_grad[0], ctx.dims,
-            lambda e: _warn_once(("kernel-op", ctx.dims), "ssae backward kernel failed (%s); "
+            net, x, dy, params, True, dims,
+            lambda e: _warn_once(("kernel-op", dims), "ssae backward kernel failed (%s); "
                                  "this step's gradients come from PyTorch" % e))
-        return dx, grads, None
+        return dx, torch.cat([g.reshape(-1) for g in grads])
+
+    @_op_bwd.register_fake
+    def _op_bwd_fake(x, dy, params, dims):
+        return torch.empty_like(x), x.new_empty(sum(p.numel() for p in params))
+
+    def _op_setup(ctx, inputs, output):
+        x, params, dims = inputs
+        ctx.save_for_backward(x, *params)
+        ctx.dims = list(dims)
+
+    def _op_backward(ctx, dy):
+        x, *params = ctx.saved_tensors
+        dx, dp = _op_bwd(x, dy.contiguous(), params, ctx.dims)
+        grads, o = [], 0
+        for p in params:
+            grads.append(dp[o:o + p.numel()].view_as(p))
+            o += p.numel()
+        return (dx if ctx.needs_input_grad[0] else None), grads, None
 
     _op.register_autograd(_op_backward, setup_context=_op_setup)
 

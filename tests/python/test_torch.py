@@ -276,5 +276,17 @@ def test_custom_op_compiles(windows):
     f = torch.compile(m, fullgraph=True)
     with torch.no_grad():
         assert rel_l2(f(x), ref(x.double())) <= 1e-6
-    torch.library.opcheck(torch.ops.ssae.autoencoder.default,
-                          (x, [p.detach() for p in m._params()], [64, 5, 32, 64]))
+    params = [p.detach() for p in m._params()]
+    torch.library.opcheck(torch.ops.ssae.autoencoder.default, (x, params, [64, 5, 32, 64]))
+    torch.library.opcheck(torch.ops.ssae.autoencoder_backward.default,
+                          (x, torch.randn_like(x), params, [64, 5, 32, 64]))
+    # a compiled training step: the op and its backward op in the graph
+    xg = x.clone().requires_grad_(True)
+    x64 = x.double().requires_grad_(True)
+    up = torch.randn(x.shape, generator=torch.Generator().manual_seed(4))
+    (f(xg) * up).sum().backward()
+    (ref(x64) * up.double()).sum().backward()
+    got = dict(m.named_parameters())
+    for name, p in ref.named_parameters():
+        assert rel_l2(got[name].grad, p.grad) <= 1e-4, name
+    assert rel_l2(xg.grad, x64.grad) <= 1e-4
