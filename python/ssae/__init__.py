@@ -447,6 +447,7 @@ def logmel(samples, sample_rate=16000, n_fft=1024, hop_length=512, n_mels=64, fm
     instead (the keyword arguments are then ignored)."""
     lib = _lib.load()
     a = _Arg(samples, "samples", (1,))
+    a.to_host()  # the log-mel front end runs on the CPU
     if model is not None:
         settings = {k: v for k, v in model.features.items() if k not in ("window", "log",
                                                                          "frames")}

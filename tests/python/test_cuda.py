@@ -232,6 +232,14 @@ def test_module_fallback_on_cuda(windows):
     assert rel_l2(y2.detach().cpu(), plain(x).detach().cpu()) <= 1e-5
 
 
+def test_logmel_of_cuda_samples(logmel_frames):
+    from conftest import signal
+    x = torch.from_numpy(signal().astype(np.float32)).cuda()
+    f = ssae.logmel(x)
+    assert f.device == x.device
+    assert np.array_equal(f.cpu().numpy(), logmel_frames)
+
+
 def test_mixed_devices(windows):
     m = st.SpectralShapeAutoencoder()  # weights on the CPU
     x = torch.from_numpy(windows[:10]).cuda()
