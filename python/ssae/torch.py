@@ -71,6 +71,24 @@ class KernelError(RuntimeError):
     """A libssae kernel call failed."""
 
 
+class _ParamKey:
+    """Which parameter values a net holds: the tensors themselves (kept
+    alive, so that no other tensor can take their memory and match), their
+    storage and their version counters (bumped by every in-place change,
+    the optimiser's included)."""
+
+    __slots__ = ("tensors", "state")
+
+    def __init__(self, params):
+        self.tensors = list(params)
+        self.state = tuple((p.data_ptr(), p._version) for p in params)
+
+    def __eq__(self, other):
+        return (isinstance(other, _ParamKey) and self.state == other.state and
+                len(self.tensors) == len(other.tensors) and
+                all(a is b for a, b in zip(self.tensors, other.tensors)))
+
+
 def _on_device(device):
     """torch.cuda.device(device) when it is not the current device already
     (entering that context costs more than the kernel call at batch 1)."""
@@ -82,8 +100,8 @@ def _on_device(device):
 class _Net:
     """One ssae_api_net per model dimensions, shared by the modules of those
     dimensions; calls are serialised. On the CPU it keeps the parameters it
-    was last given and the key (storage and version of every parameter
-    tensor) they came from; on CUDA the parameters go with every call."""
+    was last given and the key (_ParamKey) they came from; on CUDA the
+    parameters go with every call, as a flat vector kept by the same key."""
 
     _cache = {}
     _cache_lock = threading.Lock()
@@ -123,7 +141,7 @@ class _Net:
             raise KernelError(err.value.decode("utf-8", "replace"))
 
     def _params(self, params):
-        key = tuple((p.data_ptr(), p._version) for p in params)
+        key = _ParamKey(params)
         if key == self.key:
             return
         flat = torch.cat([p.detach().reshape(-1) for p in params]).contiguous()
@@ -201,7 +219,7 @@ class _Net:
         """The parameters as one vector on their device: made on stream,
         kept while the parameters (storage, version) and the stream stay
         the same (an evaluation loop then queues no copy per call)."""
-        key = (stream, tuple((p.data_ptr(), p._version) for p in params))
+        key = (stream, _ParamKey(params))
         cached = getattr(self, "_cuda_flat", None)
         if cached is not None and cached[0] == key:
             return cached[1]
