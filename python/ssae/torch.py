@@ -171,6 +171,23 @@ class _Net:
         self._check(rc, err)
         return y
 
+    def _take_act(self, n_act):
+        """A buffer for n_act floats of activations: the one the last
+        backward gave back when it is large enough (a fresh allocation of
+        this size would be new pages to fault in at every step)."""
+        buf, self._act_free = getattr(self, "_act_free", None), None
+        if buf is None or buf.numel() < n_act:
+            buf = torch.empty(n_act, dtype=torch.float32)
+        return buf[:n_act]
+
+    def give_back_act(self, act):
+        """The backward is done with act: its buffer serves the next
+        training forward (the larger one is kept)."""
+        base = act._base if act._base is not None else act
+        cur = getattr(self, "_act_free", None)
+        if cur is None or cur.numel() < base.numel():
+            self._act_free = base
+
     def forward_train(self, x, params):
         """(y, activations for backward): the CPU training forward."""
         n = x.shape[0]
@@ -179,7 +196,7 @@ class _Net:
         with self.lock:
             self._params(params)
             n_act = self.lib.ssae_api_net_act_floats(self.h, n)
-            act = torch.empty(n_act, dtype=torch.float32)
+            act = self._take_act(n_act)
             rc = self.lib.ssae_api_net_forward_train(
                 self.h, _lib.fptr(x.data_ptr()), n, _lib.fptr(y.data_ptr()),
                 _lib.fptr(act.data_ptr()), n_act, err)
@@ -202,6 +219,7 @@ class _Net:
                 rc = self.lib.ssae_api_net_backward_saved(
                     self.h, _lib.fptr(act.data_ptr()), act.numel(), x.shape[0],
                     _lib.fptr(dy.data_ptr()), _lib.fptr(dp.data_ptr()), dxp, err)
+                self.give_back_act(act)
             else:
                 rc = self.lib.ssae_api_net_backward(
                     self.h, _lib.fptr(x.data_ptr()), x.shape[0], _lib.fptr(dy.data_ptr()),
