@@ -247,5 +247,5 @@ static int cuda_collect(void *impl, int s, float *scores, ssae_err *err) {
 extern "C" const ssae_backend_ops ssae_backend_cuda = {
     "cuda", cuda_available, cuda_create, cuda_run, cuda_destroy,
     cuda_input_buffer, cuda_submit, cuda_collect, cuda_submit_spans, cuda_host_register,
-    cuda_host_unregister,
+    cuda_host_unregister, run_device,
 };

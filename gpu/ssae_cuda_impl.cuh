@@ -3,7 +3,8 @@
  *   ssae_cuda.cu               the backend table's functions, graphs, chunks
  *   ssae_cuda_instance.cu      create/destroy: folded weights, buffers
  *   ssae_cuda_kernel_table.cu  the kernel table: selection, launches
- *   ssae_cuda_timing.cu        device-resident timing for `ssae bench` */
+ *   ssae_cuda_timing.cu        device-resident timing for `ssae bench`
+ *   ssae_cuda_device_io.cu     windows in device memory, on the caller's stream */
 #ifndef SSAE_CUDA_IMPL_CUH
 #define SSAE_CUDA_IMPL_CUH
 
@@ -96,6 +97,13 @@ int choose_kernel(const cuda_impl *c, size_t n);
  * an invalid launch configuration (the SSAE_CUDA_FAIL_AFTER test hook). */
 int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *drecon,
            int poison_config, ssae_err *err);
+/* The same on another stream (the caller's: ssae_cuda_device_io.cu). */
+int launch_on(cuda_impl *c, cudaStream_t stream, const float *dx, size_t n, float *dscores,
+              float *drecon, int poison_config, ssae_err *err);
+
+/* The backend table's run_device (ssae_cuda_device_io.cu). */
+int run_device(void *impl, const float *x_dev, size_t n, float *scores_dev, float *recon_dev,
+               void *stream, ssae_err *err);
 
 }  // namespace ssae_cuda
 

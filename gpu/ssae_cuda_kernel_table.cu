@@ -28,6 +28,7 @@ struct launch_args {
   size_t n;
   float *scores, *recon;
   bool poison;
+  cudaStream_t stream; /* c's own, or the caller's (launch_on) */
 };
 
 struct kernel_row {
@@ -41,7 +42,7 @@ struct kernel_row {
    * kernel function for c's frame count whose limit is raised to it. */
   size_t (*smem)(const cuda_impl *c);
   const void *(*func)(const cuda_impl *c);
-  /* Enqueues the kernel on c's stream; the caller checks the launch. */
+  /* Enqueues the kernel on a.stream; the caller checks the launch. */
   cudaError_t (*launch)(const cuda_impl *c, const launch_args &a);
 };
 
@@ -76,7 +77,7 @@ cudaError_t cluster_launch(const cuda_impl *c, const launch_args &a) {
   cfg.gridDim = dim3((unsigned)(ncl * SSAE_CLUSTER_CTAS));
   cfg.blockDim = dim3(a.poison ? 4096 : SSAE_CLUSTER_THREADS);
   cfg.dynamicSmemBytes = 0;
-  cfg.stream = c->stream;
+  cfg.stream = a.stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   if (c->lo.F == 5)
@@ -95,7 +96,7 @@ int small_fits(const cuda_impl *c, ssae_err *) {
 cudaError_t small_launch(const cuda_impl *c, const launch_args &a) {
   const unsigned grid = blocks_upto(a.n, (size_t)c->sms * 2);
   const unsigned block = a.poison ? 4096 : SSAE_SMALL_THREADS;
-  ssae_small_batch_kernel<<<grid, block, 0, c->stream>>>(c->d_w, c->lo, a.x, a.n, a.scores,
+  ssae_small_batch_kernel<<<grid, block, 0, a.stream>>>(c->d_w, c->lo, a.x, a.n, a.scores,
                                                           a.recon);
   return cudaSuccess;
 }
@@ -124,10 +125,10 @@ cudaError_t warp_fp32_launch(const cuda_impl *c, const launch_args &a) {
   const unsigned grid = warp_grid(c, a.n), block = a.poison ? 4096 : 32 * SSAE_WARP_NW;
   const size_t smem = warp_fp32_smem(c);
   if (c->lo.F == 5)
-    ssae_warp_fp32_kernel<5><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, a.x, a.n,
+    ssae_warp_fp32_kernel<5><<<grid, block, smem, a.stream>>>(c->d_w, c->lo, a.x, a.n,
                                                                a.scores, a.recon);
   else
-    ssae_warp_fp32_kernel<0><<<grid, block, smem, c->stream>>>(c->d_w, c->lo, a.x, a.n,
+    ssae_warp_fp32_kernel<0><<<grid, block, smem, a.stream>>>(c->d_w, c->lo, a.x, a.n,
                                                                a.scores, a.recon);
   return cudaSuccess;
 }
@@ -147,7 +148,7 @@ const void *warp_3xtf32_func(const cuda_impl *) {
 
 cudaError_t warp_3xtf32_launch(const cuda_impl *c, const launch_args &a) {
   const unsigned grid = warp_grid(c, a.n), block = a.poison ? 4096 : 32 * SSAE_WARP_NW;
-  ssae_warp_3xtf32_kernel<5><<<grid, block, warp_3xtf32_smem(c), c->stream>>>(
+  ssae_warp_3xtf32_kernel<5><<<grid, block, warp_3xtf32_smem(c), a.stream>>>(
       c->d_w, c->lo, c->tl, a.x, a.n, a.scores, a.recon);
   return cudaSuccess;
 }
@@ -173,7 +174,7 @@ template <int TW>
 cudaError_t tiled_launch(const cuda_impl *c, const launch_args &a) {
   const unsigned grid = blocks_upto((a.n + TW - 1) / TW, (size_t)c->sms);
   const unsigned block = a.poison ? 4096 : SSAE_TILED_THREADS;
-  ssae_tiled_kernel<TW><<<grid, block, tiled_smem<TW>(c), c->stream>>>(c->d_w, c->lo, a.x, a.n,
+  ssae_tiled_kernel<TW><<<grid, block, tiled_smem<TW>(c), a.stream>>>(c->d_w, c->lo, a.x, a.n,
                                                                        a.scores, a.recon);
   return cudaSuccess;
 }
@@ -197,7 +198,7 @@ cudaError_t generic_launch(const cuda_impl *c, const launch_args &a) {
   g = std::max<size_t>(1, std::min(g, c->gen_gmax));
   const unsigned grid = blocks_upto((a.n + g - 1) / g, (size_t)c->sms * 8);
   const unsigned block = a.poison ? 4096 : SSAE_GENERIC_THREADS;
-  ssae_generic_kernel<<<grid, block, generic_smem_for(c->lo, g), c->stream>>>(
+  ssae_generic_kernel<<<grid, block, generic_smem_for(c->lo, g), a.stream>>>(
       c->d_w, c->lo, (int)g, a.x, a.n, a.scores, a.recon);
   return cudaSuccess;
 }
@@ -299,7 +300,12 @@ int choose_kernel(const cuda_impl *c, size_t n) {
 
 int launch(cuda_impl *c, const float *dx, size_t n, float *dscores, float *drecon,
            int poison_config, ssae_err *err) {
-  const launch_args a = {dx, n, dscores, drecon, poison_config != 0};
+  return launch_on(c, c->stream, dx, n, dscores, drecon, poison_config, err);
+}
+
+int launch_on(cuda_impl *c, cudaStream_t stream, const float *dx, size_t n, float *dscores,
+              float *drecon, int poison_config, ssae_err *err) {
+  const launch_args a = {dx, n, dscores, drecon, poison_config != 0, stream};
   cudaError_t e = kKernels[choose_kernel(c, n)].launch(c, a);
   if (e == cudaSuccess) e = cudaGetLastError();
   CK(e, "kernel launch");

@@ -2,7 +2,8 @@
  * dimensions and shared-memory layout the kernels share with the host,
  * the forward + backward kernel (k_fwd_bwd), the gradient sum + Adam
  * kernel (k_update) and Adam alone (k_adam_only, a test hook). Included
- * once, by ssae_cuda_train.cu. */
+ * by ssae_cuda_train.cu and ssae_cuda_train_vjp.cu (file-local: each has
+ * its own copy). */
 #ifndef SSAE_CUDA_TRAIN_KERNELS_CUH
 #define SSAE_CUDA_TRAIN_KERNELS_CUH
 

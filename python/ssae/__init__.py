@@ -15,9 +15,15 @@ wrong shape, a non-contiguous view) raises TypeError or ValueError naming
 the problem; nothing is converted silently.
 
 CUDA tensors: when the library has the device-pointer entry points
-(ssae_tensor_api.h) the kernels read the tensor in place on the caller's
-current stream; in builds without them the tensor is copied to the host and
-the result copied back, with one RuntimeWarning per process saying so.
+(ssae_tensor_api.h) and the model runs on its CUDA backend, the kernel
+reads the tensor in place on the current stream of the tensor's device
+(torch.cuda.current_stream), results are written to new tensors on that
+device, and the call returns without waiting (stream order, as for any
+torch operation). score_frames lays the frames' windows out on the device
+first. Otherwise the tensor is copied to the host and the result copied
+back: with one RuntimeWarning per process in builds without the entry
+points; silently on a model opened with backend="cpu"; after a GPU failure
+with the failure's one warning (below).
 
 A backend failure (the GPU) makes the library switch to the CPU and rerun
 the batch, so results are unaffected; it is reported with one
@@ -115,10 +121,18 @@ class _Arg:
             self.torch = True
             self.device = x.device
             x = x.detach()
+            self.cuda = None
             if x.device.type != "cpu":
                 if x.device.type != "cuda":
                     raise ValueError("%s: tensors on %s are not supported (cpu or cuda)"
                                      % (what, x.device))
+                if _lib.load().ssae_has_cuda_tensors:
+                    # kept on the device; to_host() when the backend cannot read it
+                    self.cuda = x
+                    self.host = None
+                    self.shape = tuple(x.shape)
+                    self.ptr = None
+                    return
                 _warn_cuda_copy()
                 x = x.cpu()
             self.host = x
@@ -134,12 +148,21 @@ class _Arg:
                 raise ValueError("%s: not C-contiguous (strides %s); pass "
                                  "numpy.ascontiguousarray(x)" % (what, x.strides))
             self.torch = False
+            self.cuda = None
             self.host = x
             self.shape = x.shape
             self.ptr = x.ctypes.data
         else:
             raise TypeError("%s: expected a NumPy array or a torch tensor, got %s"
                             % (what, type(x).__name__))
+
+    def to_host(self):
+        """Copies a kept CUDA tensor to the host (the backend in use reads
+        no device memory)."""
+        if self.cuda is not None:
+            self.host = self.cuda.cpu()
+            self.ptr = self.host.data_ptr()
+            self.cuda = None
 
     def empty(self, shape):
         """An output buffer (host) and its pointer."""
@@ -299,9 +322,38 @@ class Model:
                              % (what, tuple(s), self.window_size, self.frames, self.n_mels))
         return a
 
+    def _run_cuda(self, x, recon):
+        """(scores, reconstructions or None) of windows x in device memory,
+        on the current stream of x's device; None when the backend in use
+        reads no device memory (the caller copies to the host)."""
+        import torch
+        from .torch import _on_device
+        if x.data_ptr() % 16:
+            x = x.clone()  # the kernels read float4s (a view at an odd offset)
+        n = x.shape[0]
+        with _on_device(x.device):
+            scores = torch.empty(n, dtype=torch.float32, device=x.device)
+            y = torch.empty_like(x) if recon else None
+            stream = torch.cuda.current_stream(x.device).cuda_stream
+            err = _lib.errbuf()
+            with self._lock:
+                rc = self._lib.ssae_api_model_score_cuda(
+                    self._h, _fp(x.data_ptr()), n, _fp(scores.data_ptr()),
+                    _fp(y.data_ptr()) if recon else None, stream or None, err)
+                self._after()
+        if rc == _lib.ENODEV:
+            return None
+        _check(rc, err)
+        return scores, y
+
     def _run(self, windows, recon, what):
         self._live()
         a = self._windows(windows, what)
+        if a.cuda is not None:
+            out = self._run_cuda(a.cuda, recon)
+            if out is not None:
+                return out
+            a.to_host()
         n = a.shape[0]
         scores, sp = a.empty((n,))
         y, yp = a.empty(a.shape) if recon else (None, None)
@@ -334,6 +386,17 @@ class Model:
         if a.shape[1] != self.n_mels:
             raise ValueError("frames: shape %s, expected (T, %d)" % (tuple(a.shape), self.n_mels))
         n = max(a.shape[0] - self.frames + 1, 0)
+        if a.cuda is not None:
+            # window t is frames t .. t+F-1: laid out on the device, as the
+            # library does for a GPU backend
+            if n == 0:
+                import torch
+                return torch.empty(0, dtype=torch.float32, device=a.cuda.device)
+            w = a.cuda.unfold(0, self.frames, 1).transpose(1, 2).reshape(n, self.window_size)
+            out = self._run_cuda(w, False)
+            if out is not None:
+                return out[0]
+            a.to_host()
         scores, sp = a.empty((n,))
         err = _lib.errbuf()
         with self._lock:
@@ -384,6 +447,7 @@ def logmel(samples, sample_rate=16000, n_fft=1024, hop_length=512, n_mels=64, fm
     instead (the keyword arguments are then ignored)."""
     lib = _lib.load()
     a = _Arg(samples, "samples", (1,))
+    a.to_host()  # the log-mel front end runs on the CPU
     if model is not None:
         settings = {k: v for k, v in model.features.items() if k not in ("window", "log",
                                                                          "frames")}

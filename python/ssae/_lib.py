@@ -20,7 +20,7 @@ import threading
 API_VERSION = 1
 ERR_LEN = 512
 
-OK, EARG, EIO, EBACKEND, ENOMEM = 0, -1, -2, -3, -4
+OK, EARG, EIO, EBACKEND, ENOMEM, ENODEV = 0, -1, -2, -3, -4, -5
 
 _lock = threading.Lock()
 _lib = None
@@ -86,6 +86,11 @@ def _declare(lib):
         "ssae_api_net_set_params": (c_int, [c_void_p, fp, c_size_t, c_char_p]),
         "ssae_api_net_forward": (c_int, [c_void_p, fp, c_size_t, fp, c_char_p]),
         "ssae_api_net_backward": (c_int, [c_void_p, fp, c_size_t, fp, fp, fp, c_char_p]),
+        "ssae_api_net_act_floats": (c_size_t, [c_void_p, c_size_t]),
+        "ssae_api_net_forward_train": (c_int, [c_void_p, fp, c_size_t, fp, fp, c_size_t,
+                                               c_char_p]),
+        "ssae_api_net_backward_saved": (c_int, [c_void_p, fp, c_size_t, c_size_t, fp, fp, fp,
+                                                c_char_p]),
         "ssae_api_net_fail_next": (None, [c_void_p]),
         "ssae_api_save": (c_int, [c_char_p, ip, fp, c_size_t, c_char_p, c_char_p]),
     }

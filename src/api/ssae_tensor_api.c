@@ -1,10 +1,17 @@
 /* The flat C API (ssae_tensor_api.h) over the library's objects: a model
  * handle is an ssae_model with its ssae_backend; a net handle is the CPU
- * forward (ssae_cpu, rebuilt when the parameters change) and ssae_vjp. */
+ * forward (ssae_cpu, rebuilt at the first forward after the parameters
+ * changed), ssae_vjp (the training forward and the backward) and, once a
+ * CUDA call made it, ssae_cuda_vjp. */
+#include "ssae_config.h"
+#if SSAE_HAVE_CUDA
+#define SSAE_API_HAVE_CUDA_TENSORS 1
+#endif
 #include "ssae_tensor_api.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +24,9 @@
 #include "ssae_model.h"
 #include "ssae_train.h"
 #include "ssae_vjp.h"
+#if SSAE_HAVE_CUDA
+#include "ssae_cuda_vjp.h"
+#endif
 
 int ssae_api_version(void) { return SSAE_API_VERSION; }
 
@@ -246,9 +256,12 @@ int ssae_api_logmel(const char *settings, const float *x, size_t n, float **fram
 
 struct ssae_api_net {
   ssae_model *m; /* holds the parameters for the forward pass */
-  ssae_cpu *cpu; /* rebuilt from m when the parameters change */
+  ssae_cpu *cpu; /* made from m at the first forward after a change */
   ssae_vjp *vjp;
-  int threads, fail_next, have_params;
+  int threads, fail_next, have_params, cpu_stale;
+#if SSAE_HAVE_CUDA
+  ssae_cuda_vjp *cuda; /* made by the first CUDA call */
+#endif
 };
 
 ssae_api_net *ssae_api_net_new(const int dims[4], int threads, ssae_err *err) {
@@ -269,6 +282,9 @@ ssae_api_net *ssae_api_net_new(const int dims[4], int threads, ssae_err *err) {
 
 void ssae_api_net_free(ssae_api_net *net) {
   if (!net) return;
+#if SSAE_HAVE_CUDA
+  ssae_cuda_vjp_free(net->cuda);
+#endif
   ssae_cpu_free(net->cpu);
   ssae_vjp_free(net->vjp);
   ssae_model_free(net->m);
@@ -284,19 +300,25 @@ int ssae_api_net_set_params(ssae_api_net *net, const float *params, size_t n, ss
   if (ssae_vjp_set_params(net->vjp, params, err)) return SSAE_API_EARG;
   flat_to_model(params, net->m);
   if (ssae_model_update(net->m, err)) return SSAE_API_EARG;
-  ssae_cpu_free(net->cpu);
-  if (!(net->cpu = ssae_cpu_new(net->m, net->threads, err))) return SSAE_API_ENOMEM;
+  /* The CPU forward (threads, folded weights) is made again only when a
+   * forward needs it: a training loop sets parameters every step and runs
+   * the training forward (ssae_vjp), never this one. */
+  net->cpu_stale = 1;
   net->have_params = 1;
   return SSAE_API_OK;
 }
 
-static int net_ready(ssae_api_net *net, ssae_err *err) {
-  if (!net->have_params) return ssae_err_set(err, "no parameters set"), SSAE_API_EARG;
+static int net_ready_hook(ssae_api_net *net, ssae_err *err) {
   if (net->fail_next) {
     net->fail_next = 0;
     return ssae_err_set(err, "failure forced by the test hook"), SSAE_API_EBACKEND;
   }
   return SSAE_API_OK;
+}
+
+static int net_ready(ssae_api_net *net, ssae_err *err) {
+  if (!net->have_params) return ssae_err_set(err, "no parameters set"), SSAE_API_EARG;
+  return net_ready_hook(net, err);
 }
 
 int ssae_api_net_forward(ssae_api_net *net, const float *x, size_t n, float *y,
@@ -305,6 +327,11 @@ int ssae_api_net_forward(ssae_api_net *net, const float *x, size_t n, float *y,
   if (rc) return rc;
   if (!n) return SSAE_API_OK;
   if (!x || !y) return ssae_err_set(err, "forward: NULL buffer"), SSAE_API_EARG;
+  if (net->cpu_stale || !net->cpu) {
+    ssae_cpu_free(net->cpu);
+    if (!(net->cpu = ssae_cpu_new(net->m, net->threads, err))) return SSAE_API_ENOMEM;
+    net->cpu_stale = 0;
+  }
   /* scores are a by-product; the smallest scratch that avoids a second
    * allocation per call is a block of them */
   enum { B = 256 };
@@ -326,7 +353,88 @@ int ssae_api_net_backward(ssae_api_net *net, const float *x, size_t n, const flo
   return SSAE_API_OK;
 }
 
+size_t ssae_api_net_act_floats(const ssae_api_net *net, size_t n) {
+  return ssae_vjp_act_floats(net->vjp, n);
+}
+
+int ssae_api_net_forward_train(ssae_api_net *net, const float *x, size_t n, float *y, float *act,
+                               size_t n_act, ssae_err *err) {
+  int rc = net_ready(net, err);
+  if (rc) return rc;
+  if (n_act != ssae_vjp_act_floats(net->vjp, n))
+    return ssae_err_set(err, "forward_train: %zu floats of activations, %zu wanted", n_act,
+                        ssae_vjp_act_floats(net->vjp, n)),
+           SSAE_API_EARG;
+  if (ssae_vjp_forward_save(net->vjp, x, n, y, act, err)) return SSAE_API_EARG;
+  return SSAE_API_OK;
+}
+
+int ssae_api_net_backward_saved(ssae_api_net *net, const float *act, size_t n_act, size_t n,
+                                const float *dy, float *dparams, float *dx, ssae_err *err) {
+  int rc = net_ready(net, err);
+  if (rc) return rc;
+  if (n_act != ssae_vjp_act_floats(net->vjp, n))
+    return ssae_err_set(err, "backward_saved: %zu floats of activations, %zu wanted", n_act,
+                        ssae_vjp_act_floats(net->vjp, n)),
+           SSAE_API_EARG;
+  if (ssae_vjp_backward_saved(net->vjp, act, n, dy, dparams, dx, err)) return SSAE_API_EARG;
+  return SSAE_API_OK;
+}
+
 void ssae_api_net_fail_next(ssae_api_net *net) { net->fail_next = 1; }
+
+/* ---- CUDA tensors ----------------------------------------------------------- */
+
+#if SSAE_HAVE_CUDA
+static _Atomic(const void *) last_device_input;
+
+const void *ssae_api_last_device_input(void) { return atomic_load(&last_device_input); }
+
+int ssae_api_model_score_cuda(ssae_api_model *am, const float *x_dev, size_t n,
+                              float *scores_dev, float *recon_dev, void *stream, ssae_err *err) {
+  if (!n) return SSAE_API_OK;
+  if (!x_dev || !scores_dev) return ssae_err_set(err, "score: NULL buffer"), SSAE_API_EARG;
+  int rc = ssae_backend_run_device(am->b, x_dev, n, scores_dev, recon_dev, stream, err);
+  if (rc == 0) {
+    atomic_store(&last_device_input, (const void *)x_dev);
+    return SSAE_API_OK;
+  }
+  return rc == SSAE_BACKEND_NO_DEVICE ? SSAE_API_ENODEV : SSAE_API_EARG;
+}
+
+/* The net's CUDA object, made on the current device by the first call. */
+static int net_cuda(ssae_api_net *net, ssae_err *err) {
+  int rc = net_ready_hook(net, err);
+  if (rc) return rc;
+  if (!net->cuda) {
+    ssae_dims d = net->m->d;
+    if (!(net->cuda = ssae_cuda_vjp_new(&d, err))) return SSAE_API_EBACKEND;
+  }
+  return SSAE_API_OK;
+}
+
+int ssae_api_net_forward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
+                              size_t n, float *y_dev, void *stream, ssae_err *err) {
+  int rc = net_cuda(net, err);
+  if (rc) return rc;
+  if (ssae_cuda_vjp_forward(net->cuda, params_dev, x_dev, n, y_dev, stream, err))
+    return SSAE_API_EBACKEND;
+  if (n) atomic_store(&last_device_input, (const void *)x_dev);
+  return SSAE_API_OK;
+}
+
+int ssae_api_net_backward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
+                               size_t n, const float *dy_dev, float *dparams_dev,
+                               float *dx_dev, void *stream, ssae_err *err) {
+  int rc = net_cuda(net, err);
+  if (rc) return rc;
+  if (ssae_cuda_vjp_backward(net->cuda, params_dev, x_dev, n, dy_dev, dparams_dev, dx_dev,
+                             stream, err))
+    return SSAE_API_EBACKEND;
+  if (n) atomic_store(&last_device_input, (const void *)x_dev);
+  return SSAE_API_OK;
+}
+#endif
 
 int ssae_api_save(const char *path, const int dims[4], const float *params, size_t n,
                   const char *metadata, ssae_err *err) {

@@ -29,6 +29,7 @@ int ssae_api_version(void);
 #define SSAE_API_EIO (-2)      /* a file could not be read or written */
 #define SSAE_API_EBACKEND (-3) /* a backend failed and nothing could take over */
 #define SSAE_API_ENOMEM (-4)
+#define SSAE_API_ENODEV (-5)   /* device memory given to a backend that reads none (below) */
 
 /* Frees what the functions below return through a pointer (frames,
  * scores). NULL is fine. */
@@ -130,6 +131,17 @@ int ssae_api_net_forward(ssae_api_net *net, const float *x, size_t n, float *y,
  * (n*F*M, or NULL) = dy . dy/dx. */
 int ssae_api_net_backward(ssae_api_net *net, const float *x, size_t n, const float *dy,
                           float *dparams, float *dx, ssae_err *err);
+/* Training without recomputation: the forward of the backward's kernels
+ * (float32 products, float64 LayerNorm statistics), keeping what the
+ * backward needs in act, the caller's n_act = ssae_api_net_act_floats(net,
+ * n) floats (about 1.7k per window at the default dimensions); then the
+ * backward from them, for the parameters of that forward (set them again
+ * before, if another forward changed them). */
+size_t ssae_api_net_act_floats(const ssae_api_net *net, size_t n);
+int ssae_api_net_forward_train(ssae_api_net *net, const float *x, size_t n, float *y, float *act,
+                               size_t n_act, ssae_err *err);
+int ssae_api_net_backward_saved(ssae_api_net *net, const float *act, size_t n_act, size_t n,
+                                const float *dy, float *dparams, float *dx, ssae_err *err);
 /* Test hook: the next forward or backward fails with SSAE_API_EBACKEND
  * (callers test their own fallback). */
 void ssae_api_net_fail_next(ssae_api_net *net);
@@ -141,25 +153,48 @@ int ssae_api_save(const char *path, const int dims[4], const float *params, size
                   const char *metadata, ssae_err *err);
 
 /* ---- CUDA tensors (device pointers) ---------------------------------------
- * Declared for builds whose library defines SSAE_API_HAVE_CUDA_TENSORS (the
- * CUDA backend's device-pointer path); callers look the symbols up and
- * copy to the host when they are absent. Pointers are device memory of the
- * current device; stream is the caller's cudaStream_t (NULL: the legacy
- * default stream); the work is queued on it and the call returns without
- * waiting, so that the caller's stream order holds (a producer queued
- * before, a consumer after). */
+ * Defined in builds with the CUDA backend (the library then has these
+ * symbols; SSAE_API_HAVE_CUDA_TENSORS is for callers that compile against
+ * them): callers look the symbols up and copy to the host when they are
+ * absent. Pointers are device memory of one device (checked: another
+ * device's memory or host memory is SSAE_API_EARG); stream is the caller's
+ * cudaStream_t (NULL: the legacy default stream). The work is queued on it
+ * and the call returns without waiting, so the caller's stream order holds
+ * (a producer queued before, a consumer after); nothing is copied through
+ * the host. Errors found at launch are returned; a fault during the
+ * kernels shows at the caller's next synchronisation, as for any CUDA
+ * work. */
 #ifdef SSAE_API_HAVE_CUDA_TENSORS
+/* As ssae_api_model_score, on the model's backend when that is CUDA (its
+ * kernel table's kernel for n windows reads x_dev in place): scores_dev
+ * (n floats), recon_dev (n*F*M floats or NULL); x_dev and recon_dev
+ * 16-byte aligned (the kernels move float4s; a fresh CUDA allocation is).
+ * The model's device is the one its backend started on (device 0). SSAE_API_ENODEV when the backend
+ * in use reads no device memory (the CPU; or after a fall back, which a
+ * device failure in this very call makes: ssae_api_model_fell_back and its
+ * message say so): nothing was written; the caller copies the windows to
+ * the host and calls ssae_api_model_score. */
 int ssae_api_model_score_cuda(ssae_api_model *m, const float *x_dev, size_t n,
                               float *scores_dev, float *recon_dev, void *stream, ssae_err *err);
-int ssae_api_model_score_frames_cuda(ssae_api_model *m, const float *frames_dev,
-                                     size_t n_frames, float *scores_dev, void *stream,
-                                     ssae_err *err);
+/* Forward and backward of a net on device memory of the current device:
+ * params_dev is the flat parameter vector (as ssae_api_net_set_params
+ * takes it; the net's own parameters are not used). The first call makes
+ * the net's device scratch (on the current device; later calls must use
+ * memory of that device). Calls on one net may come on different streams
+ * (each waits on the device for the previous one's work). The kernels are
+ * the CUDA trainer's (float32, float64 LayerNorm statistics and batch sums;
+ * deterministic). Non-finite parameters are not refused. The net's test
+ * hook (ssae_api_net_fail_next) applies. */
 int ssae_api_net_forward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
                               size_t n, float *y_dev, void *stream, ssae_err *err);
+/* dparams_dev (the flat vector's length) and dx_dev (n*F*M, or NULL) for
+ * the upstream gradient dy_dev (n*F*M floats) of the reconstruction, as
+ * ssae_api_net_backward. */
 int ssae_api_net_backward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
                                size_t n, const float *dy_dev, float *dparams_dev,
                                float *dx_dev, void *stream, ssae_err *err);
-/* Test hook: the input device pointer the last *_cuda call read. */
+/* Test hook: the input device pointer the last *_cuda call that ran on the
+ * device read (x_dev), NULL before any. */
 const void *ssae_api_last_device_input(void);
 #endif
 

@@ -64,11 +64,20 @@ typedef struct work {
   float *r, *y, *dr, *dzp, *dv, *dz, *du;           /* decoder, gradients */
 } work;
 
+/* What a call asks of every chunk: the forward (dy NULL; y written, and
+ * with act the activations kept there), or the backward from dy (after the
+ * forward again, or from act when the forward kept them). */
 typedef struct job {
   const float *x, *dy;
   size_t n;
   float *y, *dx;
+  float *act;
 } job;
+
+typedef struct helper {
+  struct ssae_vjp *g;
+  work *w;
+} helper;
 
 struct ssae_vjp {
   size_t M, F, L, S, C, P;
@@ -82,6 +91,15 @@ struct ssae_vjp {
   size_t cap_chunks;
   job cur;
   atomic_size_t next_chunk;
+  /* Worker threads 1 .. threads-1, started once and kept: each call wakes
+   * them (gen), runs its share on the calling thread and waits until
+   * every worker is done (pending). */
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  unsigned long gen;
+  int pending, quit, pool_ok, started;
+  pthread_t tid[256];
+  helper hp[256];
 };
 
 static void ln_fwd(size_t R, size_t n, const float *x, const float *gw, const float *gb,
@@ -128,10 +146,31 @@ static void ln_bwd(size_t R, size_t n, const float *dout, const float *xhat, con
   }
 }
 
-/* Forward of nw windows into w->y; with dy, the backward into grad (P
- * floats, zeroed here) and dx (or NULL). */
-static void chunk_run(const ssae_vjp *g, work *w, const float *x, size_t nw, const float *dy,
-                      float *grad, float *dx) {
+/* Floats of activations the backward needs, per window: xhat, u (F*M
+ * each), h, gd1, r (F*S each), rstd1 (F), zhat, v, zp, gd2 (L each),
+ * rstd2. A chunk keeps CHUNK windows' worth (the last one too). */
+static size_t act_per_window(const ssae_vjp *g) {
+  return 2 * g->F * g->M + 3 * g->F * g->S + g->F + 4 * g->L + 1;
+}
+
+/* w with its kept activations in act (a chunk's block) instead of the
+ * thread's scratch. */
+static work with_act(const ssae_vjp *g, const work *scratch, float *act) {
+  work w = *scratch;
+  const size_t R = (size_t)CHUNK * g->F, N = CHUNK;
+  float **dst[] = {&w.xhat, &w.u, &w.h, &w.gd1, &w.r, &w.rstd1,
+                   &w.zhat, &w.v, &w.zp, &w.gd2, &w.rstd2};
+  const size_t len[] = {R * g->M, R * g->M, R * g->S, R * g->S, R * g->S, R,
+                        N * g->L, N * g->L, N * g->L, N * g->L, N};
+  for (size_t i = 0; i < sizeof len / sizeof *len; i++) {
+    *dst[i] = act;
+    act += len[i];
+  }
+  return w;
+}
+
+/* Forward of nw windows; y: where the output goes. */
+static void chunk_forward(const ssae_vjp *g, work *w, const float *x, size_t nw, float *y) {
   const kernels *k = &g->k;
   size_t M = g->M, F = g->F, L = g->L, S = g->S, C = g->C, R = nw * F;
   const float *P = g->params;
@@ -145,8 +184,17 @@ static void chunk_run(const ssae_vjp *g, work *w, const float *x, size_t nw, con
   k->mm_nn(nw, L, L, w->v, g->bnw_t, P + off[8], w->p);
   k->gelu_fwd(nw * L, w->p, w->zp, w->gd2);
   k->mm_nn(nw, L, C, w->zp, g->bn, NULL, w->r);
-  k->mm_nn(R, S, M, w->r, g->dec_t, P + off[10], w->y);
-  if (!dy) return;
+  k->mm_nn(R, S, M, w->r, g->dec_t, P + off[10], y);
+}
+
+/* The backward of nw windows from the activations in w into grad (P
+ * floats, zeroed here) and dx (or NULL). */
+static void chunk_backward(const ssae_vjp *g, work *w, size_t nw, const float *dy, float *grad,
+                           float *dx) {
+  const kernels *k = &g->k;
+  size_t M = g->M, F = g->F, L = g->L, S = g->S, C = g->C, R = nw * F;
+  const float *P = g->params;
+  const size_t *off = g->off;
 
   memset(grad, 0, g->P * sizeof *grad);
   float *g_bn = grad + off[4]; /* w.r.t. the normalised basis here */
@@ -189,51 +237,69 @@ static void run_share(ssae_vjp *g, work *w) {
     size_t c = atomic_fetch_add(&g->next_chunk, 1);
     if (c >= nc) break;
     size_t first = c * CHUNK, nw = jb->n - first < CHUNK ? jb->n - first : CHUNK;
-    const float *x = jb->x + first * win;
+    work kept = jb->act ? with_act(g, w, jb->act + c * CHUNK * act_per_window(g)) : *w;
     if (jb->dy) {
-      chunk_run(g, w, x, nw, jb->dy + first * win, g->cgrad + c * g->P,
-                jb->dx ? jb->dx + first * win : NULL);
+      /* the forward again, into scratch, unless it was kept */
+      if (!jb->act) chunk_forward(g, &kept, jb->x + first * win, nw, kept.y);
+      chunk_backward(g, &kept, nw, jb->dy + first * win, g->cgrad + c * g->P,
+                     jb->dx ? jb->dx + first * win : NULL);
     } else {
-      chunk_run(g, w, x, nw, NULL, NULL, NULL);
-      memcpy(jb->y + first * win, w->y, nw * win * sizeof(float));
+      chunk_forward(g, &kept, jb->x + first * win, nw, jb->y + first * win);
     }
   }
 }
 
-typedef struct helper {
-  ssae_vjp *g;
-  work *w;
-} helper;
-
-static void *helper_main(void *p) {
+static void *worker_main(void *p) {
   helper *h = p;
-  run_share(h->g, h->w);
+  ssae_vjp *g = h->g;
+  unsigned long seen = 0;
+  pthread_mutex_lock(&g->mu);
+  for (;;) {
+    while (!g->quit && g->gen == seen) pthread_cond_wait(&g->go, &g->mu);
+    if (g->quit) break;
+    seen = g->gen;
+    pthread_mutex_unlock(&g->mu);
+    run_share(g, h->w);
+    pthread_mutex_lock(&g->mu);
+    if (--g->pending == 0) pthread_cond_signal(&g->done);
+  }
+  pthread_mutex_unlock(&g->mu);
   return NULL;
 }
 
-/* Threads live for one call: the callers (Python) make few large calls,
- * and a pool would keep threads around between them. */
+/* The workers take chunks beside the calling thread; a call of one chunk
+ * runs on the calling thread alone. */
 static void run_job(ssae_vjp *g) {
   atomic_store(&g->next_chunk, 0);
-  size_t nc = n_chunks(g->cur.n);
-  int nt = g->threads;
-  if ((size_t)nt > nc) nt = (int)nc;
-  pthread_t tid[256];
-  helper hp[256];
-  int started = 0;
-  for (int i = 1; i < nt; i++) {
-    hp[i] = (helper){g, &g->w[i]};
-    if (pthread_create(&tid[i], NULL, helper_main, &hp[i])) break;
-    started = i;
+  if (!g->started || n_chunks(g->cur.n) <= 1) {
+    run_share(g, &g->w[0]);
+    return;
   }
+  pthread_mutex_lock(&g->mu);
+  g->pending = g->started;
+  g->gen++;
+  pthread_cond_broadcast(&g->go);
+  pthread_mutex_unlock(&g->mu);
   run_share(g, &g->w[0]);
-  for (int i = 1; i <= started; i++) pthread_join(tid[i], NULL);
+  pthread_mutex_lock(&g->mu);
+  while (g->pending) pthread_cond_wait(&g->done, &g->mu);
+  pthread_mutex_unlock(&g->mu);
 }
 
 static void *xcalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
 
 void ssae_vjp_free(ssae_vjp *g) {
   if (!g) return;
+  if (g->pool_ok) {
+    pthread_mutex_lock(&g->mu);
+    g->quit = 1;
+    pthread_cond_broadcast(&g->go);
+    pthread_mutex_unlock(&g->mu);
+    for (int i = 1; i <= g->started; i++) pthread_join(g->tid[i], NULL);
+    pthread_cond_destroy(&g->go);
+    pthread_cond_destroy(&g->done);
+    pthread_mutex_destroy(&g->mu);
+  }
   if (g->w)
     for (int i = 0; i < g->threads; i++) free(g->w[i].buf);
   free(g->w);
@@ -311,6 +377,26 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
     ssae_vjp_free(g);
     return NULL;
   }
+  if (g->threads > 1) {
+    if (pthread_mutex_init(&g->mu, NULL)) return g; /* runs on the calling thread */
+    if (pthread_cond_init(&g->go, NULL)) {
+      pthread_mutex_destroy(&g->mu);
+      return g;
+    }
+    if (pthread_cond_init(&g->done, NULL)) {
+      pthread_cond_destroy(&g->go);
+      pthread_mutex_destroy(&g->mu);
+      return g;
+    }
+    g->pool_ok = 1;
+    /* Fewer workers than asked when the system refuses some: the chunks
+     * are shared among those there are. */
+    for (int i = 1; i < g->threads; i++) {
+      g->hp[i] = (helper){g, &g->w[i]};
+      if (pthread_create(&g->tid[i], NULL, worker_main, &g->hp[i])) break;
+      g->started = i;
+    }
+  }
   return g;
 }
 
@@ -350,14 +436,43 @@ int ssae_vjp_set_params(ssae_vjp *g, const float *params, ssae_err *err) {
 int ssae_vjp_forward(ssae_vjp *g, const float *x, size_t n, float *y, ssae_err *err) {
   if (n && (!x || !y)) return ssae_err_set(err, "forward: NULL buffer");
   if (!n) return 0;
-  g->cur = (job){x, NULL, n, y, NULL};
+  g->cur = (job){x, NULL, n, y, NULL, NULL};
   run_job(g);
   return 0;
 }
 
+size_t ssae_vjp_act_floats(const ssae_vjp *g, size_t n) {
+  return n_chunks(n) * CHUNK * act_per_window(g);
+}
+
+int ssae_vjp_forward_save(ssae_vjp *g, const float *x, size_t n, float *y, float *act,
+                          ssae_err *err) {
+  if (n && (!x || !y || !act)) return ssae_err_set(err, "forward: NULL buffer");
+  if (!n) return 0;
+  g->cur = (job){x, NULL, n, y, NULL, act};
+  run_job(g);
+  return 0;
+}
+
+static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const float *dy,
+                        float *dparams, float *dx, ssae_err *err);
+
 int ssae_vjp_backward(ssae_vjp *g, const float *x, size_t n, const float *dy, float *dparams,
                       float *dx, ssae_err *err) {
   if (!dparams || (n && (!x || !dy))) return ssae_err_set(err, "backward: NULL buffer");
+  return backward_job(g, x, NULL, n, dy, dparams, dx, err);
+}
+
+int ssae_vjp_backward_saved(ssae_vjp *g, const float *act, size_t n, const float *dy,
+                            float *dparams, float *dx, ssae_err *err) {
+  if (!dparams || (n && (!act || !dy))) return ssae_err_set(err, "backward: NULL buffer");
+  /* act is only read (the job's pointer is not const for the forward's
+   * sake) */
+  return backward_job(g, NULL, (float *)act, n, dy, dparams, dx, err);
+}
+
+static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const float *dy,
+                        float *dparams, float *dx, ssae_err *err) {
   size_t P = g->P, nc = n_chunks(n);
   if (nc > g->cap_chunks) {
     float *cg = realloc(g->cgrad, nc * P * sizeof(float));
@@ -366,7 +481,7 @@ int ssae_vjp_backward(ssae_vjp *g, const float *x, size_t n, const float *dy, fl
     g->cap_chunks = nc;
   }
   if (n) {
-    g->cur = (job){x, dy, n, NULL, dx};
+    g->cur = (job){x, dy, n, NULL, dx, act};
     run_job(g);
   }
   memset(g->acc, 0, P * sizeof(double));

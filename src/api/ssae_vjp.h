@@ -24,8 +24,9 @@ extern "C" {
 
 typedef struct ssae_vjp ssae_vjp;
 
-/* threads: 0 = every core, 1 = the calling thread only. The result does
- * not depend on it (chunks are summed in a fixed order). */
+/* threads: 0 = every core, 1 = the calling thread only (the others are
+ * started here and wait between calls). The result does not depend on it
+ * (chunks are summed in a fixed order). */
 ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err);
 void ssae_vjp_free(ssae_vjp *v);
 
@@ -45,6 +46,17 @@ int ssae_vjp_forward(ssae_vjp *v, const float *x, size_t n, float *y, ssae_err *
  * batch). */
 int ssae_vjp_backward(ssae_vjp *v, const float *x, size_t n, const float *dy, float *dparams,
                       float *dx, ssae_err *err);
+
+/* Training without recomputation: the forward, keeping what the backward
+ * needs in act (ssae_vjp_act_floats(v, n) floats, the caller's); then the
+ * backward from them (the same results as ssae_vjp_backward on the
+ * forward's x), for the parameters of that forward (unchanged since, or
+ * set again to the same values). */
+size_t ssae_vjp_act_floats(const ssae_vjp *v, size_t n);
+int ssae_vjp_forward_save(ssae_vjp *v, const float *x, size_t n, float *y, float *act,
+                          ssae_err *err);
+int ssae_vjp_backward_saved(ssae_vjp *v, const float *act, size_t n, const float *dy,
+                            float *dparams, float *dx, ssae_err *err);
 
 #ifdef __cplusplus
 }

@@ -272,6 +272,30 @@ int ssae_backend_run(ssae_backend *b, const float *x, size_t n, float *scores, f
   return ssae_backend_cpu.run(b->cpu, x, n, scores, recon, err);
 }
 
+int ssae_backend_run_device(ssae_backend *b, const float *x_dev, size_t n, float *scores_dev,
+                            float *recon_dev, void *stream, ssae_err *err) {
+  if (b->fell_back || !b->ops->run_device) {
+    ssae_err_set(err, "backend %s reads no device memory", ssae_backend_name(b));
+    return SSAE_BACKEND_NO_DEVICE;
+  }
+  ssae_err e = {{0}};
+  b->runs++;
+  if (!hook_fails(b, &e)) {
+    int rc = b->ops->run_device(b->impl, x_dev, n, scores_dev, recon_dev, stream, &e);
+    if (rc == 0) return 0;
+    if (rc == SSAE_BACKEND_DEVICE_EARG) {
+      b->runs--; /* nothing ran */
+      ssae_err_set(err, "%s", e.msg);
+      return SSAE_BACKEND_DEVICE_EARG;
+    }
+  }
+  /* When the CPU cannot take over either, the host path the caller takes
+   * next tries again and reports that. */
+  if (fall_back(b, e.msg, err) == 0)
+    ssae_err_set(err, "backend %s failed (%s); the CPU took over", b->ops->name, e.msg);
+  return SSAE_BACKEND_NO_DEVICE;
+}
+
 /* The CPU that scores stream windows through the caches now, caches
  * fitted; NULL when none does (another backend, a test hook armed, no
  * stream, no memory for the caches). */

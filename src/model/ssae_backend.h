@@ -50,7 +50,19 @@ typedef struct ssae_backend_ops {
                       ssae_err *err);
   int (*host_register)(void *p, size_t bytes);
   void (*host_unregister)(void *p);
+  /* Optional: n windows already in device memory (x_dev) scored on the
+   * caller's stream (a cudaStream_t; NULL: the legacy default stream),
+   * scores to scores_dev (n floats) and, when not NULL, reconstructions to
+   * recon_dev (n*F*M floats), all device memory of the backend's device.
+   * Queued, not waited for: the caller's stream order holds. Returns 0,
+   * -1 on a device failure (the caller falls back), or
+   * SSAE_BACKEND_DEVICE_EARG when the pointers are not such memory
+   * (nothing ran; nothing to fall back from). */
+  int (*run_device)(void *impl, const float *x_dev, size_t n, float *scores_dev,
+                    float *recon_dev, void *stream, ssae_err *err);
 } ssae_backend_ops;
+
+#define SSAE_BACKEND_DEVICE_EARG (-2)
 
 /* n windows from x on, window i at x + i * pitch (floats). */
 typedef struct ssae_span {
@@ -166,6 +178,20 @@ int ssae_backend_stream_submit(ssae_backend *b, int slot, const ssae_span *sp, i
  * does the work (the CPU, also after a fall back): collect right after
  * the submit. */
 int ssae_backend_stream_async(const ssae_backend *b, size_t n);
+
+/* n windows in device memory (x_dev) scored where they lie, on the
+ * caller's stream, by a backend that reads device memory (run_device
+ * above; the CUDA backend): scores_dev, recon_dev (NULL: none) as there.
+ * Returns 0 once queued (not waited for); SSAE_BACKEND_NO_DEVICE when the
+ * backend in use reads no device memory (the CPU, or after a fall back,
+ * which a device failure in this call makes, reported once as
+ * ssae_backend_run does): nothing was written, the caller copies the
+ * windows to the host and calls ssae_backend_run; SSAE_BACKEND_DEVICE_EARG
+ * when the pointers are not device memory of the backend's device (err
+ * says why). The test hooks fire here as in ssae_backend_run. */
+#define SSAE_BACKEND_NO_DEVICE (-1)
+int ssae_backend_run_device(ssae_backend *b, const float *x_dev, size_t n, float *scores_dev,
+                            float *recon_dev, void *stream, ssae_err *err);
 
 /* Page-locks [p, p + bytes) for the device copies of b's kind, for the
  * process (it outlives b; a later backend of the same kind benefits).

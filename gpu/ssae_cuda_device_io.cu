@@ -1,0 +1,82 @@
+/* The CUDA backend on windows already in device memory (a CUDA tensor of
+ * the Python package): the kernel of the kernel table reads them where
+ * they lie and writes scores (and reconstructions) where the caller says,
+ * on the caller's stream, with no copy and no wait. The backend table's
+ * run_device (src/model/ssae_backend.h). */
+#include <stdint.h>
+
+#include <algorithm>
+
+#include "ssae_cuda_impl.cuh"
+
+namespace ssae_cuda {
+
+namespace {
+
+/* 0 when p is device memory of device dev (or memory it can address as
+ * such: managed memory); SSAE_BACKEND_DEVICE_EARG with err when not. */
+int check_device_ptr(const void *p, int dev, const char *what, ssae_err *err) {
+  cudaPointerAttributes at;
+  cudaError_t e = cudaPointerGetAttributes(&at, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* not a sticky error: clear it */
+    ssae_err_set(err, "CUDA: %s: not device memory (%s)", what, cudaGetErrorString(e));
+    return SSAE_BACKEND_DEVICE_EARG;
+  }
+  if (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged) {
+    ssae_err_set(err, "CUDA: %s: host memory, not device memory", what);
+    return SSAE_BACKEND_DEVICE_EARG;
+  }
+  if (at.device != dev) {
+    ssae_err_set(err, "CUDA: %s: memory of device %d, the model runs on device %d", what,
+                 at.device, dev);
+    return SSAE_BACKEND_DEVICE_EARG;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_device(void *impl, const float *x_dev, size_t n, float *scores_dev, float *recon_dev,
+               void *stream, ssae_err *err) {
+  cuda_impl *c = (cuda_impl *)impl;
+  if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);
+  if (!n) return 0;
+  if (!x_dev || !scores_dev) {
+    ssae_err_set(err, "CUDA: NULL device buffer");
+    return SSAE_BACKEND_DEVICE_EARG;
+  }
+  /* The kernels read windows and write reconstructions as float4. */
+  if ((((uintptr_t)x_dev | (uintptr_t)recon_dev) & 15) != 0) {
+    ssae_err_set(err, "CUDA: windows and reconstructions must be 16-byte aligned");
+    return SSAE_BACKEND_DEVICE_EARG;
+  }
+  int rc;
+  if ((rc = check_device_ptr(x_dev, c->dev, "windows", err)) ||
+      (rc = check_device_ptr(scores_dev, c->dev, "scores", err)) ||
+      (recon_dev && (rc = check_device_ptr(recon_dev, c->dev, "reconstructions", err))))
+    return rc;
+  /* The launch goes to the current device: c's for the call, the
+   * caller's restored after. */
+  int cur = -1;
+  CK(cudaGetDevice(&cur), "reading the current device");
+  if (cur != c->dev) CK(cudaSetDevice(c->dev), "selecting the model's device");
+  c->runs++;
+  const int inject = c->fail_after >= 0 && c->runs > c->fail_after;
+  const size_t FM = (size_t)c->FM;
+  rc = 0;
+  /* In chunks of the buffer size: the batches every kernel is tested on
+   * (each chunk gets the kernel the table chooses for its size). */
+  for (size_t i = 0; i < n && rc == 0; i += c->cap) {
+    const size_t k = std::min(c->cap, n - i);
+    rc = launch_on(c, (cudaStream_t)stream, x_dev + i * FM, k, scores_dev + i,
+                   recon_dev ? recon_dev + i * FM : NULL, inject, err);
+  }
+  if (cur != c->dev && cudaSetDevice(cur) != cudaSuccess && rc == 0) {
+    cudaGetLastError();
+    rc = ssae_err_set(err, "CUDA: restoring the current device");
+  }
+  return rc;
+}
+
+}  // namespace ssae_cuda

@@ -1,0 +1,468 @@
+/* Forward and vector-Jacobian product on CUDA tensors (ssae_cuda_vjp.h).
+ *
+ * k_vjp is the trainer's k_fwd_bwd (ssae_cuda_train_kernels.cuh, whose
+ * helpers and k_update it uses; the header's kernels are file-local, so
+ * this file has its own copies) with the loss taken out: the forward
+ * writes the reconstruction; the backward starts from the caller's dy
+ * instead of 2 (y - x) scale, and also takes the gradient through the
+ * first LayerNorm to the input. Per call:
+ *   k_update(UPD_PREP)      normalised basis and transposes from params
+ *   k_vjp                   forward, or forward + backward (one partial
+ *                           gradient per block, dx per window)
+ *   k_update(UPD_GRAD_OUT)  partials summed in block order in double,
+ *                           through the basis normalisation, to dparams
+ * all on the caller's stream. */
+#include "ssae_cuda_vjp.h"
+
+#include "ssae_train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ssae_cuda_train_kernels.cuh"
+
+namespace {
+
+/* Most partial gradients per backward (as the trainer). */
+const int kVjpMaxBlocks = 256;
+
+/* ln_fwd with x - mean in double, as the CPU's VJP (log-mel rows sit far
+ * from zero: the float difference would cost the output SPEC accuracy). */
+__device__ void ln_fwd_exact(int R, int n, const float *x, const float *__restrict__ gw,
+                             const float *__restrict__ gb, float *xhat, float *out,
+                             float *rstd) {
+  const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
+  for (int row = threadIdx.x >> 5; row < R; row += nwarp) {
+    const float *xi = x + row * n;
+    double s = 0;
+    for (int j = lane; j < n; j += 32) s += xi[j];
+    const double mean = warp_sum(s) / n;
+    double ss = 0;
+    for (int j = lane; j < n; j += 32) {
+      const double t = xi[j] - mean;
+      ss += t * t;
+    }
+    const double rs = 1.0 / sqrt(warp_sum(ss) / n + kLnEps);
+    const float rf = (float)rs;
+    if (lane == 0) rstd[row] = rf;
+    for (int j = lane; j < n; j += 32) {
+      const float xh = (float)(((double)xi[j] - mean) * (double)rf);
+      xhat[row * n + j] = xh;
+      out[row * n + j] = xh * gw[j] + gb[j];
+    }
+  }
+}
+
+/* Forward (dy NULL: y_out gets the reconstruction) or forward + backward
+ * (dy: partial gradient of block b at part + b*P, the input gradient at dx
+ * when not NULL) of n windows at x (F*M floats each). */
+__global__ void __launch_bounds__(kFwdThreads, 1)
+    k_vjp(dims_t d, dev_w w, const float *__restrict__ x, size_t n,
+          const float *__restrict__ dyg, float *__restrict__ y_out, float *__restrict__ dx,
+          float *__restrict__ part) {
+  extern __shared__ double smem_d[];
+  float *sm = (float *)smem_d;
+  const lay_t ly = make_lay(d);
+  float *xs = sm + ly.xs, *xhat = sm + ly.xhat, *u = sm + ly.u, *y = sm + ly.y;
+  float *h = sm + ly.h, *gd1 = sm + ly.gd1, *rr = sm + ly.r, *dr = sm + ly.dr;
+  float *rstd1 = sm + ly.rstd1, *z = sm + ly.z, *zhat = sm + ly.zhat, *v = sm + ly.v;
+  float *zp = sm + ly.zp, *gd2 = sm + ly.gd2, *dzp = sm + ly.dzp, *dv = sm + ly.dv;
+  float *dz = sm + ly.dz, *rstd2 = sm + ly.rstd2;
+  const int tid = threadIdx.x, T = blockDim.x;
+  const int M = d.M, F = d.F, L = d.L, S = d.S, C = d.C, FM = F * M;
+  const float *P = w.p;
+  const size_t ngroups = (n + d.wb - 1) / d.wb;
+  float *pb = dyg ? part + (size_t)blockIdx.x * d.P : NULL;
+  bool first = true;
+
+  for (size_t g = blockIdx.x; g < ngroups; g += gridDim.x) {
+    const size_t base = g * d.wb;
+    const int nw = (int)(n - base < (size_t)d.wb ? n - base : (size_t)d.wb);
+    const int R = nw * F;
+    const float *xg = x + base * (size_t)FM;
+    for (int i = tid; i < nw * FM; i += T) xs[i] = xg[i];
+    __syncthreads();
+    ln_fwd_exact(R, M, xs, P + d.off[0], P + d.off[1], xhat, u, rstd1);
+    __syncthreads();
+    for (int i = tid; i < R * S; i += T) {
+      const int r = i / S, s = i - r * S;
+      float acc = P[d.off[3] + s];
+      const float *ur = u + r * M;
+      for (int k = 0; k < M; k++) acc = fmaf(ur[k], w.enct[k * S + s], acc);
+      gelu(acc, &h[i], &gd1[i]);
+    }
+    __syncthreads();
+    for (int i = tid; i < nw * L; i += T) {
+      const int wi = i / L, l = i - wi * L;
+      const float *c = h + wi * C;
+      float acc = 0;
+      for (int k = 0; k < C; k++) acc = fmaf(c[k], w.bnt[k * L + l], acc);
+      z[i] = acc;
+    }
+    __syncthreads();
+    ln_fwd_exact(nw, L, z, P + d.off[5], P + d.off[6], zhat, v, rstd2);
+    __syncthreads();
+    for (int i = tid; i < nw * L; i += T) {
+      const int wi = i / L, l = i - wi * L;
+      float acc = P[d.off[8] + l];
+      for (int k = 0; k < L; k++) acc = fmaf(v[wi * L + k], w.bnwt[k * L + l], acc);
+      gelu(acc, &zp[i], &gd2[i]);
+    }
+    __syncthreads();
+    for (int i = tid; i < nw * C; i += T) {
+      const int wi = i / C, c = i - wi * C;
+      float acc = 0;
+      for (int l = 0; l < L; l++) acc = fmaf(zp[wi * L + l], w.bn[l * C + c], acc);
+      rr[i] = acc;
+    }
+    __syncthreads();
+    if (!dyg) {
+      float *yg = y_out + base * (size_t)FM;
+      for (int i = tid; i < R * M; i += T) {
+        const int r = i / M, m = i - r * M;
+        float acc = P[d.off[10] + m];
+        const float *rrow = rr + r * S;
+        for (int k = 0; k < S; k++) acc = fmaf(rrow[k], w.dect[k * M + m], acc);
+        yg[i] = acc;
+      }
+      __syncthreads();
+      continue;
+    }
+    /* the upstream gradient of this group's reconstructions */
+    {
+      const float *dg = dyg + base * (size_t)FM;
+      for (int i = tid; i < R * M; i += T) y[i] = dg[i];
+    }
+    __syncthreads();
+
+    /* decoder: bias, weight, dr = dy Wd */
+    for (int m = tid; m < M; m += T) {
+      float acc = 0;
+      for (int r = 0; r < R; r++) acc += y[r * M + m];
+      put(pb, d.off[10] + m, acc, first);
+    }
+    for (int i = tid; i < M * S; i += T) {
+      const int m = i / S, s = i - m * S;
+      float acc = 0;
+      for (int r = 0; r < R; r++) acc = fmaf(y[r * M + m], rr[r * S + s], acc);
+      put(pb, d.off[9] + i, acc, first);
+    }
+    for (int i = tid; i < R * S; i += T) {
+      const int r = i / S, s = i - r * S;
+      float acc = 0;
+      for (int m = 0; m < M; m++) acc = fmaf(y[r * M + m], P[d.off[9] + m * S + s], acc);
+      dr[i] = acc;
+    }
+    __syncthreads();
+    /* through r = B^T z' and the bottleneck GELU */
+    for (int i = tid; i < nw * L; i += T) {
+      const int wi = i / L, l = i - wi * L;
+      const float *dc = dr + wi * C;
+      float acc = 0;
+      for (int k = 0; k < C; k++) acc = fmaf(dc[k], w.bnt[k * L + l], acc);
+      dzp[i] = acc * gd2[i];
+    }
+    __syncthreads();
+    /* bottleneck Linear */
+    for (int l = tid; l < L; l += T) {
+      float acc = 0;
+      for (int i = 0; i < nw; i++) acc += dzp[i * L + l];
+      put(pb, d.off[8] + l, acc, first);
+    }
+    for (int i = tid; i < L * L; i += T) {
+      const int l = i / L, k = i - l * L;
+      float acc = 0;
+      for (int wi = 0; wi < nw; wi++) acc = fmaf(dzp[wi * L + l], v[wi * L + k], acc);
+      put(pb, d.off[7] + i, acc, first);
+    }
+    for (int i = tid; i < nw * L; i += T) {
+      const int wi = i / L, k = i - wi * L;
+      float acc = 0;
+      for (int l = 0; l < L; l++) acc = fmaf(dzp[wi * L + l], P[d.off[7] + l * L + k], acc);
+      dv[i] = acc;
+    }
+    __syncthreads();
+    /* bottleneck LayerNorm */
+    for (int k = tid; k < L; k += T) {
+      float gw = 0, gb = 0;
+      for (int wi = 0; wi < nw; wi++) {
+        gw = fmaf(dv[wi * L + k], zhat[wi * L + k], gw);
+        gb += dv[wi * L + k];
+      }
+      put(pb, d.off[5] + k, gw, first);
+      put(pb, d.off[6] + k, gb, first);
+    }
+    ln_bwd_dx(nw, L, dv, zhat, rstd2, P + d.off[5], dz);
+    __syncthreads();
+    /* basis (normalised) from z = B c and r = B^T z'; da = dc * GELU' into rr */
+    for (int i = tid; i < L * C; i += T) {
+      const int l = i / C, c = i - l * C;
+      float acc = 0;
+      for (int wi = 0; wi < nw; wi++) {
+        acc = fmaf(zp[wi * L + l], dr[wi * C + c], acc);
+        acc = fmaf(dz[wi * L + l], h[wi * C + c], acc);
+      }
+      put(pb, d.off[4] + i, acc, first);
+    }
+    for (int i = tid; i < nw * C; i += T) {
+      const int wi = i / C, c = i - wi * C;
+      float acc = 0;
+      for (int l = 0; l < L; l++) acc = fmaf(dz[wi * L + l], w.bn[l * C + c], acc);
+      rr[i] = acc * gd1[i];
+    }
+    __syncthreads();
+    /* slice encoder Linear; du into y (dy is no longer needed) */
+    for (int s = tid; s < S; s += T) {
+      float acc = 0;
+      for (int r = 0; r < R; r++) acc += rr[r * S + s];
+      put(pb, d.off[3] + s, acc, first);
+    }
+    for (int i = tid; i < S * M; i += T) {
+      const int s = i / M, m = i - s * M;
+      float acc = 0;
+      for (int r = 0; r < R; r++) acc = fmaf(rr[r * S + s], u[r * M + m], acc);
+      put(pb, d.off[2] + i, acc, first);
+    }
+    for (int i = tid; i < R * M; i += T) {
+      const int r = i / M, m = i - r * M;
+      float acc = 0;
+      for (int s = 0; s < S; s++) acc = fmaf(rr[r * S + s], P[d.off[2] + s * M + m], acc);
+      y[i] = acc;
+    }
+    __syncthreads();
+    /* slice encoder LayerNorm: its parameters and the input gradient */
+    for (int m = tid; m < M; m += T) {
+      float gw = 0, gb = 0;
+      for (int r = 0; r < R; r++) {
+        gw = fmaf(y[r * M + m], xhat[r * M + m], gw);
+        gb += y[r * M + m];
+      }
+      put(pb, d.off[0] + m, gw, first);
+      put(pb, d.off[1] + m, gb, first);
+    }
+    if (dx) ln_bwd_dx(R, M, y, xhat, rstd1, P + d.off[0], dx + base * (size_t)FM);
+    __syncthreads();
+    first = false;
+  }
+}
+
+}  // namespace
+
+struct ssae_cuda_vjp {
+  dims_t d;
+  size_t smem;
+  int dev;
+  dev_w w;     /* w.p is set per call to the caller's parameters */
+  float *part; /* kVjpMaxBlocks partial gradients */
+  cudaEvent_t done; /* the last call's work */
+  int have_done;
+};
+
+namespace {
+
+#define CKV(call, what)                                                          \
+  do {                                                                           \
+    cudaError_t e_ = (call);                                                     \
+    if (e_ != cudaSuccess)                                                       \
+      return ssae_err_set(err, "CUDA: %s: %s", what, cudaGetErrorString(e_));    \
+  } while (0)
+
+int check_ptr(const void *p, int dev, const char *what, ssae_err *err) {
+  cudaPointerAttributes at;
+  cudaError_t e = cudaPointerGetAttributes(&at, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return ssae_err_set(err, "CUDA: %s: not device memory (%s)", what, cudaGetErrorString(e));
+  }
+  if (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)
+    return ssae_err_set(err, "CUDA: %s: host memory, not device memory", what);
+  if (at.device != dev)
+    return ssae_err_set(err, "CUDA: %s: memory of device %d, this object's is %d", what,
+                        at.device, dev);
+  return 0;
+}
+
+/* The current device is v's for the call (restored by leave). */
+int enter(ssae_cuda_vjp *v, int *prev, ssae_err *err) {
+  CKV(cudaGetDevice(prev), "reading the current device");
+  if (*prev != v->dev) CKV(cudaSetDevice(v->dev), "selecting the device");
+  return 0;
+}
+
+int leave(ssae_cuda_vjp *v, int prev, int rc, ssae_err *err) {
+  if (prev >= 0 && prev != v->dev && cudaSetDevice(prev) != cudaSuccess) {
+    cudaGetLastError();
+    if (rc == 0) rc = ssae_err_set(err, "CUDA: restoring the current device");
+  }
+  return rc;
+}
+
+/* Queues on s: wait for the previous call's work, then the derived weights
+ * of params. */
+int begin(ssae_cuda_vjp *v, const float *params, cudaStream_t s, ssae_err *err) {
+  if (v->have_done) CKV(cudaStreamWaitEvent(s, v->done, 0), "ordering after the last call");
+  v->w.p = (float *)params; /* read only: UPD_PREP and UPD_GRAD_OUT write no parameter */
+  adam_args a;
+  memset(&a, 0, sizeof a);
+  k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
+             kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, NULL, 0, NULL, NULL,
+                                                             UPD_PREP, a, NULL);
+  CKV(cudaGetLastError(), "launching the weight preparation");
+  return 0;
+}
+
+int end(ssae_cuda_vjp *v, cudaStream_t s, ssae_err *err) {
+  CKV(cudaEventRecord(v->done, s), "recording an event");
+  v->have_done = 1;
+  return 0;
+}
+
+int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float *y,
+            cudaStream_t s, ssae_err *err) {
+  if (begin(v, params, s, err)) return -1;
+  if (n) {
+    const size_t groups = (n + v->d.wb - 1) / v->d.wb;
+    const unsigned grid = (unsigned)(groups < 65535 ? groups : 65535);
+    k_vjp<<<grid, kFwdThreads, v->smem, s>>>(v->d, v->w, x, n, NULL, y, NULL, NULL);
+    CKV(cudaGetLastError(), "launching the forward kernel");
+  }
+  return end(v, s, err);
+}
+
+int backward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n,
+             const float *dy, float *dparams, float *dx, cudaStream_t s, ssae_err *err) {
+  if (begin(v, params, s, err)) return -1;
+  if (n == 0) {
+    CKV(cudaMemsetAsync(dparams, 0, sizeof(float) * (size_t)v->d.P, s), "clearing gradients");
+    return end(v, s, err);
+  }
+  const size_t groups = (n + v->d.wb - 1) / v->d.wb;
+  const int nparts = (int)(groups < (size_t)kVjpMaxBlocks ? groups : (size_t)kVjpMaxBlocks);
+  k_vjp<<<(unsigned)nparts, kFwdThreads, v->smem, s>>>(v->d, v->w, x, n, dy, NULL, dx,
+                                                       v->part);
+  CKV(cudaGetLastError(), "launching the backward kernel");
+  adam_args a;
+  memset(&a, 0, sizeof a);
+  k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
+             kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, v->part, nparts,
+                                                             NULL, NULL, UPD_GRAD_OUT, a,
+                                                             dparams);
+  CKV(cudaGetLastError(), "launching the gradient sum");
+  return end(v, s, err);
+}
+
+}  // namespace
+
+extern "C" void ssae_cuda_vjp_free(ssae_cuda_vjp *v) {
+  if (!v) return;
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) cudaGetLastError();
+  if (prev != v->dev) cudaSetDevice(v->dev);
+  void *ptrs[] = {v->w.bn, v->w.bnt, v->w.enct, v->w.bnwt, v->w.dect, v->w.gnorm, v->part};
+  for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) cudaFree(ptrs[i]);
+  if (v->done) cudaEventDestroy(v->done);
+  if (prev >= 0 && prev != v->dev) cudaSetDevice(prev);
+  cudaGetLastError();
+  free(v);
+}
+
+extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) {
+  if (ssae_dims_check(dm, err)) return NULL;
+  if ((double)dm->frames * dm->slice_latent * dm->latent > 1e8 ||
+      (double)dm->n_mels * dm->slice_latent > 1e8) {
+    ssae_err_set(err, "CUDA: model dimensions out of range");
+    return NULL;
+  }
+  ssae_cuda_vjp *v = (ssae_cuda_vjp *)calloc(1, sizeof *v);
+  if (!v) {
+    ssae_err_set(err, "CUDA: out of memory");
+    return NULL;
+  }
+  dims_t &d = v->d;
+  d.M = dm->n_mels;
+  d.F = dm->frames;
+  d.L = dm->latent;
+  d.S = dm->slice_latent;
+  d.C = d.F * d.S;
+  size_t off[SSAE_N_TENSORS + 1];
+  ssae_param_offsets(dm, off);
+  for (int i = 0; i <= SSAE_N_TENSORS; i++) d.off[i] = (int)off[i];
+  d.P = (int)off[SSAE_N_TENSORS];
+#define CKN(call, what)                                                        \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      cudaGetLastError();                                                      \
+      ssae_err_set(err, "CUDA: %s: %s", what, cudaGetErrorString(e_));         \
+      ssae_cuda_vjp_free(v);                                                   \
+      return NULL;                                                             \
+    }                                                                          \
+  } while (0)
+  v->dev = -1;
+  CKN(cudaGetDevice(&v->dev), "reading the current device");
+  cudaDeviceProp prop;
+  CKN(cudaGetDeviceProperties(&prop, v->dev), "reading device properties");
+  /* Windows per group: the most of 4, 2, 1 whose activations fit in shared
+   * memory (as the trainer). */
+  d.wb = 0;
+  for (int wb = 4; wb >= 1; wb /= 2) {
+    d.wb = wb;
+    const size_t bytes = sizeof(float) * (size_t)make_lay(d).total;
+    if (bytes <= prop.sharedMemPerBlockOptin) {
+      v->smem = bytes;
+      break;
+    }
+    d.wb = 0;
+  }
+  if (d.wb == 0 || sizeof(double) * (size_t)d.C > 48 * 1024) {
+    ssae_err_set(err, "CUDA: model dimensions too large for the GPU's shared memory");
+    ssae_cuda_vjp_free(v);
+    return NULL;
+  }
+  CKN(cudaFuncSetAttribute(k_vjp, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)v->smem),
+      "raising the kernel's shared-memory limit");
+  const size_t P = (size_t)d.P, LC = (size_t)d.L * d.C;
+  CKN(cudaMalloc(&v->w.bn, sizeof(float) * LC), "allocating the basis");
+  CKN(cudaMalloc(&v->w.bnt, sizeof(float) * LC), "allocating the basis");
+  CKN(cudaMalloc(&v->w.enct, sizeof(float) * d.M * d.S), "allocating weights");
+  CKN(cudaMalloc(&v->w.bnwt, sizeof(float) * d.L * d.L), "allocating weights");
+  CKN(cudaMalloc(&v->w.dect, sizeof(float) * d.M * d.S), "allocating weights");
+  CKN(cudaMalloc(&v->w.gnorm, sizeof(double) * d.L), "allocating the basis norms");
+  CKN(cudaMalloc(&v->part, sizeof(float) * P * kVjpMaxBlocks), "allocating partial gradients");
+  CKN(cudaEventCreateWithFlags(&v->done, cudaEventDisableTiming), "creating an event");
+#undef CKN
+  return v;
+}
+
+extern "C" int ssae_cuda_vjp_forward(ssae_cuda_vjp *v, const float *params_dev,
+                                     const float *x_dev, size_t n, float *y_dev, void *stream,
+                                     ssae_err *err) {
+  if (!params_dev || (n && (!x_dev || !y_dev))) return ssae_err_set(err, "forward: NULL buffer");
+  if (check_ptr(params_dev, v->dev, "parameters", err) ||
+      (n && (check_ptr(x_dev, v->dev, "input", err) || check_ptr(y_dev, v->dev, "output", err))))
+    return -1;
+  int prev = -1;
+  if (enter(v, &prev, err)) return leave(v, prev, -1, err);
+  return leave(v, prev, forward(v, params_dev, x_dev, n, y_dev, (cudaStream_t)stream, err), err);
+}
+
+extern "C" int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev,
+                                      const float *x_dev, size_t n, const float *dy_dev,
+                                      float *dparams_dev, float *dx_dev, void *stream,
+                                      ssae_err *err) {
+  if (!params_dev || !dparams_dev || (n && (!x_dev || !dy_dev)))
+    return ssae_err_set(err, "backward: NULL buffer");
+  if (check_ptr(params_dev, v->dev, "parameters", err) ||
+      check_ptr(dparams_dev, v->dev, "parameter gradients", err) ||
+      (n && (check_ptr(x_dev, v->dev, "input", err) ||
+             check_ptr(dy_dev, v->dev, "upstream gradient", err) ||
+             (dx_dev && check_ptr(dx_dev, v->dev, "input gradient", err)))))
+    return -1;
+  int prev = -1;
+  if (enter(v, &prev, err)) return leave(v, prev, -1, err);
+  return leave(v, prev,
+               backward(v, params_dev, x_dev, n, dy_dev, dparams_dev, dx_dev,
+                        (cudaStream_t)stream, err),
+               err);
+}

@@ -1,0 +1,51 @@
+/* Forward and vector-Jacobian product of the SSAE on CUDA tensors: the
+ * caller's parameters (one flat float vector in state_dict order), input
+ * and upstream gradient in device memory, results written to the caller's
+ * device memory, all queued on the caller's stream (a cudaStream_t; NULL:
+ * the legacy default stream) without waiting. The kernels are the CUDA
+ * trainer's (gpu/ssae_cuda_train_kernels.cuh: float32 products, float64
+ * LayerNorm statistics and batch sums, no atomics: the same bits on every
+ * run); the backward takes an upstream gradient of the reconstruction
+ * instead of the trainer's mean squared error, and also gives the input
+ * gradient. Present when the build found nvcc (SSAE_HAVE_CUDA).
+ *
+ * An object keeps scratch on the device it was made on (the current device
+ * then): derived weights and per-block partial gradients. Calls on one
+ * object may come on different streams: each waits, on the device, for the
+ * previous call's work (an event), so the scratch is never shared between
+ * two calls in flight. Parameters are not checked for finiteness (that
+ * would need a wait). */
+#ifndef SSAE_CUDA_VJP_H
+#define SSAE_CUDA_VJP_H
+
+#include <stddef.h>
+
+#include "ssae_err.h"
+#include "ssae_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ssae_cuda_vjp ssae_cuda_vjp;
+
+/* On the current device; NULL with a reason (no device, dimensions whose
+ * activations do not fit its shared memory). */
+ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *d, ssae_err *err);
+void ssae_cuda_vjp_free(ssae_cuda_vjp *v);
+
+/* y_dev (n*F*M floats) = f(x_dev; params_dev) for n windows. */
+int ssae_cuda_vjp_forward(ssae_cuda_vjp *v, const float *params_dev, const float *x_dev,
+                          size_t n, float *y_dev, void *stream, ssae_err *err);
+
+/* From the upstream gradient dy_dev (n*F*M floats): dparams_dev (the flat
+ * vector's length) = sum over windows of dy . dy/dparams, and, when not
+ * NULL, dx_dev (n*F*M) = dy . dy/dx. n may be 0 (dparams_dev zeroed). */
+int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev, const float *x_dev,
+                           size_t n, const float *dy_dev, float *dparams_dev, float *dx_dev,
+                           void *stream, ssae_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
