@@ -23,6 +23,9 @@
 #include "ssae_backend.h"
 #include "ssae_filescore.h"
 #include "ssae_model.h"
+#include "ssae_outfile.h"
+#include "ssae_shard.h"
+#include "ssae_shard_job.h"
 
 static const char *const CMD = "score";
 
@@ -33,6 +36,9 @@ static const char *const CMD = "score";
 typedef struct opts {
   const char *model, *backend, *windows, *format;
   int channel, jobs, quiet;
+  /* Archives in shards (ssae_shard_job.h). */
+  const char *output, *files_from, *shard;
+  int shard_count, resume;
 } opts;
 
 static const char *const formats[] = {"tsv", "json", NULL};
@@ -61,6 +67,34 @@ static const ssae_cli_opt options[] = {
      .help = "decoding threads, which on the CPU also run the model", .def = "all cores"},
     {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', .offset = offsetof(opts, quiet),
      .help = "no progress line"},
+    {.kind = SSAE_CLI_STRING, .name = "--output", .short_name = 'o',
+     .offset = offsetof(opts, output), .metavar = "OUT",
+     .help = "write the results to OUT (atomically; with --shard or --resume as OUT.partial, "
+             "renamed to OUT when the shard is complete)",
+     .def = "stdout"},
+    {.kind = SSAE_CLI_HEADING,
+     .help = "shards of an archive (Slurm job arrays, Kubernetes indexed jobs; ssae merge):"},
+    {.kind = SSAE_CLI_STRING, .name = "--files-from", .offset = offsetof(opts, files_from),
+     .metavar = "FILE|-",
+     .help = "also score the paths listed in FILE, one a line ('-': stdin); directories are "
+             "expanded",
+     .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--shard", .offset = offsetof(opts, shard),
+     .metavar = "I/N|auto",
+     .help = "score only the I-th (from 0) of N parts of the sorted inputs, balanced by bytes "
+             "on disk; the output starts with a line naming the shard and the input list's "
+             "digest; auto: the part from a Slurm array (SLURM_ARRAY_TASK_ID) or a Kubernetes "
+             "indexed job (JOB_COMPLETION_INDEX)",
+     .def = ""},
+    {.kind = SSAE_CLI_INT, .name = "--shard-count", .offset = offsetof(opts, shard_count),
+     .metavar = "N", .min = 1, .max = SSAE_SHARD_MAX,
+     .help = "the number of shards for --shard auto (a Kubernetes job's completions; with "
+             "Slurm the array's task IDs are then the shard indices)",
+     .def = "from the scheduler, or SSAE_SHARD_COUNT"},
+    {.kind = SSAE_CLI_FLAG, .name = "--resume", .offset = offsetof(opts, resume),
+     .help = "keep the files an earlier run of the same shard and input list completed in OUT "
+             "or OUT.partial and score only the rest (needs -o); without --shard the run is "
+             "shard 0/1, and its output starts with the shard line"},
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -74,7 +108,8 @@ static const ssae_cli_cmd command = {
              "window of log-mel frames. Directories are searched recursively for audio\n"
              "files, in sorted order.",
     .epilogue = "A file that cannot be read or is shorter than one window is reported on\n"
-                "stderr and the rest are still scored.\n"
+                "stderr and the rest are still scored (with --shard it is also recorded in\n"
+                "the shard's output, and tried again by --resume).\n"
                 "Exit status: 0 all files scored, 1 some file failed, 2 usage error.",
     .opts = options,
     .positional = 1,
@@ -164,6 +199,9 @@ typedef struct {
   int json, tty, quiet;
   double threshold;
   FILE *wf;
+  FILE *of;          /* results: stdout, -o's file, or the shard's output */
+  FILE *wfp;         /* windows: wf, or the shard's windows output */
+  ssae_shard_job *sj; /* --shard / --resume; NULL otherwise */
   size_t done, failed, total;
   double t0, last_log;
 } out_state;
@@ -195,24 +233,36 @@ static void emit(out_state *o, const char *path, const slot *s, const float *sco
   double score = sum / (double)nw;
   const char *verdict = isnan(o->threshold) ? "unknown" : score > o->threshold ? "anomaly" : "normal";
   if (o->json) {
-    fputs("{\"path\":", stdout);
-    json_str(stdout, path);
-    printf(",\"score\":%.9g,\"windows\":%zu,\"verdict\":\"%s\"}\n", score, nw, verdict);
+    fputs("{\"path\":", o->of);
+    json_str(o->of, path);
+    fprintf(o->of, ",\"score\":%.9g,\"windows\":%zu,\"verdict\":\"%s\"}\n", score, nw,
+            verdict);
   } else {
-    printf("%s\t%.9g\t%zu\t%s\n", path, score, nw, verdict);
+    fprintf(o->of, "%s\t%.9g\t%zu\t%s\n", path, score, nw, verdict);
   }
 }
 
 static void emit_windows(out_state *o, const char *path, const slot *s, const float *scores,
                          const ssae_model *m) {
-  if (!o->wf) return;
+  if (!o->wfp) return;
   /* Frame t is centred on sample t*hop; a window's centre is its middle
    * frame's. */
   for (size_t k = 0; k < s->fs.n_windows; k++) {
     double t = ((double)k + 0.5 * (m->d.frames - 1)) * m->feat.hop_length /
                m->feat.sample_rate;
-    fprintf(o->wf, "%s\t%zu\t%.6f\t%.9g\n", path, k, t, scores[k]);
+    fprintf(o->wfp, "%s\t%zu\t%.6f\t%.9g\n", path, k, t, scores[k]);
   }
+}
+
+/* A shard's file is done (failed: msg, else NULL): its failure record, and
+ * its lines reach the shard's outputs, so that a kill loses at most the
+ * file in hand. */
+static int shard_file_done(out_state *o, const char *path, const char *msg) {
+  ssae_err err = {{0}};
+  if (msg) ssae_shard_job_failed(o->sj, path, msg[0] ? msg : "the model failed");
+  if (ssae_shard_job_next(o->sj, &err) == 0) return 0;
+  ssae_cli_error(CMD, "%s", err.msg);
+  return -1;
 }
 
 /* The main thread's side: waits for the files in input order, scores in
@@ -268,25 +318,32 @@ static int consume(job *j, ssae_backend *be, out_state *out) {
     off = 0;
     for (size_t k = i; k < e; k++) {
       slot *s = &j->slots[k];
-      if (s->state == 2 || (run_failed && !s->fs.scores)) {
+      int failed = s->state == 2 || (run_failed && !s->fs.scores);
+      if (failed) {
         progress(out, 1);
         if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
         status = -1;
         out->failed++;
       } else if (s->fs.scores) {
-        emit(out, j->paths[k], s, s->fs.scores);
+        /* Windows first: a shard's result line then always has its
+         * windows written (what --resume relies on). */
         emit_windows(out, j->paths[k], s, s->fs.scores, j->m);
+        emit(out, j->paths[k], s, s->fs.scores);
       } else {
-        emit(out, j->paths[k], s, scores + off);
         emit_windows(out, j->paths[k], s, scores + off, j->m);
+        emit(out, j->paths[k], s, scores + off);
         off += s->fs.n_frames;
       }
+      if (out->sj && shard_file_done(out, j->paths[k], failed ? s->error ? s->error
+                                                                         : err.msg
+                                                              : NULL))
+        status = -1;
       ssae_file_scores_release(&s->fs);
       free(s->error);
       s->error = NULL;
       out->done++;
     }
-    if (!out->tty || out->quiet) fflush(stdout);
+    if (!out->tty || out->quiet) fflush(out->of);
     pthread_mutex_lock(&j->mu);
     j->consumed = e;
     pthread_cond_broadcast(&j->room);
@@ -299,54 +356,47 @@ static int consume(job *j, ssae_backend *be, out_state *out) {
   return status;
 }
 
-/* Scores every input and prints them in order; 0, or 1 when some failed. */
-static int run(const opts *o, char **inputs, int n_inputs) {
+/* Scores the n files of paths (the caller's) and writes them in order to
+ * of (stdout, -o's file, or the shard's output of sj); 0, or 1 when some
+ * failed. */
+static int run(const opts *o, char *const *paths, size_t n, FILE *of, ssae_shard_job *sj) {
   ssae_err err = {{0}};
-  char **paths = NULL;
-  size_t n = 0;
-  if (ssae_cli_collect(inputs, n_inputs, &paths, &n, &err)) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    return SSAE_EXIT_INPUT;
-  }
-  if (!n) {
-    ssae_cli_error(CMD, "no audio files found");
-    return SSAE_EXIT_INPUT;
-  }
   ssae_model *m = ssae_model_open(o->model, &err);
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);
-    ssae_cli_free_paths(paths, n);
     return SSAE_EXIT_INPUT;
   }
   ssae_backend *be = ssae_backend_new(m, o->backend, BATCH_WINDOWS, &err);
   if (!be) {
     ssae_cli_error(CMD, "%s", err.msg);
     ssae_model_free(m);
-    ssae_cli_free_paths(paths, n);
     return SSAE_EXIT_INPUT;
   }
   if (*ssae_backend_note(be)) ssae_cli_error(CMD, "using the CPU: %s", ssae_backend_note(be));
   ssae_backend_set_fallback_cb(be, on_fallback, NULL);
 
   out_state out = {.json = !strcmp(o->format, "json"), .tty = ssae_cli_stderr_tty(),
-                   .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now()};
+                   .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now(),
+                   .of = of, .sj = sj};
   int status = SSAE_EXIT_OK;
-  if (o->windows) {
+  if (sj) {
+    out.wfp = ssae_shard_job_windows(sj);
+  } else if (o->windows) {
     out.wf = fopen(o->windows, "w");
     if (!out.wf) {
       ssae_cli_error(CMD, "%s: cannot write: %s", o->windows, strerror(errno));
       ssae_backend_free(be);
       ssae_model_free(m);
-      ssae_cli_free_paths(paths, n);
       return SSAE_EXIT_INPUT;
     }
     fprintf(out.wf, "path\twindow\ttime\tscore\n");
+    out.wfp = out.wf;
   }
 
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int nw = o->jobs ? o->jobs : ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
   if ((size_t)nw > n) nw = (int)n;
-  job j = {.paths = paths, .n = n, .m = m, .channel = o->channel,
+  job j = {.paths = (char **)paths, .n = n, .m = m, .channel = o->channel,
            .ahead = (size_t)nw * 4 + 8,
            /* On the CPU each worker scores its own files, right after their
             * features, on one thread: no batch copies, no hand-over. */
@@ -394,10 +444,100 @@ done:
     status = SSAE_EXIT_INPUT;
   }
   if (out.failed) ssae_cli_error(CMD, "%zu of %zu files failed", out.failed, n);
+  /* A shard is complete when every file has its line (a failure record
+   * counts); otherwise its .partial outputs stay for --resume. */
+  if (sj && out.done == n && ssae_shard_job_finish(sj, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    status = SSAE_EXIT_INPUT;
+  }
   ssae_backend_free(be);
   ssae_model_free(m);
-  ssae_cli_free_paths(paths, n);
   return status;
+}
+
+/* The inputs of a run without --shard: --files-from's paths, then the
+ * arguments, directories expanded. */
+static int collect_inputs(const opts *o, char *const *args, int n_args, char ***paths,
+                          size_t *n) {
+  ssae_err err = {{0}};
+  char **listed = NULL, **all = NULL;
+  size_t nl = 0;
+  int rc = -1;
+  if (o->files_from && ssae_paths_read_list(o->files_from, &listed, &nl, &err)) goto done;
+  if (!(all = malloc((nl + (size_t)n_args + 1) * sizeof *all))) {
+    ssae_err_set(&err, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < nl; i++) all[i] = listed[i];
+  for (int i = 0; i < n_args; i++) all[nl + (size_t)i] = args[i];
+  rc = ssae_paths_expand(all, nl + (size_t)n_args, paths, n, &err);
+done:
+  if (rc) ssae_cli_error(CMD, "%s", err.msg);
+  free(all);
+  ssae_paths_free(listed, nl);
+  return rc;
+}
+
+/* Without --shard and --resume: every input, to stdout or -o's file. */
+static int run_all(const opts *o, char *const *args, int n_args) {
+  char **paths = NULL;
+  size_t n = 0;
+  if (collect_inputs(o, args, n_args, &paths, &n)) return SSAE_EXIT_INPUT;
+  if (!n) {
+    ssae_cli_error(CMD, "no audio files found");
+    return SSAE_EXIT_INPUT;
+  }
+  ssae_err err = {{0}};
+  ssae_outfile *f = o->output ? ssae_outfile_open(o->output, &err) : NULL;
+  int rc;
+  if (o->output && !f) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    rc = SSAE_EXIT_INPUT;
+  } else {
+    rc = run(o, paths, n, f ? ssae_outfile_fp(f) : stdout, NULL);
+    if (f && ssae_outfile_commit(f, &err)) {
+      ssae_cli_error(CMD, "%s", err.msg);
+      rc = SSAE_EXIT_INPUT;
+    }
+  }
+  ssae_paths_free(paths, n);
+  return rc;
+}
+
+/* --shard (or --resume alone: shard 0/1): the files of this shard that no
+ * earlier run completed, to its outputs (ssae_shard_job.h). */
+static int run_shard(const opts *o, char *const *args, int n_args) {
+  ssae_shard_job_opts jo = {.args = args, .n_args = (size_t)n_args,
+                            .files_from = o->files_from, .shard = o->shard ? o->shard : "0/1",
+                            .shard_count = (size_t)o->shard_count, .resume = o->resume,
+                            .out = o->output, .windows = o->windows,
+                            .json = !strcmp(o->format, "json")};
+  ssae_err err = {{0}};
+  ssae_shard_job *sj = ssae_shard_job_new(&jo, &err);
+  if (!sj) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    return SSAE_EXIT_INPUT;
+  }
+  int rc = SSAE_EXIT_OK;
+  size_t n;
+  char *const *todo = ssae_shard_job_todo(sj, &n);
+  const ssae_shard_spec *spec = ssae_shard_job_spec(sj);
+  if (!ssae_shard_job_list(sj)->n) {
+    ssae_cli_error(CMD, "no audio files found");
+    rc = SSAE_EXIT_INPUT;
+  } else {
+    if (ssae_shard_job_done_before(sj))
+      ssae_cli_error(CMD, "shard %zu/%zu: %zu of %zu files done already", spec->index,
+                     spec->count, ssae_shard_job_done_before(sj), ssae_shard_job_files(sj));
+    if (n) {
+      rc = run(o, todo, n, ssae_shard_job_out(sj), sj);
+    } else if (ssae_shard_job_finish(sj, &err)) { /* nothing (left) to do */
+      ssae_cli_error(CMD, "%s", err.msg);
+      rc = SSAE_EXIT_INPUT;
+    }
+  }
+  ssae_shard_job_free(sj);
+  return rc;
 }
 
 int ssae_cmd_score(int argc, char **argv) {
@@ -405,8 +545,22 @@ int ssae_cmd_score(int argc, char **argv) {
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
-  if (!args.n_pos) rc = ssae_cli_usage_error(&command, "no input files");
-  else rc = run(&o, args.pos, args.n_pos);
+  ssae_shard_spec spec;
+  ssae_err err = {{0}};
+  if (!args.n_pos && !o.files_from) {
+    rc = ssae_cli_usage_error(&command, "no input files");
+  } else if (o.shard && ssae_shard_spec_parse(o.shard, (size_t)o.shard_count, &spec, &err)) {
+    /* A bad I/N, or auto outside a scheduler: the command line is wrong. */
+    ssae_cli_error(CMD, "%s", err.msg);
+    rc = SSAE_EXIT_USAGE;
+  } else if (o.shard_count && !o.shard) {
+    rc = ssae_cli_usage_error(&command, "--shard-count goes with --shard");
+  } else if (o.resume && !o.output) {
+    rc = ssae_cli_usage_error(&command, "--resume needs -o, the output of the earlier run");
+  } else {
+    rc = o.shard || o.resume ? run_shard(&o, args.pos, args.n_pos)
+                             : run_all(&o, args.pos, args.n_pos);
+  }
   ssae_cli_args_free(&args);
   return rc;
 }
