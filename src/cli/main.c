@@ -4,9 +4,6 @@
 #include "cli.h"
 #include "ssae_config.h"
 
-/* Not in cli.h while its option parser is rewritten (issue 19, cmd_merge.c). */
-int ssae_cmd_merge(int argc, char **argv);
-
 typedef struct {
   const char *name;
   ssae_cmd_fn fn;
