@@ -15,16 +15,15 @@
 #      overwritten (same size, other bytes): the merged result still
 #      equals the plain run only when they were not read again;
 #   3. tools/cluster/ssae-score.sbatch is a script this Slurm accepts.
-# The task command is TASK (below): a shard of the list written the way
-# `ssae score --shard` writes one (tests/shard/shard_list).
+# The task command is TASK (below): `ssae score --shard` itself, on the CPU,
+# one decoding thread.
 #
-# usage: slurm_test.sh SHARD_LIST SSAE_GEN   (SSAE: the ssae program)
+# usage: slurm_test.sh SSAE_GEN   (SSAE: the ssae program)
 # Exit: 0 pass, 1 fail, 77 when slurm-wlm and munge cannot be installed
 # (or the test does not run as root, which slurmd needs).
 set -euo pipefail
 
-SHARD_LIST=$(realpath "$1")
-SSAE_GEN=$(realpath "$2")
+SSAE_GEN=$(realpath "$1")
 SSAE=$(realpath "${SSAE:?SSAE must name the ssae program}")
 SSAE_SOURCE_ROOT=${SSAE_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 TASKS=4
@@ -212,24 +211,24 @@ close_gate() {
   rm -f "$T/run/gate.pid"
 }
 
-# The task: one shard of the list as `ssae score --shard` writes it, to
+# The task: one shard of the list scored by `ssae score --shard`, to
 # DIR/part-$SLURM_ARRAY_TASK_ID.tsv and its windows to
 # DIR/windows-$SLURM_ARRAY_TASK_ID.tsv. $1: DIR; the rest: more options.
 TASK() {
   local dir=$1
   shift
-  printf '%q ' "$SHARD_LIST" --files-from "$T/list.txt" -v "$@"
+  printf '%q ' "$SSAE" score --files-from "$T/list.txt" --quiet --jobs 1 --backend cpu "$@"
   printf -- '-o %q/part-"$SLURM_ARRAY_TASK_ID".tsv ' "$dir"
   printf -- '--windows %q/windows-"$SLURM_ARRAY_TASK_ID".tsv' "$dir"
 }
 
-# The same work in one process, no shards: what the merged parts must equal.
+# The same files in one plain `ssae score` run of the directory: what the
+# merged parts must equal.
 reference() {
   open_gate
-  "$SHARD_LIST" --shard 0/1 --files-from "$T/list.txt" -o "$T/reference.part" \
-    --windows "$T/reference.windows.part" || fail "the reference run failed"
-  tail -n +2 "$T/reference.part" >"$T/reference.tsv"
-  tail -n +2 "$T/reference.windows.part" >"$T/reference.windows.tsv"
+  "$SSAE" score --quiet --backend cpu --windows "$T/reference.windows.tsv" "$T/clips" \
+    >"$T/reference.tsv" || fail "the reference run failed"
+  [ "$(wc -l <"$T/reference.tsv")" = 25 ] || fail "the reference run scored $(wc -l <"$T/reference.tsv") files, not 25"
 }
 
 # sbatch NAME ARRAY COMMAND [sbatch options...]: waits for the array; its
