@@ -169,6 +169,21 @@ with tempfile.TemporaryDirectory() as d:
     check(js["reference"] is None and js["sections"][0]["reference_auc"] is None and
           js["sections"][0]["beats_reference"] is None, "old model json: %s" % js)
 
+    # ssae report --reference: the reference's file score as a second line,
+    # the one computed here; the built-in model has none.
+    clip = sorted(glob.glob(os.path.join(anomaly, "*.wav")))[0]
+    png = os.path.join(d, "r.png")
+    r = run("report", "--model", model, "--reference", "--backend", "cpu", "-o", png, clip)
+    if "without cairo" not in r.stderr:
+        lines = r.stdout.split("\n")
+        check(r.returncode == 0 and lines[1].startswith("  reference (spectrum only): file score "),
+              "report --reference: %s %s" % (r.stdout, r.stderr))
+        got = float(lines[1].split("file score ")[1].split(",")[0])
+        want = ref_file_score(frames_of(clip, d), mean, var)
+        check(abs(got - want) <= 1e-4 * want, "report's reference score %g, want %g" % (got, want))
+        r = run("report", "--reference", "--backend", "cpu", "-o", png, clip)
+        check("  reference: none in this model" in r.stdout, "report, old model: %s" % r.stdout)
+
     # A model saved again (ssae info reads it; the tensors survive a load).
     r = run("info", model)
     check(r.returncode == 0, "info: %s" % r.stderr)
