@@ -99,7 +99,8 @@ static const ssae_cli_opt options[] = {
 
 static const ssae_cli_cmd command = {
     .name = "score",
-    .usage = "usage: ssae score [options] FILE|DIR...",
+    .usage = "usage: ssae score [options] FILE|DIR...\n"
+             "       ssae score [options] --files-from LIST|- [--shard I/N|auto [--resume -o OUT]]",
     .about = "Scores audio files with the model: one line per file with the path, the\n"
              "file score (mean of its window scores), the number of windows and the\n"
              "verdict: 'anomaly' when the file score is above the model's threshold,\n"

@@ -26,6 +26,7 @@
 # Needs root for (a)'s Slurm (slurmd runs jobs as their user); without it,
 # or with --no-slurm, (a) runs without the array.
 set -euo pipefail
+shopt -s inherit_errexit
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SSAE=$(realpath "${SSAE:-$ROOT/build-h/ssae}")
 SSAE_GEN=$(realpath "${SSAE_GEN:-$ROOT/build-h/tools/ssae-gen}")
