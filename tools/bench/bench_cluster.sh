@@ -11,7 +11,9 @@
 #     recordings are generated clips (1 to 24 s) repeated as hard links
 #     (--copies), so a long run needs no disk; the merged result is
 #     checked against the single run. The array's tasks log their start
-#     and end, so the scheduler's latency is reported on its own.
+#     and end, so the scheduler's latency is reported on its own. Wall
+#     clock and CPU time (user + system, GNU time) both: on a machine that
+#     others share, the CPU time is the steadier measure of the work.
 # (b) Balance: the largest shard's bytes over the mean for 2 to 64 shards
 #     of 600 recordings of 1 s to 10 min (16 kHz 16-bit mono WAV sizes,
 #     durations log-uniform, seeded). The partition weighs bytes on disk,
@@ -50,6 +52,9 @@ LOG_NAME=bench_cluster
 CORES=$(nproc)
 
 now() { date +%s.%N; }
+# Runs the command; appends its user + system seconds to $T/cpu.
+cpu_of() { /usr/bin/time -a -o "$T/cpu" -f "%U %S" "$@"; }
+cpu_sum() { awk '{ s += $1 + $2 } END { printf "%.2f", s }' "$1"; }
 secs() { python3 -c "import sys; print('%.3f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$@"; }
 min_of() { tr ' ' '\n' | sort -g | head -n 1; }
 
@@ -68,24 +73,26 @@ make_recordings() {
 
 one_process() {
   local t0 t1
+  rm -f "$T/cpu"
   t0=$(now)
-  "$SSAE" score --quiet --backend cpu --jobs "$CORES" --files-from "$T/list.txt" >"$T/single.tsv"
+  cpu_of "$SSAE" score --quiet --backend cpu --jobs "$CORES" --files-from "$T/list.txt" \
+    >"$T/single.tsv"
   t1=$(now)
-  secs "$t0" "$t1"
+  echo "$(secs "$t0" "$t1")/$(cpu_sum "$T/cpu")"
 }
 
 shards_in_turn() {
   local t0 t1 k
-  rm -rf "$T/seq" && mkdir -p "$T/seq"
+  rm -rf "$T/seq" "$T/cpu" && mkdir -p "$T/seq"
   t0=$(now)
   for k in $(seq 0 $((TASKS - 1))); do
-    "$SSAE" score --quiet --backend cpu --jobs "$CORES" --files-from "$T/list.txt" \
+    cpu_of "$SSAE" score --quiet --backend cpu --jobs "$CORES" --files-from "$T/list.txt" \
       --shard "$k/$TASKS" -o "$T/seq/part-$k.tsv"
   done
-  "$SSAE" merge -o "$T/seq/merged.tsv" "$T"/seq/part-*.tsv
+  cpu_of "$SSAE" merge -o "$T/seq/merged.tsv" "$T"/seq/part-*.tsv
   t1=$(now)
   cmp -s "$T/seq/merged.tsv" "$T/single.tsv" || fail "the shards in turn merged differ from one run"
-  secs "$t0" "$t1"
+  echo "$(secs "$t0" "$t1")/$(cpu_sum "$T/cpu")"
 }
 
 # The array as tools/cluster/ssae-score.sbatch runs it (one core a task),
@@ -96,7 +103,7 @@ shards_in_turn() {
 slurm_array() {
   local t0 t1 cmd jid i
   rm -rf "$T/arr" && mkdir -p "$T/arr"
-  cmd="echo start \$(date +%s.%N); $(printf '%q ' "$SSAE") score --quiet --backend cpu --jobs 1"
+  cmd="echo start \$(date +%s.%N); /usr/bin/time -f 'cpu %U %S' $(printf '%q ' "$SSAE") score --quiet --backend cpu --jobs 1"
   cmd+=" --files-from $(printf '%q' "$T/list.txt") --shard auto"
   cmd+=" -o $(printf '%q' "$T/arr")/part-\$SLURM_ARRAY_TASK_ID.tsv; echo end \$(date +%s.%N)"
   t0=$(now)
@@ -104,7 +111,7 @@ slurm_array() {
     --chdir="$T" --output="$T/arr/task_%a.log" --wrap="$cmd") || fail "sbatch refused the array"
   sbatch --parsable --quiet --dependency="afterok:$jid" --cpus-per-task=1 --job-name=bench-merge \
     --chdir="$T" --output="$T/arr/merge.log" \
-    --wrap="$(printf '%q ' "$SSAE") merge -o $(printf '%q' "$T/arr/merged.tsv") $(printf '%q' "$T/arr")/part-*.tsv && echo merged" \
+    --wrap="/usr/bin/time -f 'cpu %U %S' $(printf '%q ' "$SSAE") merge -o $(printf '%q' "$T/arr/merged.tsv") $(printf '%q' "$T/arr")/part-*.tsv && echo merged" \
     >/dev/null || fail "sbatch refused the merge"
   for i in $(seq 1 12000); do
     grep -qs '^merged$' "$T/arr/merge.log" && break
@@ -115,7 +122,8 @@ slurm_array() {
   local first last
   first=$(grep -h '^start ' "$T"/arr/task_*.log | cut -d' ' -f2 | sort -g | head -n 1)
   last=$(grep -h '^end ' "$T"/arr/task_*.log | cut -d' ' -f2 | sort -g | tail -n 1)
-  echo "$(secs "$t0" "$t1") $(secs "$t0" "$first") $(secs "$first" "$last") $(secs "$last" "$t1")"
+  grep -h '^cpu ' "$T"/arr/task_*.log "$T/arr/merge.log" | cut -d' ' -f2- >"$T/cpu"
+  echo "$(secs "$t0" "$t1")/$(cpu_sum "$T/cpu") $(secs "$t0" "$first") $(secs "$first" "$last") $(secs "$last" "$t1")"
 }
 
 bench_overhead() {
@@ -136,27 +144,29 @@ bench_overhead() {
     inturn+=("$(shards_in_turn)")
     [ "$SLURM" = 1 ] && arr+=("$(slurm_array)")
   done
-  local s q
-  s=$(echo "${single[@]}" | min_of)
-  q=$(echo "${inturn[@]}" | min_of)
-  echo "(a) $n files, $audio s of audio, $CORES cores; best of $REPEAT runs"
-  printf '    one process (--jobs %d):            %8.2f s   (runs: %s)\n' "$CORES" "$s" "${single[*]}"
-  printf '    %d shards in turn + merge, no Slurm: %8.2f s   %+.1f %%  (runs: %s)\n' "$TASKS" "$q" \
-    "$(python3 -c "print(($q / $s - 1) * 100)")" "${inturn[*]}"
+  # Each run: "wall/cpu"; the best of each (by wall, by CPU separately).
+  local sw sc qw qc
+  sw=$(printf '%s\n' "${single[@]}" | cut -d/ -f1 | min_of)
+  sc=$(printf '%s\n' "${single[@]}" | cut -d/ -f2 | min_of)
+  qw=$(printf '%s\n' "${inturn[@]}" | cut -d/ -f1 | min_of)
+  qc=$(printf '%s\n' "${inturn[@]}" | cut -d/ -f2 | min_of)
+  pct() { python3 -c "print('%+.1f %%' % (($1 / $2 - 1) * 100))"; }
+  echo "(a) $n files, $audio s of audio, $CORES cores; best of $REPEAT runs (wall s / CPU s)"
+  printf '    one process (--jobs %d):              %7.2f / %7.2f\n' "$CORES" "$sw" "$sc"
+  printf '    %d shards in turn + merge, no Slurm:   %7.2f / %7.2f   %s / %s\n' "$TASKS" \
+    "$qw" "$qc" "$(pct "$qw" "$sw")" "$(pct "$qc" "$sc")"
   if [ "$SLURM" = 1 ]; then
-    local best="" bt=1e9 x
+    local aw ac x first span tail
+    aw=$(printf '%s\n' "${arr[@]}" | cut -d' ' -f1 | cut -d/ -f1 | min_of)
+    ac=$(printf '%s\n' "${arr[@]}" | cut -d' ' -f1 | cut -d/ -f2 | min_of)
+    printf '    Slurm array of %d (1 core each) + merge job: %7.2f / %7.2f   %s / %s\n' "$TASKS" \
+      "$aw" "$ac" "$(pct "$aw" "$sw")" "$(pct "$ac" "$sc")"
     for x in "${arr[@]}"; do
-      read -r a _ _ _ <<<"$x"
-      if python3 -c "import sys; sys.exit(0 if $a < $bt else 1)"; then best=$x; bt=$a; fi
+      read -r _ first span tail <<<"$x"
+      echo "      run: submit to first task $first s, tasks $span s, last task to merged $tail s"
     done
-    local span tail
-    read -r a q span tail <<<"$best"
-    printf '    Slurm array of %d (1 core each), merge job: %.2f s  %+.1f %%\n' "$TASKS" "$a" \
-      "$(python3 -c "print(($a / $s - 1) * 100)")"
-    printf '      submit to first task %s s; tasks (first start to last end) %s s, %+.1f %% of one process; last task to merged %s s\n' \
-      "$q" "$span" "$(python3 -c "print(($span / $s - 1) * 100)")" "$tail"
-    echo "    (all array runs, total first span tail: ${arr[*]})"
   fi
+  echo "    (runs: one ${single[*]}; in turn ${inturn[*]}${arr:+; array ${arr[*]}})"
 }
 
 bench_balance() {
