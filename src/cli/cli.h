@@ -23,6 +23,7 @@ int ssae_cmd_monitor(int argc, char **argv);
 int ssae_cmd_jack(int argc, char **argv);
 int ssae_cmd_report(int argc, char **argv);
 int ssae_cmd_bench(int argc, char **argv);
+int ssae_cmd_merge(int argc, char **argv);
 
 /* Expands files and directories (recursively, audio files only, sorted
  * bytewise) into a list of paths. A path that does not exist is kept in the

@@ -1,104 +1,19 @@
-#include <dirent.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "ssae_shard.h"
 
-typedef struct {
-  char **v;
-  size_t n, cap;
-} pathlist;
-
-static int pl_add(pathlist *pl, const char *p, ssae_err *err) {
-  if (pl->n == pl->cap) {
-    size_t cap = pl->cap ? pl->cap * 2 : 64;
-    char **v = realloc(pl->v, cap * sizeof *v);
-    if (!v) return ssae_err_set(err, "out of memory listing files");
-    pl->v = v;
-    pl->cap = cap;
-  }
-  if (!(pl->v[pl->n] = strdup(p))) return ssae_err_set(err, "out of memory listing files");
-  pl->n++;
-  return 0;
-}
-
-static int is_audio_name(const char *name) {
-  static const char *const ext[] = {"wav", "wave", "flac", "ogg", "oga", "opus",
-                                    "aif", "aiff", "aifc", "mp3", "au", "caf",
-                                    "w64", "rf64", NULL};
-  const char *dot = strrchr(name, '.');
-  if (!dot) return 0;
-  for (int i = 0; ext[i]; i++)
-    if (!strcasecmp(dot + 1, ext[i])) return 1;
-  return 0;
-}
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int walk(const char *dir, pathlist *pl, ssae_err *err) {
-  DIR *d = opendir(dir);
-  if (!d) return ssae_err_set(err, "%s: cannot open directory: %s", dir, strerror(errno));
-  pathlist here = {0};
-  int rc = 0;
-  struct dirent *e;
-  while (rc == 0 && (e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    size_t len = strlen(dir) + strlen(e->d_name) + 2;
-    char *p = malloc(len);
-    if (!p) { rc = ssae_err_set(err, "out of memory listing files"); break; }
-    snprintf(p, len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", e->d_name);
-    struct stat st;
-    if (stat(p, &st) == 0 && (S_ISDIR(st.st_mode) || is_audio_name(e->d_name)))
-      rc = pl_add(&here, p, err);
-    free(p);
-  }
-  closedir(d);
-  if (here.n) qsort(here.v, here.n, sizeof *here.v, cmp_str);
-  for (size_t i = 0; i < here.n; i++) {
-    struct stat st;
-    if (rc == 0) {
-      if (stat(here.v[i], &st) == 0 && S_ISDIR(st.st_mode))
-        rc = walk(here.v[i], pl, err);
-      else
-        rc = pl_add(pl, here.v[i], err);
-    }
-    free(here.v[i]);
-  }
-  free(here.v);
-  return rc;
-}
-
+/* One expansion for every command and for the shard list (ssae_shard.h), so
+ * that `ssae score DIR` and a shard of DIR see the same files in the same
+ * order. */
 int ssae_cli_collect(char *const *args, int n, char ***paths, size_t *count,
                      ssae_err *err) {
-  pathlist pl = {0};
-  for (int i = 0; i < n; i++) {
-    struct stat st;
-    int rc = (stat(args[i], &st) == 0 && S_ISDIR(st.st_mode))
-                 ? walk(args[i], &pl, err)
-                 : pl_add(&pl, args[i], err);
-    if (rc) {
-      ssae_cli_free_paths(pl.v, pl.n);
-      return -1;
-    }
-  }
-  *paths = pl.v;
-  *count = pl.n;
-  return 0;
+  return ssae_paths_expand(args, n < 0 ? 0 : (size_t)n, paths, count, err);
 }
 
-void ssae_cli_free_paths(char **paths, size_t count) {
-  if (!paths) return;
-  for (size_t i = 0; i < count; i++) free(paths[i]);
-  free(paths);
-}
+void ssae_cli_free_paths(char **paths, size_t count) { ssae_paths_free(paths, count); }
 
 /* Length of the valid UTF-8 sequence at s (1-4), 0 when s does not start
  * one (overlong forms, surrogates and code points past U+10FFFF refused). */

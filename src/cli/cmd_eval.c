@@ -17,6 +17,7 @@
 #include "ssae_model.h"
 #include "ssae_outfile.h"
 #include "ssae_plot.h"
+#include "ssae_reference.h"
 
 static const char *const CMD = "eval";
 
@@ -82,7 +83,12 @@ static const ssae_cli_cmd command = {
              "paths are relative to the CSV's directory) and forms one section; a CSV\n"
              "with a bad line is refused before any scoring, every bad line named.\n"
              "A file that cannot be read or scored is reported and skipped (exit 1).",
-    .epilogue = "Exit status: 0 success, 1 some file or section failed (the rest is still\n"
+    .epilogue = "A model from ssae train also holds a spectrum-only reference (a Gaussian of\n"
+                "each window's mean log-mel spectrum, fitted on the same training windows):\n"
+                "its AUC and pAUC on the same files follow the network's (ref_auc, ref_pauc,\n"
+                "and the network's minus the reference's), and a line on stderr says whether\n"
+                "the network beats it.\n"
+                "Exit status: 0 success, 1 some file or section failed (the rest is still\n"
                 "reported), 2 usage error (a bad CSV line, a --plot name that is not\n"
                 ".png or .svg).",
     .opts = options,
@@ -97,6 +103,7 @@ typedef struct {
   size_t n;
   double *scores; /* per path; NAN when the file failed */
   size_t *windows;
+  double *ref_scores; /* the spectrum-only reference's; NULL without one */
 } section;
 
 static void section_free(section *s) {
@@ -107,6 +114,7 @@ static void section_free(section *s) {
   free(s->labels);
   free(s->scores);
   free(s->windows);
+  free(s->ref_scores);
 }
 
 static int add_path(section *s, const char *p, int label) {
@@ -237,8 +245,19 @@ static void fmt_num(char *buf, size_t len, double v, int json) {
   else snprintf(buf, len, "%.6f", v);
 }
 
+/* The reference's metrics next to a section's, and the comparison. */
+typedef struct ref_row {
+  int have;
+  double auc, pauc;
+} ref_row;
+
 static void print_row(const char *name, const char *normal, const char *anomaly,
-                      const ssae_metrics *m, int json, int last) {
+                      const ssae_metrics *m, const ref_row *ref, int json, int last) {
+  char rauc[32], rpauc[32], dauc[32], dpauc[32];
+  fmt_num(rauc, sizeof rauc, ref->have ? ref->auc : NAN, json);
+  fmt_num(rpauc, sizeof rpauc, ref->have ? ref->pauc : NAN, json);
+  fmt_num(dauc, sizeof dauc, ref->have ? m->auc - ref->auc : NAN, json);
+  fmt_num(dpauc, sizeof dpauc, ref->have ? m->pauc - ref->pauc : NAN, json);
   char auc[32], pauc[32], thr[32], p[32], r[32], f1[32];
   fmt_num(auc, sizeof auc, m->auc, json);
   fmt_num(pauc, sizeof pauc, m->pauc, json);
@@ -247,9 +266,10 @@ static void print_row(const char *name, const char *normal, const char *anomaly,
   fmt_num(r, sizeof r, m->recall, json);
   fmt_num(f1, sizeof f1, m->f1, json);
   if (!json) {
-    printf("%s\t%s\t%s\t%zu\t%zu\t%s\t%s\t%g\t%s\t%s\t%s\t%s\t%zu\t%zu\t%zu\t%zu\n", name, normal,
+    printf("%s\t%s\t%s\t%zu\t%zu\t%s\t%s\t%g\t%s\t%s\t%s\t%s\t%zu\t%zu\t%zu\t%zu", name, normal,
            anomaly, m->n_normal, m->n_anomaly, auc, pauc, m->max_fpr, thr, p, r, f1, m->tp,
            m->fp, m->tn, m->fn);
+    printf("\t%s\t%s\t%s\t%s\n", rauc, rpauc, dauc, dpauc);
     return;
   }
   printf("    {\"name\": ");
@@ -260,9 +280,13 @@ static void print_row(const char *name, const char *normal, const char *anomaly,
   ssae_cli_json_str(stdout, anomaly);
   printf(",\n     \"n_normal\": %zu, \"n_anomaly\": %zu, \"auc\": %s, \"pauc\": %s, "
          "\"max_fpr\": %g,\n     \"threshold\": %s, \"precision\": %s, \"recall\": %s, "
-         "\"f1\": %s, \"tp\": %zu, \"fp\": %zu, \"tn\": %zu, \"fn\": %zu}%s\n",
+         "\"f1\": %s, \"tp\": %zu, \"fp\": %zu, \"tn\": %zu, \"fn\": %zu,\n",
          m->n_normal, m->n_anomaly, auc, pauc, m->max_fpr, thr, p, r, f1, m->tp, m->fp, m->tn,
-         m->fn, last ? "" : ",");
+         m->fn);
+  printf("     \"reference_auc\": %s, \"reference_pauc\": %s, \"auc_minus_reference\": %s, "
+         "\"pauc_minus_reference\": %s, \"beats_reference\": %s}%s\n", rauc, rpauc, dauc,
+         dpauc, !ref->have || isnan(m->auc) || isnan(ref->auc) ? "null"
+                : m->auc > ref->auc ? "true" : "false", last ? "" : ",");
 }
 
 /* The files of a section that were scored. */
@@ -332,8 +356,9 @@ static section *make_sections(const opts *o, size_t *n_sec, int *rc, int *bad_cs
 
 /* Every file's score (NAN when it failed: reported and skipped, *rc 1);
  * *total: the number of files. -1 when out of memory. */
-static int score_sections(const opts *o, const ssae_model *m, ssae_backend *b, section *sec,
-                          size_t n_sec, size_t *total, int *rc) {
+static int score_sections(const opts *o, const ssae_model *m, ssae_backend *b,
+                          const ssae_reference *ref, section *sec, size_t n_sec, size_t *total,
+                          int *rc) {
   ssae_err err;
   size_t done = 0, skipped = 0;
   ssae_audio_opts ao = {.strict = o->strict};
@@ -343,7 +368,8 @@ static int score_sections(const opts *o, const ssae_model *m, ssae_backend *b, s
     section *s = &sec[k];
     s->scores = malloc((s->n ? s->n : 1) * sizeof *s->scores);
     s->windows = calloc(s->n ? s->n : 1, sizeof *s->windows);
-    if (!s->scores || !s->windows) {
+    if (ref) s->ref_scores = malloc((s->n ? s->n : 1) * sizeof *s->ref_scores);
+    if (!s->scores || !s->windows || (ref && !s->ref_scores)) {
       ssae_cli_error(CMD, "out of memory");
       *rc = SSAE_EXIT_INPUT;
       return -1;
@@ -351,7 +377,8 @@ static int score_sections(const opts *o, const ssae_model *m, ssae_backend *b, s
     for (size_t i = 0; i < s->n; i++) {
       ssae_file_scores fs;
       s->scores[i] = NAN;
-      if (ssae_file_score_opts(m, b, 256, s->paths[i], o->channel, 0, &ao, &fs, &err)) {
+      if (ref) s->ref_scores[i] = NAN;
+      if (ssae_file_score_opts(m, b, 256, s->paths[i], o->channel, ref != NULL, &ao, &fs, &err)) {
         if (ssae_cli_stderr_tty()) fputc('\n', stderr);
         ssae_cli_error(CMD, "skipped: %s", err.msg);
         *rc = SSAE_EXIT_INPUT;
@@ -363,6 +390,7 @@ static int score_sections(const opts *o, const ssae_model *m, ssae_backend *b, s
         }
         s->scores[i] = fs.file_score;
         s->windows[i] = fs.n_windows;
+        if (ref) s->ref_scores[i] = ssae_reference_file_score(ref, fs.frames, fs.n_frames, NULL);
         ssae_file_scores_release(&fs);
       }
       progress(++done, skipped, *total, s->paths[i]);
@@ -381,9 +409,11 @@ static size_t pool(section *sec, size_t n_sec, size_t total) {
   all->anomaly_src = strdup("*");
   all->scores = malloc((total ? total : 1) * sizeof *all->scores);
   all->labels = malloc((total ? total : 1) * sizeof *all->labels);
-  if (!all->scores || !all->labels) return n_sec;
+  if (sec[0].ref_scores) all->ref_scores = malloc((total ? total : 1) * sizeof *all->ref_scores);
+  if (!all->scores || !all->labels || (sec[0].ref_scores && !all->ref_scores)) return n_sec;
   for (size_t k = 0; k < n_sec; k++)
     for (size_t i = 0; i < sec[k].n; i++) {
+      if (all->ref_scores) all->ref_scores[all->n] = sec[k].ref_scores[i];
       all->scores[all->n] = sec[k].scores[i];
       all->labels[all->n++] = sec[k].labels[i];
     }
@@ -440,8 +470,56 @@ static int draw(const opts *o, const ssae_evalplot_section *ps, size_t n_plot,
 #endif
 }
 
+/* The reference's AUC and pAUC on the files of a section the network
+ * scored. */
+static ref_row reference_metrics(const section *s, double max_fpr) {
+  ref_row r = {0};
+  if (!s->ref_scores) return r;
+  double *sc = malloc((s->n ? s->n : 1) * sizeof *sc);
+  int *lab = malloc((s->n ? s->n : 1) * sizeof *lab);
+  size_t k = 0;
+  for (size_t i = 0; sc && lab && i < s->n; i++)
+    if (!isnan(s->scores[i])) {
+      sc[k] = s->ref_scores[i];
+      lab[k++] = s->labels[i];
+    }
+  ssae_metrics m;
+  ssae_err err;
+  if (sc && lab && ssae_metrics_compute(sc, lab, k, NAN, max_fpr, &m, &err) == 0)
+    r = (ref_row){1, m.auc, m.pauc};
+  free(sc);
+  free(lab);
+  return r;
+}
+
+/* Says plainly, per section, whether the network beats the reference. */
+static void compare_reference(const section *sec, size_t n_sec, const int *ok,
+                              const ssae_metrics *met, const ref_row *ref, int have_ref,
+                              size_t n_ok) {
+  if (!have_ref) {
+    ssae_cli_error(CMD, "no reference in this model (a model from ssae train holds a "
+                        "spectrum-only reference to compare the network with; this one was "
+                        "made before that, or elsewhere)");
+    return;
+  }
+  for (size_t k = 0; k < n_sec; k++) {
+    if (!ok[k] || !ref[k].have || isnan(met[k].auc) || isnan(ref[k].auc)) continue;
+    char where[300] = "";
+    if (n_ok > 1) snprintf(where, sizeof where, "section %s: ", sec[k].name);
+    if (met[k].auc > ref[k].auc)
+      ssae_cli_error(CMD, "%sthe network beats the spectrum-only reference on these files "
+                          "(AUC %.2f vs %.2f, pAUC %.2f vs %.2f)", where, met[k].auc,
+                     ref[k].auc, met[k].pauc, ref[k].pauc);
+    else
+      ssae_cli_error(CMD, "%sthe network does not beat the spectrum-only reference on these "
+                          "files (AUC %.2f vs %.2f, pAUC %.2f vs %.2f)", where, met[k].auc, ref[k].auc, met[k].pauc,
+                     ref[k].pauc);
+  }
+}
+
 /* The metrics of every section, printed as a table or JSON, and the plot. */
-static int report(const opts *o, const section *sec, size_t n_sec, double threshold) {
+static int report(const opts *o, const section *sec, size_t n_sec, double threshold,
+                  int have_ref) {
   ssae_err err;
   int rc = 0, json = !strcmp(o->format, "json");
   ssae_metrics *met = calloc(n_sec, sizeof *met);
@@ -449,7 +527,8 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
   ssae_evalplot_section *ps = calloc(n_sec, sizeof *ps);
   double **pscores = calloc(n_sec, sizeof *pscores);
   int **plabels = calloc(n_sec, sizeof *plabels);
-  if (!met || !ok || !ps || !pscores || !plabels) {
+  ref_row *ref = calloc(n_sec ? n_sec : 1, sizeof *ref);
+  if (!met || !ok || !ps || !pscores || !plabels || !ref) {
     ssae_cli_error(CMD, "out of memory");
     rc = SSAE_EXIT_INPUT;
     n_sec = 0;
@@ -473,6 +552,7 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
     }
     ok[k] = 1;
     n_ok++;
+    ref[k] = reference_metrics(s, o->max_fpr);
     /* The pooled section is not drawn as a curve of its own. */
     if (strcmp(s->name, "all") || n_sec == 1)
       ps[n_plot++] = (ssae_evalplot_section){s->name, pscores[k], plabels[k], n, met[k].auc,
@@ -481,21 +561,25 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
   if (json) {
     printf("{\n  \"model\": ");
     ssae_cli_json_str(stdout, o->model ? o->model : "default");
-    printf(",\n  \"sections\": [\n");
+    printf(",\n  \"reference\": %s,\n  \"sections\": [\n",
+           have_ref ? "\"spectrum-only (Gaussian of the windows' mean log-mel spectrum)\""
+                    : "null");
   } else {
     printf("section\tnormal\tanomaly\tn_normal\tn_anomaly\tauc\tpauc\tmax_fpr\tthreshold\t"
-           "precision\trecall\tf1\ttp\tfp\ttn\tfn\n");
+           "precision\trecall\tf1\ttp\tfp\ttn\tfn\tref_auc\tref_pauc\tauc_minus_ref\t"
+           "pauc_minus_ref\n");
   }
   size_t printed = 0;
   for (size_t k = 0; k < n_sec; k++)
     if (ok[k])
-      print_row(sec[k].name, sec[k].normal_src, sec[k].anomaly_src, &met[k], json,
+      print_row(sec[k].name, sec[k].normal_src, sec[k].anomaly_src, &met[k], &ref[k], json,
                 ++printed == n_ok);
   if (json) printf("  ]\n}\n");
   /* Checked here, before the picture, so that the reason is the write's
    * own (main's exit check then stays quiet and makes the status 1). */
   ssae_err out_err = {{0}};
   if (ssae_stdout_check(&out_err) && out_err.msg[0]) ssae_cli_error(CMD, "%s", out_err.msg);
+  if (n_ok) compare_reference(sec, n_sec, ok, met, ref, have_ref, n_ok);
   if (o->plot) {
     int prc = draw(o, ps, n_plot, threshold);
     if (prc) rc = prc;
@@ -506,6 +590,7 @@ static int report(const opts *o, const section *sec, size_t n_sec, double thresh
   }
   free(pscores);
   free(plabels);
+  free(ref);
   free(met);
   free(ok);
   free(ps);
@@ -528,21 +613,30 @@ static int run(const opts *o) {
   ssae_model *m = ssae_model_open(o->model, &err);
   ssae_backend *b = m ? ssae_backend_new(m, o->backend, 256, &err) : NULL;
   size_t total;
+  ssae_reference ref = {0};
+  int have_ref = 0;
+  if (b) {
+    int r = ssae_reference_from_model(m, &ref, &err);
+    if (r < 0) ssae_cli_error(CMD, "the model's reference is not used: %s", err.msg);
+    have_ref = r == 0;
+  }
   if (!b) {
     ssae_cli_error(CMD, "%s", err.msg);
     rc = SSAE_EXIT_INPUT;
-  } else if (score_sections(o, m, b, sec, n_listed, &total, &rc) == 0) {
+  } else if (score_sections(o, m, b, have_ref ? &ref : NULL, sec, n_listed, &total, &rc) ==
+             0) {
     double threshold = isnan(o->threshold) ? m->threshold : o->threshold;
     size_t n_sec = pool(sec, n_listed, total);
     if (o->scores) {
       int wrc = write_scores(o->scores, sec, n_sec);
       if (wrc) rc = wrc;
     }
-    int mrc = report(o, sec, n_sec, threshold);
+    int mrc = report(o, sec, n_sec, threshold, have_ref);
     if (mrc) rc = mrc;
   }
   for (size_t k = 0; k <= n_listed; k++) section_free(&sec[k]);
   free(sec);
+  ssae_reference_release(&ref);
   ssae_backend_free(b);
   ssae_model_free(m);
   return rc;

@@ -14,6 +14,7 @@
 #include "ssae_filescore.h"
 #include "ssae_model.h"
 #include "ssae_plot.h"
+#include "ssae_reference.h"
 #include "ssae_silence.h"
 
 static const char *const CMD = "report";
@@ -21,6 +22,7 @@ static const char *const CMD = "report";
 typedef struct opts {
   const char *output, *model, *backend;
   int channel, on, off, strict;
+  int reference; /* also the spectrum-only reference's scores */
   int size[2]; /* width, height */
   double threshold, smoothing;
 } opts;
@@ -67,6 +69,10 @@ static const ssae_cli_opt options[] = {
     {.kind = SSAE_CLI_FLAG, .name = "--strict", .offset = offsetof(opts, strict),
      .help = "a file whose data chunk is shorter than its header says is an error, not a "
              "warning"},
+    {.kind = SSAE_CLI_FLAG, .name = "--reference", .offset = offsetof(opts, reference),
+     .help = "also print the spectrum-only reference's file score and its highest window "
+             "(a Gaussian of the window's mean spectrum that ssae train stores in the model; "
+             "about 1 on recordings like the training ones)"},
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -88,6 +94,31 @@ static const ssae_cli_cmd command = {
 static const char *base_name(const char *p) {
   const char *s = strrchr(p, '/');
   return s ? s + 1 : p;
+}
+#endif
+
+#if SSAE_HAVE_CAIRO
+/* --reference: the reference's file score and its highest window, as a
+ * second line under the network's verdict. */
+static void print_reference(const ssae_model *m, const ssae_file_scores *fs) {
+  ssae_reference ref;
+  ssae_err err;
+  int r = ssae_reference_from_model(m, &ref, &err);
+  if (r) {
+    printf("  reference: %s\n", r > 0 ? "none in this model (made before ssae train stored one, "
+                                        "or elsewhere)" : err.msg);
+    return;
+  }
+  float *w = malloc((fs->n_windows ? fs->n_windows : 1) * sizeof *w);
+  double file = ssae_reference_file_score(&ref, fs->frames, fs->n_frames, w);
+  size_t top = 0;
+  for (size_t i = 1; w && i < fs->n_windows; i++)
+    if (w[i] > w[top]) top = i;
+  if (w)
+    printf("  reference (spectrum only): file score %.6g, highest window %.6g at %.6f s "
+           "(window %zu)\n", file, w[top], ssae_window_time(&m->feat, top), top);
+  free(w);
+  ssae_reference_release(&ref);
 }
 #endif
 
@@ -180,6 +211,7 @@ static int run(const opts *o, const char *in) {
       printf("%s: %s (file score %.6g, threshold %.6g)\n", in,
              isfinite(threshold) ? (anomalous ? "anomaly" : "normal") : "no threshold",
              fs.file_score, threshold);
+      if (o->reference) print_reference(m, &fs);
       size_t spans = 0;
       for (size_t i = 0; i < fs.n_windows;) {
         if (!alarm[i]) {

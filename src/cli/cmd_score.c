@@ -30,6 +30,8 @@
 #include "ssae_cuda_frontend.h"
 #include "ssae_score_gpu.h"
 #endif
+#include "ssae_shard.h"
+#include "ssae_shard_job.h"
 
 static const char *const CMD = "score";
 
@@ -40,6 +42,9 @@ static const char *const CMD = "score";
 typedef struct opts {
   const char *model, *backend, *windows, *format;
   int channel, jobs, quiet, strict, device;
+  /* Archives in shards (ssae_shard_job.h). */
+  const char *output, *files_from, *shard;
+  int shard_count, resume;
 } opts;
 
 static const char *const formats[] = {"tsv", "json", NULL};
@@ -74,11 +79,40 @@ static const ssae_cli_opt options[] = {
     {.kind = SSAE_CLI_INT, .name = "--device", .offset = offsetof(opts, device), .metavar = "N",
      .min = 0, .max = 255,
      .help = "CUDA device of the GPU front end (one process per GPU scales)", .def = "0"},
+    {.kind = SSAE_CLI_STRING, .name = "--output", .short_name = 'o',
+     .offset = offsetof(opts, output), .metavar = "OUT",
+     .help = "write the results to OUT (atomically; with --shard or --resume as OUT.partial, "
+             "renamed to OUT when the shard is complete)",
+     .def = "stdout"},
+    {.kind = SSAE_CLI_HEADING,
+     .help = "shards of an archive (Slurm job arrays, Kubernetes indexed jobs; ssae merge):"},
+    {.kind = SSAE_CLI_STRING, .name = "--files-from", .offset = offsetof(opts, files_from),
+     .metavar = "FILE|-",
+     .help = "also score the paths listed in FILE, one a line ('-': stdin); directories are "
+             "expanded",
+     .def = ""},
+    {.kind = SSAE_CLI_STRING, .name = "--shard", .offset = offsetof(opts, shard),
+     .metavar = "I/N|auto",
+     .help = "score only the I-th (from 0) of N parts of the sorted inputs, balanced by bytes "
+             "on disk; the output starts with a line naming the shard and the input list's "
+             "digest; auto: the part from a Slurm array (SLURM_ARRAY_TASK_ID) or a Kubernetes "
+             "indexed job (JOB_COMPLETION_INDEX)",
+     .def = ""},
+    {.kind = SSAE_CLI_INT, .name = "--shard-count", .offset = offsetof(opts, shard_count),
+     .metavar = "N", .min = 1, .max = SSAE_SHARD_MAX,
+     .help = "the number of shards for --shard auto (a Kubernetes job's completions; with "
+             "Slurm the array's task IDs are then the shard indices)",
+     .def = "from the scheduler, or SSAE_SHARD_COUNT"},
+    {.kind = SSAE_CLI_FLAG, .name = "--resume", .offset = offsetof(opts, resume),
+     .help = "keep the files an earlier run of the same shard and input list completed in OUT "
+             "or OUT.partial and score only the rest (needs -o); without --shard the run is "
+             "shard 0/1, and its output starts with the shard line"},
     {0}};
 
 static const ssae_cli_cmd command = {
     .name = "score",
-    .usage = "usage: ssae score [options] FILE|DIR...",
+    .usage = "usage: ssae score [options] FILE|DIR...\n"
+             "       ssae score [options] --files-from LIST|- [--shard I/N|auto [--resume -o OUT]]",
     .about = "Scores audio files with the model: one line per file with the path, the\n"
              "file score (mean of its window scores), the number of windows and the\n"
              "verdict: 'anomaly' when the file score is above the model's threshold,\n"
@@ -87,8 +121,9 @@ static const ssae_cli_cmd command = {
              "window of log-mel frames. Directories are searched recursively for audio\n"
              "files, in sorted order.",
     .epilogue = "A file that cannot be read, has NaN or infinite samples or is shorter than\n"
-                "one window is reported on stderr and the rest are still scored. Ctrl-C\n"
-                "stops after the current file: every output ends with a whole line.\n"
+                "one window is reported on stderr and the rest are still scored (with --shard\n"
+                "it is also recorded in the shard's output, and tried again by --resume).\n"
+                "Ctrl-C stops after the current file: every output ends with a whole line.\n"
                 "Exit status: 0 all files scored, 1 some file failed (or an output could\n"
                 "not be written), 2 usage error, 130 interrupted.",
     .opts = options,
@@ -169,7 +204,10 @@ static double now(void) {
 typedef struct {
   int json, tty, quiet;
   double threshold;
-  ssae_outfile *wf;
+  ssae_outfile *wf;   /* --windows without --shard */
+  FILE *of;          /* results: stdout, -o's file, or the shard's output */
+  FILE *wfp;         /* windows: wf, or the shard's windows output */
+  ssae_shard_job *sj; /* --shard / --resume; NULL otherwise */
   size_t done, failed, total;
   double t0, last_log;
   int interrupted, stdout_failed;
@@ -188,6 +226,8 @@ static void on_signal(int sig) {
 static void progress(out_state *o, int final);
 static void check_stdout(out_state *o) {
   ssae_err e = {{0}};
+  /* -o's file and a shard's outputs are checked when they are committed. */
+  if (o->of != stdout) return;
   if (!o->stdout_failed && ssae_stdout_check(&e)) {
     o->stdout_failed = 1;
     progress(o, 1);
@@ -222,11 +262,12 @@ static void emit(out_state *o, const char *path, const slot *s, const float *sco
   double score = sum / (double)nw;
   const char *verdict = isnan(o->threshold) ? "unknown" : score > o->threshold ? "anomaly" : "normal";
   if (o->json) {
-    fputs("{\"path\":", stdout);
-    ssae_cli_json_str(stdout, path);
-    printf(",\"score\":%.9g,\"windows\":%zu,\"verdict\":\"%s\"}\n", score, nw, verdict);
+    fputs("{\"path\":", o->of);
+    ssae_cli_json_str(o->of, path);
+    fprintf(o->of, ",\"score\":%.9g,\"windows\":%zu,\"verdict\":\"%s\"}\n", score, nw,
+            verdict);
   } else {
-    printf("%s\t%.9g\t%zu\t%s\n", path, score, nw, verdict);
+    fprintf(o->of, "%s\t%.9g\t%zu\t%s\n", path, score, nw, verdict);
   }
   /* A line each: results reach a pipe as they come, and a failure is seen
    * at the write that failed, with its reason. */
@@ -235,14 +276,25 @@ static void emit(out_state *o, const char *path, const slot *s, const float *sco
 
 static void emit_windows(out_state *o, const char *path, const slot *s, const float *scores,
                          const ssae_model *m) {
-  if (!o->wf) return;
+  if (!o->wfp) return;
   /* Frame t is centred on sample t*hop; a window's centre is its middle
    * frame's. */
   for (size_t k = 0; k < s->fs.n_windows; k++) {
     double t = ((double)k + 0.5 * (m->d.frames - 1)) * m->feat.hop_length /
                m->feat.sample_rate;
-    ssae_outfile_printf(o->wf, "%s\t%zu\t%.6f\t%.9g\n", path, k, t, scores[k]);
+    fprintf(o->wfp, "%s\t%zu\t%.6f\t%.9g\n", path, k, t, scores[k]);
   }
+}
+
+/* A shard's file is done (failed: msg, else NULL): its failure record, and
+ * its lines reach the shard's outputs, so that a kill loses at most the
+ * file in hand. */
+static int shard_file_done(out_state *o, const char *path, const char *msg) {
+  ssae_err err = {{0}};
+  if (msg) ssae_shard_job_failed(o->sj, path, msg[0] ? msg : "the model failed");
+  if (ssae_shard_job_next(o->sj, &err) == 0) return 0;
+  ssae_cli_error(CMD, "%s", err.msg);
+  return -1;
 }
 
 /* The main thread's side: waits for the files in input order, scores in
@@ -302,25 +354,32 @@ static int consume(job *j, ssae_backend *be, out_state *out) {
         progress(out, 1);
         ssae_cli_error(CMD, "warning: %s", s->fs.warning.msg);
       }
-      if (s->state == 2 || (run_failed && !s->fs.scores)) {
+      int failed = s->state == 2 || (run_failed && !s->fs.scores);
+      if (failed) {
         progress(out, 1);
         if (s->state == 2) ssae_cli_error(CMD, "%s", s->error);
         status = -1;
         out->failed++;
       } else if (s->fs.scores) {
-        emit(out, j->paths[k], s, s->fs.scores);
+        /* Windows first: a shard's result line then always has its
+         * windows written (what --resume relies on). */
         emit_windows(out, j->paths[k], s, s->fs.scores, j->m);
+        emit(out, j->paths[k], s, s->fs.scores);
       } else {
-        emit(out, j->paths[k], s, scores + off);
         emit_windows(out, j->paths[k], s, scores + off, j->m);
+        emit(out, j->paths[k], s, scores + off);
         off += s->fs.n_frames;
       }
+      if (out->sj && shard_file_done(out, j->paths[k], failed ? s->error ? s->error
+                                                                         : err.msg
+                                                              : NULL))
+        status = -1;
       ssae_file_scores_release(&s->fs);
       free(s->error);
       s->error = NULL;
       out->done++;
     }
-
+    if (!out->tty || out->quiet) fflush(out->of);
     pthread_mutex_lock(&j->mu);
     j->consumed = e;
     pthread_cond_broadcast(&j->room);
@@ -361,7 +420,7 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
     emit_windows(g->out, f->path, &s, f->scores, g->m);
   }
   g->out->done++;
-  if (!g->out->tty || g->out->quiet) fflush(stdout);
+  if (!g->out->tty || g->out->quiet) fflush(g->out->of);
   progress(g->out, 0);
 }
 
@@ -369,7 +428,8 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
  * --backend cuda, and with auto when ssae_score_gpu_worth_it. Returns the
  * exit status, or -1 when the GPU front end cannot start (the caller goes
  * on with the backend path). */
-static int score_on_gpu(const opts *o, const ssae_model *m, char **paths, size_t n) {
+static int score_on_gpu(const opts *o, const ssae_model *m, char *const *paths, size_t n,
+                        FILE *of) {
   if (strcmp(o->backend, "cuda") && (strcmp(o->backend, "auto") || !ssae_score_gpu_worth_it(paths, n)))
     return -1;
   /* Its decoders take no reader options: --strict goes the backend path. */
@@ -379,7 +439,8 @@ static int score_on_gpu(const opts *o, const ssae_model *m, char **paths, size_t
   const char *hook = getenv("SSAE_SCORE_GPU_ON_CPU");
   if (!ssae_cuda_fe_device_present() && !(hook && !strcmp(hook, "1"))) return -1;
   out_state out = {.json = !strcmp(o->format, "json"), .tty = ssae_cli_stderr_tty(),
-                   .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now()};
+                   .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now(),
+                   .of = of};
   ssae_err err = {{0}}, note = {{0}};
   if (o->windows) {
     if (!(out.wf = ssae_outfile_open(o->windows, &err))) {
@@ -387,6 +448,7 @@ static int score_on_gpu(const opts *o, const ssae_model *m, char **paths, size_t
       return SSAE_EXIT_INPUT;
     }
     ssae_outfile_printf(out.wf, "path\twindow\ttime\tscore\n");
+    out.wfp = ssae_outfile_fp(out.wf);
   }
   gpu_out g = {.out = &out, .m = m};
   ssae_score_gpu_opts go = {.channel = o->channel, .jobs = o->jobs, .device = o->device};
@@ -407,30 +469,21 @@ static int score_on_gpu(const opts *o, const ssae_model *m, char **paths, size_t
 }
 #endif
 
-/* Scores every input and prints them in order; 0, or 1 when some failed. */
-static int run(const opts *o, char **inputs, int n_inputs) {
+/* Scores the n files of paths (the caller's) and writes them in order to
+ * of (stdout, -o's file, or the shard's output of sj); 0, or 1 when some
+ * failed. */
+static int run(const opts *o, char *const *paths, size_t n, FILE *of, ssae_shard_job *sj) {
   ssae_err err = {{0}};
-  char **paths = NULL;
-  size_t n = 0;
-  if (ssae_cli_collect(inputs, n_inputs, &paths, &n, &err)) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    return SSAE_EXIT_INPUT;
-  }
-  if (!n) {
-    ssae_cli_error(CMD, "no audio files found");
-    return SSAE_EXIT_INPUT;
-  }
   ssae_model *m = ssae_model_open(o->model, &err);
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);
-    ssae_cli_free_paths(paths, n);
     return SSAE_EXIT_INPUT;
   }
 #if SSAE_HAVE_CUDA
-  int gpu_status = score_on_gpu(o, m, paths, n);
+  /* Shards keep their books per file through the backend path. */
+  int gpu_status = sj ? -1 : score_on_gpu(o, m, paths, n, of);
   if (gpu_status >= 0) {
     ssae_model_free(m);
-    ssae_cli_free_paths(paths, n);
     return gpu_status;
   }
   /* auto below the GPU front end's threshold: the CPU path (the CUDA
@@ -443,31 +496,33 @@ static int run(const opts *o, char **inputs, int n_inputs) {
   if (!be) {
     ssae_cli_error(CMD, "%s", err.msg);
     ssae_model_free(m);
-    ssae_cli_free_paths(paths, n);
     return SSAE_EXIT_INPUT;
   }
   if (*ssae_backend_note(be)) ssae_cli_error(CMD, "using the CPU: %s", ssae_backend_note(be));
   ssae_backend_set_fallback_cb(be, on_fallback, NULL);
 
   out_state out = {.json = !strcmp(o->format, "json"), .tty = ssae_cli_stderr_tty(),
-                   .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now()};
+                   .quiet = o->quiet, .threshold = m->threshold, .total = n, .t0 = now(),
+                   .of = of, .sj = sj};
   int status = SSAE_EXIT_OK;
-  if (o->windows) {
+  if (sj) {
+    out.wfp = ssae_shard_job_windows(sj);
+  } else if (o->windows) {
     out.wf = ssae_outfile_open(o->windows, &err);
     if (!out.wf) {
       ssae_cli_error(CMD, "%s", err.msg);
       ssae_backend_free(be);
       ssae_model_free(m);
-      ssae_cli_free_paths(paths, n);
       return SSAE_EXIT_INPUT;
     }
     ssae_outfile_printf(out.wf, "path\twindow\ttime\tscore\n");
+    out.wfp = ssae_outfile_fp(out.wf);
   }
 
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int nw = o->jobs ? o->jobs : ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
   if ((size_t)nw > n) nw = (int)n;
-  job j = {.paths = paths, .n = n, .m = m, .channel = o->channel,
+  job j = {.paths = (char **)paths, .n = n, .m = m, .channel = o->channel,
            .audio = {.strict = o->strict},
            .ahead = (size_t)nw * 4 + 8,
            /* On the CPU each worker scores its own files, right after their
@@ -518,10 +573,100 @@ done:
   }
   if (out.interrupted) status = 130;
   if (out.failed) ssae_cli_error(CMD, "%zu of %zu files failed", out.failed, n);
+  /* A shard is complete when every file has its line (a failure record
+   * counts); otherwise its .partial outputs stay for --resume. */
+  if (sj && out.done == n && ssae_shard_job_finish(sj, &err)) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    status = SSAE_EXIT_INPUT;
+  }
   ssae_backend_free(be);
   ssae_model_free(m);
-  ssae_cli_free_paths(paths, n);
   return status;
+}
+
+/* The inputs of a run without --shard: --files-from's paths, then the
+ * arguments, directories expanded. */
+static int collect_inputs(const opts *o, char *const *args, int n_args, char ***paths,
+                          size_t *n) {
+  ssae_err err = {{0}};
+  char **listed = NULL, **all = NULL;
+  size_t nl = 0;
+  int rc = -1;
+  if (o->files_from && ssae_paths_read_list(o->files_from, &listed, &nl, &err)) goto done;
+  if (!(all = malloc((nl + (size_t)n_args + 1) * sizeof *all))) {
+    ssae_err_set(&err, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < nl; i++) all[i] = listed[i];
+  for (int i = 0; i < n_args; i++) all[nl + (size_t)i] = args[i];
+  rc = ssae_paths_expand(all, nl + (size_t)n_args, paths, n, &err);
+done:
+  if (rc) ssae_cli_error(CMD, "%s", err.msg);
+  free(all);
+  ssae_paths_free(listed, nl);
+  return rc;
+}
+
+/* Without --shard and --resume: every input, to stdout or -o's file. */
+static int run_all(const opts *o, char *const *args, int n_args) {
+  char **paths = NULL;
+  size_t n = 0;
+  if (collect_inputs(o, args, n_args, &paths, &n)) return SSAE_EXIT_INPUT;
+  if (!n) {
+    ssae_cli_error(CMD, "no audio files found");
+    return SSAE_EXIT_INPUT;
+  }
+  ssae_err err = {{0}};
+  ssae_outfile *f = o->output ? ssae_outfile_open(o->output, &err) : NULL;
+  int rc;
+  if (o->output && !f) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    rc = SSAE_EXIT_INPUT;
+  } else {
+    rc = run(o, paths, n, f ? ssae_outfile_fp(f) : stdout, NULL);
+    if (f && ssae_outfile_commit(f, &err)) {
+      ssae_cli_error(CMD, "%s", err.msg);
+      rc = SSAE_EXIT_INPUT;
+    }
+  }
+  ssae_paths_free(paths, n);
+  return rc;
+}
+
+/* --shard (or --resume alone: shard 0/1): the files of this shard that no
+ * earlier run completed, to its outputs (ssae_shard_job.h). */
+static int run_shard(const opts *o, char *const *args, int n_args) {
+  ssae_shard_job_opts jo = {.args = args, .n_args = (size_t)n_args,
+                            .files_from = o->files_from, .shard = o->shard ? o->shard : "0/1",
+                            .shard_count = (size_t)o->shard_count, .resume = o->resume,
+                            .out = o->output, .windows = o->windows,
+                            .json = !strcmp(o->format, "json")};
+  ssae_err err = {{0}};
+  ssae_shard_job *sj = ssae_shard_job_new(&jo, &err);
+  if (!sj) {
+    ssae_cli_error(CMD, "%s", err.msg);
+    return SSAE_EXIT_INPUT;
+  }
+  int rc = SSAE_EXIT_OK;
+  size_t n;
+  char *const *todo = ssae_shard_job_todo(sj, &n);
+  const ssae_shard_spec *spec = ssae_shard_job_spec(sj);
+  if (!ssae_shard_job_list(sj)->n) {
+    ssae_cli_error(CMD, "no audio files found");
+    rc = SSAE_EXIT_INPUT;
+  } else {
+    if (ssae_shard_job_done_before(sj))
+      ssae_cli_error(CMD, "shard %zu/%zu: %zu of %zu files done already", spec->index,
+                     spec->count, ssae_shard_job_done_before(sj), ssae_shard_job_files(sj));
+    if (n) {
+      rc = run(o, todo, n, ssae_shard_job_out(sj), sj);
+    } else if (ssae_shard_job_finish(sj, &err)) { /* nothing (left) to do */
+      ssae_cli_error(CMD, "%s", err.msg);
+      rc = SSAE_EXIT_INPUT;
+    }
+  }
+  ssae_shard_job_free(sj);
+  return rc;
 }
 
 int ssae_cmd_score(int argc, char **argv) {
@@ -529,8 +674,18 @@ int ssae_cmd_score(int argc, char **argv) {
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
-  if (!args.n_pos) {
+  ssae_shard_spec spec;
+  ssae_err err = {{0}};
+  if (!args.n_pos && !o.files_from) {
     rc = ssae_cli_usage_error(&command, "no input files");
+  } else if (o.shard && ssae_shard_spec_parse(o.shard, (size_t)o.shard_count, &spec, &err)) {
+    /* A bad I/N, or auto outside a scheduler: the command line is wrong. */
+    ssae_cli_error(CMD, "%s", err.msg);
+    rc = SSAE_EXIT_USAGE;
+  } else if (o.shard_count && !o.shard) {
+    rc = ssae_cli_usage_error(&command, "--shard-count goes with --shard");
+  } else if (o.resume && !o.output) {
+    rc = ssae_cli_usage_error(&command, "--resume needs -o, the output of the earlier run");
   } else {
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -538,7 +693,8 @@ int ssae_cmd_score(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-    rc = run(&o, args.pos, args.n_pos);
+    rc = o.shard || o.resume ? run_shard(&o, args.pos, args.n_pos)
+                             : run_all(&o, args.pos, args.n_pos);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
   }

@@ -26,6 +26,7 @@
 #include "ssae_logmel.h"
 #include "ssae_model.h"
 #include "ssae_threshold.h"
+#include "ssae_reference.h"
 #include "ssae_train.h"
 
 static const char *const CMD = "train";
@@ -589,6 +590,19 @@ done:
   return rc;
 }
 
+/* ---- the spectrum-only reference ----------------------------------------- */
+
+/* On the same training windows as the network: what ssae eval compares
+ * the network with (ssae_reference.h). */
+static int fit_reference(const opts *o, const train_data *td, ssae_model *model,
+                         ssae_err *err) {
+  ssae_reference ref;
+  if (ssae_reference_fit(&td->train, o->feat.n_mels, o->feat.frames, &ref, err)) return -1;
+  int rc = ssae_reference_to_model(&ref, model, err);
+  ssae_reference_release(&ref);
+  return rc;
+}
+
 /* ---- the model file ------------------------------------------------------- */
 
 /* Threshold and provenance into the model's metadata, then the file. */
@@ -713,7 +727,7 @@ static int run(const opts *o, char **inputs, int n_inputs) {
   if (train(o, &dims, &tc, &be, &td, params, &res, &err)) goto fail;
   params_to_model(model, off, params);
   if (ssae_model_update(model, &err) || be.set_params(be.ctx, params, &err) ||
-      calibrate(o, &be, &td, tc.batch, &cal, &err))
+      calibrate(o, &be, &td, tc.batch, &cal, &err) || fit_reference(o, &td, model, &err))
     goto fail;
   if (cal.warning[0]) ssae_cli_error(CMD, "warning: %s", cal.warning);
   test_pause("save");

@@ -5,9 +5,6 @@
 #include "ssae_config.h"
 #include "ssae_outfile.h"
 
-/* Not in cli.h while its option parser is rewritten (issue 19, cmd_merge.c). */
-int ssae_cmd_merge(int argc, char **argv);
-
 typedef struct {
   const char *name;
   ssae_cmd_fn fn;

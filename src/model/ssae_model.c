@@ -91,6 +91,7 @@ void ssae_model_free(ssae_model *m) {
     free(m->meta[i].value);
   }
   free(m->meta);
+  ssae_model_extra_clear(m);
   free(m->ln_enc_w);
   free(m);
 }
@@ -209,6 +210,10 @@ ssae_model *ssae_model_clone(const ssae_model *m, ssae_err *err) {
       ssae_model_free(c);
       return NULL;
     }
+  }
+  if (ssae_model_extra_copy(c, m, err)) {
+    ssae_model_free(c);
+    return NULL;
   }
   return c;
 }

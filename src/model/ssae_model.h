@@ -31,6 +31,17 @@ typedef struct ssae_meta_entry {
   char *value;
 } ssae_meta_entry;
 
+/* A tensor of the file beyond the 11 parameters (SPEC section 3 allows
+ * them: other scoring modes, such as the spectrum-only reference of
+ * ssae_reference.h). F32, one or two dimensions; kept through load, clone
+ * and save. */
+typedef struct ssae_model_extra {
+  char *name;
+  int ndim;
+  uint64_t shape[2]; /* shape[1] is 0 for vectors */
+  float *data;
+} ssae_model_extra;
+
 typedef struct ssae_model {
   ssae_dims d;
   ssae_feat_cfg feat;
@@ -49,7 +60,9 @@ typedef struct ssae_model {
   /* Every metadata entry of the file, feature keys included. */
   ssae_meta_entry *meta;
   size_t n_meta;
-  /* Extra tensors (other scoring modes) are kept out of this struct. */
+  /* Extra tensors, in file order (none in most models). */
+  ssae_model_extra *extra;
+  size_t n_extra;
 } ssae_model;
 
 /* Number of floats of all 11 parameter tensors together. */
@@ -96,6 +109,16 @@ int ssae_model_tensor_list(const ssae_model *m,
 
 /* A deep copy (weights, features, threshold, metadata). */
 ssae_model *ssae_model_clone(const ssae_model *m, ssae_err *err);
+
+/* Extra tensors by name: NULL when absent. set replaces one of the same
+ * name (a copy of data is kept); a name of the 11 parameters is refused. */
+const ssae_model_extra *ssae_model_extra_get(const ssae_model *m, const char *name);
+int ssae_model_extra_set(ssae_model *m, const char *name, int ndim, const uint64_t *shape,
+                         const float *data, ssae_err *err);
+/* Drops them all (ssae_model_free does). */
+void ssae_model_extra_clear(ssae_model *m);
+/* Copies src's extra tensors into dst (ssae_model_clone does). */
+int ssae_model_extra_copy(ssae_model *dst, const ssae_model *src, ssae_err *err);
 
 const char *ssae_model_meta_get(const ssae_model *m, const char *key);
 int ssae_model_meta_set(ssae_model *m, const char *key, const char *value,

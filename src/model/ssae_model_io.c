@@ -125,6 +125,37 @@ static void copy_le_floats(float *dst, const unsigned char *src, size_t n) {
   }
 }
 
+static const char *const param_names[] = {
+    "slice_encoder.0.weight", "slice_encoder.0.bias", "slice_encoder.1.weight",
+    "slice_encoder.1.bias", "global_basis", "bottleneck_mlp.0.weight", "bottleneck_mlp.0.bias",
+    "bottleneck_mlp.1.weight", "bottleneck_mlp.1.bias", "slice_decoder.0.weight",
+    "slice_decoder.0.bias", NULL};
+
+static int is_param_name(const char *name) {
+  for (int i = 0; param_names[i]; i++)
+    if (!strcmp(name, param_names[i])) return 1;
+  return 0;
+}
+
+/* The tensors besides the parameters: F32 ones of one or two dimensions
+ * are kept (ssae_model_extra); others belong to tools this program does
+ * not know and are left out, as a reader that ignores them would. */
+static int load_extras(const ssae_st *st, ssae_model *m, ssae_err *err) {
+  for (size_t i = 0; i < st->n_tensors; i++) {
+    const ssae_st_tensor *s = &st->tensors[i];
+    if (is_param_name(s->name) || strcmp(s->dtype, "F32") || s->ndim < 1 || s->ndim > 2)
+      continue;
+    float *data = malloc((s->numel ? s->numel : 1) * sizeof *data);
+    if (!data) return ssae_err_set(err, "out of memory for tensor %s", s->name);
+    copy_le_floats(data, s->data, (size_t)s->numel);
+    uint64_t shape[2] = {s->shape[0], s->ndim == 2 ? s->shape[1] : 0};
+    int rc = ssae_model_extra_set(m, s->name, s->ndim, shape, data, err);
+    free(data);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
 static ssae_model *from_st(const ssae_st *st, ssae_err *err) {
   ssae_dims d;
   if (dims_from_tensors(st, &d, err)) return NULL;
@@ -193,6 +224,7 @@ static ssae_model *from_st(const ssae_st *st, ssae_err *err) {
     }
     copy_le_floats(t[i].data, s->data, (size_t)s->numel);
   }
+  if (load_extras(st, m, err)) goto fail;
   if (ssae_model_update(m, err)) goto fail;
   return m;
 fail:
@@ -263,6 +295,67 @@ ssae_model *ssae_model_open(const char *path, ssae_err *err) {
   return path ? ssae_model_load(path, err) : ssae_model_load_default(err);
 }
 
+/* --- extra tensors --- */
+
+const ssae_model_extra *ssae_model_extra_get(const ssae_model *m, const char *name) {
+  for (size_t i = 0; i < m->n_extra; i++)
+    if (!strcmp(m->extra[i].name, name)) return &m->extra[i];
+  return NULL;
+}
+
+int ssae_model_extra_set(ssae_model *m, const char *name, int ndim, const uint64_t *shape,
+                         const float *data, ssae_err *err) {
+  if (!name || !*name) return ssae_err_set(err, "extra tensor: empty name");
+  if (is_param_name(name))
+    return ssae_err_set(err, "extra tensor %s: that is a parameter of the model", name);
+  if (ndim < 1 || ndim > 2 || !shape[0] || (ndim == 2 && !shape[1]) ||
+      shape[0] > ((uint64_t)1 << 28) || (ndim == 2 && shape[1] > ((uint64_t)1 << 28) / shape[0]))
+    return ssae_err_set(err, "extra tensor %s: bad shape", name);
+  size_t n = (size_t)shape[0] * (ndim == 2 ? (size_t)shape[1] : 1);
+  ssae_model_extra e = {strdup(name), ndim, {shape[0], ndim == 2 ? shape[1] : 0},
+                        malloc(n * sizeof(float))};
+  if (!e.name || !e.data) {
+    free(e.name);
+    free(e.data);
+    return ssae_err_set(err, "extra tensor %s: out of memory", name);
+  }
+  memcpy(e.data, data, n * sizeof(float));
+  for (size_t i = 0; i < m->n_extra; i++)
+    if (!strcmp(m->extra[i].name, name)) {
+      free(m->extra[i].name);
+      free(m->extra[i].data);
+      m->extra[i] = e;
+      return 0;
+    }
+  ssae_model_extra *v = realloc(m->extra, (m->n_extra + 1) * sizeof *v);
+  if (!v) {
+    free(e.name);
+    free(e.data);
+    return ssae_err_set(err, "extra tensor %s: out of memory", name);
+  }
+  m->extra = v;
+  m->extra[m->n_extra++] = e;
+  return 0;
+}
+
+void ssae_model_extra_clear(ssae_model *m) {
+  for (size_t i = 0; i < m->n_extra; i++) {
+    free(m->extra[i].name);
+    free(m->extra[i].data);
+  }
+  free(m->extra);
+  m->extra = NULL;
+  m->n_extra = 0;
+}
+
+int ssae_model_extra_copy(ssae_model *dst, const ssae_model *src, ssae_err *err) {
+  for (size_t i = 0; i < src->n_extra; i++) {
+    const ssae_model_extra *e = &src->extra[i];
+    if (ssae_model_extra_set(dst, e->name, e->ndim, e->shape, e->data, err)) return -1;
+  }
+  return 0;
+}
+
 /* --- writing --- */
 
 static char *fmt_double(double v) {
@@ -292,6 +385,7 @@ int ssae_model_save(const ssae_model *m, const char *path, ssae_err *err) {
   while (ssae_feat_keys[n_feat]) n_feat++;
   size_t cap = n_feat + 3 + m->n_meta, n = 0;
   ssae_st_meta *meta = calloc(cap, sizeof *meta);
+  ssae_st_out *o = NULL;
   char **owned = calloc(cap, sizeof *owned);
   int rc = -1;
   if (!meta || !owned) {
@@ -320,22 +414,31 @@ int ssae_model_save(const ssae_model *m, const char *path, ssae_err *err) {
       meta[n++] = (ssae_st_meta){m->meta[i].key, m->meta[i].value};
 
   ssae_model_tensor t[SSAE_MODEL_N_TENSORS];
-  ssae_st_out o[SSAE_MODEL_N_TENSORS];
   ssae_model_tensor_list(m, t);
+  /* The parameters, then the extra tensors. */
+  size_t n_out = SSAE_MODEL_N_TENSORS + m->n_extra;
+  if (!(o = calloc(n_out, sizeof *o))) goto oom;
   for (int i = 0; i < SSAE_MODEL_N_TENSORS; i++) {
-    memset(&o[i], 0, sizeof o[i]);
     o[i].name = t[i].name;
     o[i].ndim = t[i].ndim;
     o[i].shape[0] = t[i].shape[0];
     o[i].shape[1] = t[i].shape[1];
     o[i].data = t[i].data;
   }
+  for (size_t i = 0; i < m->n_extra; i++) {
+    ssae_st_out *x = &o[SSAE_MODEL_N_TENSORS + i];
+    x->name = m->extra[i].name;
+    x->ndim = m->extra[i].ndim;
+    x->shape[0] = m->extra[i].shape[0];
+    x->shape[1] = m->extra[i].shape[1];
+    x->data = m->extra[i].data;
+  }
 
   /* The output discipline: a reader never sees a half-written model, and a
    * failed write leaves the old one intact. */
   ssae_outfile *of = ssae_outfile_open(path, err);
   if (!of) goto done;
-  if (ssae_st_write(ssae_outfile_fp(of), meta, n, o, SSAE_MODEL_N_TENSORS, err)) {
+  if (ssae_st_write(ssae_outfile_fp(of), meta, n, o, n_out, err)) {
     /* The writer's own message, unless the file failed under it. */
     if (ssae_outfile_failed(of)) {
       ssae_outfile_commit(of, err);
@@ -355,5 +458,6 @@ done:
     for (size_t i = 0; i < cap; i++) free(owned[i]);
   free(owned);
   free(meta);
+  free(o);
   return rc;
 }

@@ -1,12 +1,11 @@
 #include "ssae_merge.h"
 
+#include "ssae_outfile.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 typedef struct {
   char *name;
@@ -69,46 +68,23 @@ static int read_all(const char *name, char **text, size_t *len, ssae_err *err) {
   return 0;
 }
 
-/* Writes the result; out NULL or "-": stdout. */
+/* Writes the result; out NULL or "-": stdout, else through ssae_outfile
+ * (a temporary file beside out, synced, renamed over it). */
 static int write_result(const char *out, const record *r, size_t n,
                         int windows, ssae_err *err) {
-  int std = !out || !strcmp(out, "-");
-  char *tmp = NULL;
-  FILE *f = stdout;
-  if (!std) {
-    size_t len = strlen(out) + 16;
-    if (!(tmp = malloc(len))) return ssae_err_set(err, "out of memory");
-    snprintf(tmp, len, "%s.XXXXXX", out);
-    int fd = mkstemp(tmp);
-    if (fd < 0 || !(f = fdopen(fd, "w"))) {
-      ssae_err_set(err, "%s: cannot create: %s", tmp, strerror(errno));
-      if (fd >= 0) close(fd), unlink(tmp);
-      free(tmp);
-      return -1;
-    }
-    fchmod(fd, 0644);
+  if (!out || !strcmp(out, "-")) {
+    if (windows) fputs("path\twindow\ttime\tscore\n", stdout);
+    for (size_t i = 0; i < n; i++)
+      if (!r[i].failed) fwrite(r[i].line, 1, r[i].len, stdout);
+    return fflush(stdout) == 0 && !ferror(stdout) ? 0
+                                                  : ssae_err_set(err, "stdout: write failed");
   }
-  if (windows) fputs("path\twindow\ttime\tscore\n", f);
+  ssae_outfile *f = ssae_outfile_open(out, err);
+  if (!f) return -1;
+  if (windows) ssae_outfile_printf(f, "path\twindow\ttime\tscore\n");
   for (size_t i = 0; i < n; i++)
-    if (!r[i].failed) fwrite(r[i].line, 1, r[i].len, f);
-  int ok = fflush(f) == 0 && !ferror(f);
-  if (std) return ok ? 0 : ssae_err_set(err, "stdout: write failed");
-  int e = 0;
-  if (ok && fsync(fileno(f))) ok = 0, e = errno;
-  if (fclose(f) && ok) ok = 0, e = errno;
-  if (ok && rename(tmp, out)) ok = 0, e = errno;
-  if (!ok) {
-    unlink(tmp);
-    free(tmp);
-    return ssae_err_set(err, "%s: cannot write: %s", out, strerror(e ? e : EIO));
-  }
-  free(tmp);
-  const char *slash = strrchr(out, '/');
-  char *dir = slash ? strndup(out, slash == out ? 1 : (size_t)(slash - out)) : strdup(".");
-  int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY) : -1;
-  if (dfd >= 0) fsync(dfd), close(dfd);
-  free(dir);
-  return 0;
+    if (!r[i].failed) ssae_outfile_write(f, r[i].line, r[i].len);
+  return ssae_outfile_commit(f, err);
 }
 
 /* Splits each part into records after checking its header. */

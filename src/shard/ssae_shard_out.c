@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ssae_outfile.h"
 #include "ssae_shard.h"
 
 int ssae_shard_partial_path(const char *path, char *buf, size_t cap) {
@@ -151,20 +152,26 @@ int ssae_shard_resume_read(const char *path, ssae_shard_format fmt, const ssae_s
 
 /* ---- writing ---- */
 
+/* The start of the output (header, kept lines) is written through
+ * ssae_outfile: a temporary file that replaces PATH.partial only once it
+ * is complete and synced. The lines that follow are appended to
+ * PATH.partial itself, so that a kill leaves them for --resume; commit
+ * syncs it and renames it to PATH. */
 struct ssae_shard_out {
   char *final, *partial;
   FILE *f;
 };
 
+/* The rename of PATH.partial to PATH made durable. File systems that
+ * cannot sync a directory say EINVAL; the rename still stands. */
 static int sync_dir_of(const char *path) {
   const char *slash = strrchr(path, '/');
   char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
   if (!dir) return -1;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   free(dir);
   if (fd < 0) return -1;
-  /* Some file systems cannot sync a directory; the rename still stands. */
-  int rc = fsync(fd) && errno != EINVAL && errno != ENOTSUP ? -1 : 0;
+  int rc = fsync(fd) && errno != EINVAL && errno != EROFS && errno != ENOTSUP ? -1 : 0;
   close(fd);
   return rc;
 }
@@ -182,55 +189,48 @@ ssae_shard_out *ssae_shard_out_new(const char *final_path, ssae_shard_format fmt
                                    size_t kept_len, ssae_err *err) {
   ssae_shard_out *o = calloc(1, sizeof *o);
   size_t n = strlen(final_path);
-  char *tmp = malloc(n + 32);
   if (o) o->final = strdup(final_path);
   if (o) o->partial = malloc(n + 16);
-  if (!o || !tmp || !o->final || !o->partial) {
-    free(tmp);
+  if (!o || !o->final || !o->partial) {
     ssae_shard_out_free(o);
     ssae_err_set(err, "out of memory");
     return NULL;
   }
   snprintf(o->partial, n + 16, "%s.partial", final_path);
-  snprintf(tmp, n + 32, "%s.partial.XXXXXX", final_path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    ssae_err_set(err, "%s: cannot create: %s", tmp, strerror(errno));
-    free(tmp);
-    ssae_shard_out_free(o);
-    return NULL;
-  }
-  fchmod(fd, 0644);
   char head[256];
   int hl = ssae_shard_header_format(h, fmt, head, sizeof head);
-  o->f = fdopen(fd, "w");
-  int ok = o->f && hl > 0 && fwrite(head, 1, (size_t)hl, o->f) == (size_t)hl;
-  if (ok && fmt == SSAE_SHARD_WINDOWS) ok = fputs("path\twindow\ttime\tscore\n", o->f) >= 0;
-  if (ok && kept_len) ok = fwrite(kept, 1, kept_len, o->f) == kept_len;
-  ok = ok && fflush(o->f) == 0 && fsync(fd) == 0;
-  /* Only now does it replace the previous PATH.partial, whose lines it
-   * holds: a kill at any moment leaves one that --resume can read. */
-  ok = ok && rename(tmp, o->partial) == 0 && sync_dir_of(o->partial) == 0;
-  if (!ok) {
-    ssae_err_set(err, "%s: cannot write: %s", o->partial, strerror(errno));
-    if (!o->f) close(fd);
-    unlink(tmp);
-    free(tmp);
+  ssae_outfile *start = hl > 0 ? ssae_outfile_open(o->partial, err) : NULL;
+  if (!start) {
+    if (hl <= 0) ssae_err_set(err, "%s: the shard header does not fit", o->partial);
     ssae_shard_out_free(o);
     return NULL;
   }
-  free(tmp);
+  ssae_outfile_write(start, head, (size_t)hl);
+  if (fmt == SSAE_SHARD_WINDOWS) ssae_outfile_printf(start, "path\twindow\ttime\tscore\n");
+  ssae_outfile_write(start, kept, kept_len);
+  /* Only now does it replace the previous PATH.partial, whose lines it
+   * holds: a kill at any moment leaves one that --resume can read. */
+  if (ssae_outfile_commit(start, err)) {
+    ssae_shard_out_free(o);
+    return NULL;
+  }
+  if (!(o->f = fopen(o->partial, "a"))) {
+    ssae_err_set(err, "%s: cannot append: %s", o->partial, strerror(errno));
+    ssae_shard_out_free(o);
+    return NULL;
+  }
   return o;
 }
 
 FILE *ssae_shard_out_file(ssae_shard_out *o) { return o->f; }
 
 int ssae_shard_out_commit(ssae_shard_out *o, ssae_err *err) {
+  errno = 0;
   int ok = fflush(o->f) == 0 && !ferror(o->f) && fsync(fileno(o->f)) == 0;
   int e = errno;
   if (fclose(o->f) != 0 && ok) ok = 0, e = errno;
   o->f = NULL;
-  if (!ok) return ssae_err_set(err, "%s: write failed: %s", o->partial, strerror(e));
+  if (!ok) return ssae_err_set(err, "%s: write failed: %s", o->partial, strerror(e ? e : EIO));
   if (rename(o->partial, o->final) || sync_dir_of(o->final))
     return ssae_err_set(err, "%s: cannot rename to %s: %s", o->partial, o->final,
                         strerror(errno));

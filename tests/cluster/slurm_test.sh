@@ -1,5 +1,5 @@
 #!/bin/bash
-# A real one-node Slurm on this machine, started and stopped by this test:
+# A real one-node Slurm on this machine (slurm_lib.sh), started and stopped by this test:
 # munged with a generated key, slurmctld and slurmd (Debian's slurm-wlm) with
 # a generated slurm.conf that needs no cgroups (linuxproc, task/none), ports
 # picked free on loopback, every file in one temporary directory. It then
@@ -15,167 +15,22 @@
 #      overwritten (same size, other bytes): the merged result still
 #      equals the plain run only when they were not read again;
 #   3. tools/cluster/ssae-score.sbatch is a script this Slurm accepts.
-# The task command is TASK (below): a shard of the list written the way
-# `ssae score --shard` writes one (tests/shard/shard_list).
+# The task command is TASK (below): `ssae score --shard` itself, on the CPU,
+# one decoding thread.
 #
-# usage: slurm_test.sh SHARD_LIST SSAE_GEN   (SSAE: the ssae program)
+# usage: slurm_test.sh SSAE_GEN   (SSAE: the ssae program)
 # Exit: 0 pass, 1 fail, 77 when slurm-wlm and munge cannot be installed
 # (or the test does not run as root, which slurmd needs).
 set -euo pipefail
 
-SHARD_LIST=$(realpath "$1")
-SSAE_GEN=$(realpath "$2")
+SSAE_GEN=$(realpath "$1")
 SSAE=$(realpath "${SSAE:?SSAE must name the ssae program}")
 SSAE_SOURCE_ROOT=${SSAE_SOURCE_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 TASKS=4
 T=""
-
-log() { echo "slurm_test: $*" >&2; }
-
-fail() {
-  log "FAIL: $*"
-  show_logs
-  exit 1
-}
-
-show_logs() {
-  [ -n "$T" ] || return 0
-  local f
-  for f in "$T"/log/*.log "$T"/jobs/*.log; do
-    [ -f "$f" ] || continue
-    echo "---- $f (last lines)" >&2
-    tail -n 15 "$f" >&2
-  done
-}
-
-ensure_packages() {
-  local have=1 p
-  if [ "$(id -u)" -ne 0 ]; then
-    log "SKIP: slurmd runs jobs as their user and so must run as root; run the test as root"
-    exit 77
-  fi
-  for p in /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd /usr/bin/sbatch; do
-    [ -x "$p" ] || have=0
-  done
-  [ "$have" = 1 ] && return 0
-  log "installing slurm-wlm and munge"
-  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=120 \
-      --no-install-recommends slurm-wlm munge >&2; then
-    log "SKIP: slurm-wlm and munge are not installed and cannot be (tools/install-deps.sh --test)"
-    exit 77
-  fi
-}
-
-# Stops what this test started, by the pid files it gave each daemon.
-cleanup() {
-  local rc=$? name pid i
-  trap - EXIT INT TERM
-  close_gate
-  if [ -n "$T" ] && [ -f "$T/slurm.conf" ] && [ -f "$T/run/slurmctld.pid" ]; then
-    SLURM_CONF="$T/slurm.conf" scancel --quiet --full --user="$(id -un)" 2>/dev/null || true
-    for i in $(seq 1 20); do
-      [ -z "$(SLURM_CONF="$T/slurm.conf" squeue -h 2>/dev/null)" ] && break
-      sleep 0.5
-    done
-  fi
-  for name in slurmd slurmctld munged; do
-    [ -n "$T" ] && [ -f "$T/run/$name.pid" ] || continue
-    pid=$(cat "$T/run/$name.pid")
-    kill "$pid" 2>/dev/null || continue
-    for i in $(seq 1 40); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.25
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  done
-  [ -n "$T" ] && [ "$rc" = 0 ] && rm -rf "$T"
-  [ -n "$T" ] && [ "$rc" != 0 ] && log "files kept in $T"
-  exit "$rc"
-}
-
-make_tmp() {
-  T=$(mktemp -d /tmp/ssae-slurm-XXXXXX)
-  # munged wants its socket's directories searchable by all, its key private.
-  chmod 755 "$T"
-  mkdir -m 755 "$T/run"
-  mkdir -m 700 "$T/munge"
-  mkdir -p "$T/state" "$T/spool" "$T/log" "$T/jobs" "$T/clips"
-}
-
-start_munge() {
-  head -c 1024 /dev/urandom >"$T/munge/munge.key"
-  chmod 400 "$T/munge/munge.key"
-  /usr/sbin/munged --key-file="$T/munge/munge.key" --socket="$T/run/munge.sock" \
-    --pid-file="$T/run/munged.pid" --log-file="$T/log/munged.log" \
-    --seed-file="$T/munge/munge.seed" || fail "munged did not start"
-  munge -S "$T/run/munge.sock" -n | unmunge -S "$T/run/munge.sock" >/dev/null ||
-    fail "munge does not answer"
-}
-
-free_ports() {
-  python3 -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])'
-}
-
-write_slurm_conf() {
-  local host ports
-  host=$(hostname -s)
-  read -r -a ports <<<"$(free_ports)"
-  cat >"$T/slurm.conf" <<EOF
-ClusterName=ssaetest
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=${ports[0]}
-SlurmdPort=${ports[1]}
-SlurmUser=$(id -un)
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$T/run/munge.sock
-StateSaveLocation=$T/state
-SlurmdSpoolDir=$T/spool
-SlurmctldPidFile=$T/run/slurmctld.pid
-SlurmdPidFile=$T/run/slurmd.pid
-SlurmctldLogFile=$T/log/slurmctld.log
-SlurmdLogFile=$T/log/slurmd.log
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-SwitchType=switch/none
-ReturnToService=2
-InactiveLimit=0
-KillWait=2
-MinJobAge=300
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=500 State=UNKNOWN
-PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
-EOF
-  # Read only with cgroup plugins, which this configuration does not use.
-  echo "CgroupPlugin=autodetect" >"$T/cgroup.conf"
-  export SLURM_CONF="$T/slurm.conf"
-}
-
-start_slurm() {
-  /usr/sbin/slurmctld -f "$SLURM_CONF" || fail "slurmctld did not start"
-  /usr/sbin/slurmd -f "$SLURM_CONF" || fail "slurmd did not start"
-}
-
-wait_node_idle() {
-  local i state=""
-  for i in $(seq 1 120); do
-    state=$(sinfo -h -o %T 2>/dev/null || true)
-    [ "$state" = idle ] && return 0
-    sleep 0.5
-  done
-  fail "the node is not idle after 60 s (state '$state')"
-}
+LOG_NAME=slurm_test
+# shellcheck source=slurm_lib.sh
+. "$(dirname "$0")/slurm_lib.sh"
 
 # Clips of mixed lengths (1 to 24 s) in two machine directories, and the
 # list a user would give --files-from.
@@ -194,51 +49,24 @@ make_clips() {
   echo "$T/clips/fan" >>"$T/list.txt"
 }
 
-# Lets one reader through the gate: one writer, one copy of the clip (a
-# writer that stayed would let a slow reader see two). Each run that
-# reads the gate opens it first.
-open_gate() {
-  close_gate
-  python3 -c 'import sys; open(sys.argv[2], "wb").write(open(sys.argv[1], "rb").read())' \
-    "$T/gate-source.wav" "$T/clips/pump/zz-gate.wav" &
-  echo $! >"$T/run/gate.pid"
-}
-
-# Stops a writer that no reader came for.
-close_gate() {
-  [ -n "$T" ] && [ -f "$T/run/gate.pid" ] || return 0
-  kill "$(cat "$T/run/gate.pid")" 2>/dev/null || true
-  wait "$(cat "$T/run/gate.pid")" 2>/dev/null || true
-  rm -f "$T/run/gate.pid"
-}
-
-# The task: one shard of the list as `ssae score --shard` writes it, to
+# The task: one shard of the list scored by `ssae score --shard`, to
 # DIR/part-$SLURM_ARRAY_TASK_ID.tsv and its windows to
 # DIR/windows-$SLURM_ARRAY_TASK_ID.tsv. $1: DIR; the rest: more options.
 TASK() {
   local dir=$1
   shift
-  printf '%q ' "$SHARD_LIST" --files-from "$T/list.txt" -v "$@"
+  printf '%q ' "$SSAE" score --files-from "$T/list.txt" --quiet --jobs 1 --backend cpu "$@"
   printf -- '-o %q/part-"$SLURM_ARRAY_TASK_ID".tsv ' "$dir"
   printf -- '--windows %q/windows-"$SLURM_ARRAY_TASK_ID".tsv' "$dir"
 }
 
-# The same work in one process, no shards: what the merged parts must equal.
+# The same files in one plain `ssae score` run of the directory: what the
+# merged parts must equal.
 reference() {
   open_gate
-  "$SHARD_LIST" --shard 0/1 --files-from "$T/list.txt" -o "$T/reference.part" \
-    --windows "$T/reference.windows.part" || fail "the reference run failed"
-  tail -n +2 "$T/reference.part" >"$T/reference.tsv"
-  tail -n +2 "$T/reference.windows.part" >"$T/reference.windows.tsv"
-}
-
-# sbatch NAME ARRAY COMMAND [sbatch options...]: waits for the array; its
-# exit status is the job's.
-submit_wait() {
-  local name=$1 array=$2 cmd=$3
-  shift 3
-  sbatch --wait --quiet --array="$array" --job-name="$name" --chdir="$T" \
-    --output="$T/jobs/${name}_%a.log" "$@" --wrap="$cmd"
+  "$SSAE" score --quiet --backend cpu --windows "$T/reference.windows.tsv" "$T/clips" \
+    >"$T/reference.tsv" || fail "the reference run failed"
+  [ "$(wc -l <"$T/reference.tsv")" = 25 ] || fail "the reference run scored $(wc -l <"$T/reference.tsv") files, not 25"
 }
 
 # The parts must be shards 0..TASKS-1 of one list, each complete.

@@ -1,7 +1,8 @@
 """The cluster examples in tools/cluster: the Kubernetes manifests parse and
 agree with themselves (an Indexed Job whose completions equal the
-SSAE_SHARD_COUNT it gives ssae, the merge job the same count), and the
-Slurm scripts are valid bash. (tests/cluster/slurm_test.sh submits to a
+SSAE_SHARD_COUNT it gives ssae, the merge job the same count), the
+Slurm scripts are valid bash, and every option the examples give
+`ssae score` and `ssae merge` is one their --help lists. (tests/cluster/slurm_test.sh submits to a
 real Slurm.)"""
 import os
 import subprocess
@@ -59,6 +60,34 @@ for script in ("ssae-score.sbatch", "ssae-submit.sh"):
 r = subprocess.run(["bash", os.path.join(root, "ssae-submit.sh"), "--help"],
                    capture_output=True, text=True)
 check(r.returncode == 2 and "usage: ssae-submit.sh" in r.stderr, "ssae-submit.sh --help")
+
+# The options the examples pass are the commands' own: every --long
+# option of ssae-score.sbatch's code (its options are all ssae score's),
+# and the --long and -o words of the Kubernetes commands and of
+# ssae-submit.sh's merge line.
+import re  # noqa: E402
+
+ssae = os.environ.get("SSAE")
+if ssae:
+    helps = {cmd: subprocess.run([ssae, cmd, "--help"], capture_output=True, text=True).stdout
+             for cmd in ("score", "merge")}
+    with open(os.path.join(root, "ssae-score.sbatch")) as f:
+        sbatch = " ".join(ln for ln in f.read().split("\n") if not ln.lstrip().startswith("#"))
+    with open(os.path.join(root, "ssae-submit.sh")) as f:
+        submit = " ".join(ln for ln in f.read().split("\n")
+                          if "merge --" in ln or ln.startswith("-o"))
+    uses = [("ssae-score.sbatch", "score", re.findall(r"(?<!\S)--[a-z][a-z-]*", sbatch)),
+            ("ssae-score-k8s.yaml", "score",
+             re.findall(r"(?<!\S)(?:--[a-z][a-z-]*|-o)(?!\S)", " ".join(c["args"]))),
+            ("ssae-merge-k8s.yaml", "merge",
+             re.findall(r"(?<!\S)(?:--[a-z][a-z-]*|-o)(?!\S)", " ".join(m["args"]))),
+            ("ssae-submit.sh", "merge",
+             re.findall(r"(?<!\S)(?:--[a-z][a-z-]*|-o)(?!\S)", submit.split("merge", 1)[-1]))]
+    for name, cmd, opts in uses:
+        check(opts, f"{name}: no ssae {cmd} options found")
+        for w in opts:
+            check(re.search(r"(^|[\s,])%s\b" % re.escape(w), helps[cmd], re.M) is not None,
+                  f"{name}: ssae {cmd} has no option {w}")
 
 print("pass" if not failures else f"{len(failures)} failed")
 sys.exit(1 if failures else 0)

@@ -1,9 +1,9 @@
 /* shard_list: one shard of an input list, run the way `ssae score --shard`
  * runs one (ssae_shard_job), with a checksum of a file's bytes standing in
- * for its score (it reads each file, so a FIFO among the inputs holds the
- * task there until the test writes to it). The cluster test runs it as the Slurm array's task; it is also
- * the reference for wiring --files-from, --shard, --shard-count, --resume,
- * -o and --windows into a command (the calls below, in order).
+ * for its score, so that the merge tests (test_merge_cli.sh) can make
+ * parts of any files, audio or not, with sizes chosen for the partition.
+ * `ssae score` itself is tested as a shard in test_score_shard.sh and, as
+ * a Slurm array's task, in tests/cluster.
  *
  * usage: shard_list [--shard I/N|auto] [--shard-count N] [--files-from F]
  *                   [-o OUT] [--resume] [--windows W] [--json] [-v]
