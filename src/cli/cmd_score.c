@@ -211,6 +211,7 @@ typedef struct {
   size_t done, failed, total;
   double t0, last_log;
   int interrupted, stdout_failed;
+  int abandoned; /* interrupted while a reader was busy: it is not joined */
 } out_state;
 
 /* Ctrl-C / SIGTERM: the files being scored are finished and printed, then
@@ -310,7 +311,27 @@ static int consume(job *j, ssae_backend *be, out_state *out) {
   while (i < n) {
     /* Files [i, e) that are ready, up to a batch's worth of windows. */
     pthread_mutex_lock(&j->mu);
-    while (j->slots[i].state == 0) pthread_cond_wait(&j->ready, &j->mu);
+    /* After Ctrl-C / SIGTERM a file still being read is not waited for: its
+     * reader may be stuck (a FIFO, a dead network mount), and a scheduler
+     * that sent SIGTERM wants the process gone. */
+    while (j->slots[i].state == 0 && !g_stop) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += 100000000L;
+      if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&j->ready, &j->mu, &until);
+    }
+    if (j->slots[i].state == 0) {
+      pthread_mutex_unlock(&j->mu);
+      progress(out, 1);
+      ssae_cli_error(CMD, "interrupted: %zu of %zu files done", i, n);
+      out->interrupted = 1;
+      out->abandoned = 1;
+      break;
+    }
     size_t e = i, total = 0;
     while (e < n && j->slots[e].state != 0 &&
            (e == i || total + j->slots[e].fs.n_windows <= BATCH_WINDOWS)) {
@@ -554,6 +575,13 @@ joined:
   j.stop = 1;
   pthread_cond_broadcast(&j.room);
   pthread_mutex_unlock(&j.mu);
+  if (out.abandoned) {
+    /* A reader may never return: it keeps the job's memory (the process
+     * exits right after the outputs are closed). */
+    j.slots = NULL;
+    tids = NULL;
+    goto outputs;
+  }
   for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
   pthread_cond_destroy(&j.ready);
   pthread_cond_destroy(&j.room);
@@ -566,6 +594,7 @@ done:
     }
   free(j.slots);
   free(tids);
+outputs:
   /* After Ctrl-C the windows of the files done are kept: whole lines. */
   if (out.wf && ssae_outfile_commit(out.wf, &err)) {
     ssae_cli_error(CMD, "%s", err.msg);
