@@ -1,7 +1,15 @@
 """Runs pytest on the given test files for meson test: exit 77 (skip) when
 pytest, numpy or torch is missing or when every test was skipped (no GPU),
 else pytest's status."""
+import os
 import sys
+
+# A sanitized libssae needs its runtime loaded before the interpreter starts
+# (the interpreter is not instrumented): the package is tested in the plain
+# builds, the library under the sanitizers by the C tests.
+if os.environ.get("SSAE_SANITIZE", "none") not in ("", "none"):
+    print("skip: libssae built with -Db_sanitize=%s" % os.environ["SSAE_SANITIZE"])
+    sys.exit(77)
 
 try:
     import numpy  # noqa: F401
