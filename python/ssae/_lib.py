@@ -151,6 +151,12 @@ def load():
 
 
 def available():
+    # Settled first without the lock: torch.compile traces callers of this
+    # and cannot enter a lock (ssae.torch loads the library at import).
+    if _lib is not None:
+        return True
+    if _load_error is not None:
+        return False
     try:
         load()
         return True

@@ -44,6 +44,10 @@ import torch.nn.functional as F
 
 from . import _lib
 
+# Loaded now, outside any compiled region (torch.compile traces forward,
+# which asks whether the library is there).
+_lib.available()
+
 __all__ = ["SpectralShapeAutoencoder", "TENSOR_NAMES"]
 
 TENSOR_NAMES = [

@@ -162,9 +162,29 @@ static int feed(ssae_cuda_fe *fe, int M, int channels, size_t max_block, float *
 }
 
 /* ours against ref: exact, or within tol dB on bands within 90 dB of the
- * frame's peak in ref and the score tolerance (relative). */
+ * frame's peak in ref and the score tolerance (relative). A window whose
+ * frames all lie within those 90 dB is held to the CPU path's score; one
+ * with a band further down (a square wave's gaps between harmonics, the
+ * padded edge of a constant-padded tone) is held to the CPU model's score
+ * on our own frames instead: down there the CPU path's float FFT gives its
+ * rounding, not the signal (the frames' parity with torchaudio in float64
+ * is tests/gpu/test_gpu_parity.py's), and the model turns any
+ * difference in a band into a different score. cpu: the model. */
+static int window_in_parity(const float *f, size_t w) {
+  for (size_t t = w; t < w + 5; t++) {
+    float peak = -INFINITY, low = INFINITY;
+    for (int m = 0; m < 64; m++) {
+      peak = fmaxf(peak, f[t * 64 + m]);
+      low = fminf(low, f[t * 64 + m]);
+    }
+    if (low < peak - 90.0f) return 0;
+  }
+  return 1;
+}
+
 static void compare(const char *what, const collected *ours, const float *ref_f, size_t ref_nf,
-                    const float *ref_s, size_t ref_ns, int exact, double tol_db, double tol_rel) {
+                    const float *ref_s, size_t ref_ns, int exact, double tol_db, double tol_rel,
+                    ssae_cpu *cpu) {
   const int M = 64;
   CHECK(ours->n_frames == ref_nf, "%s: %zu frames, reference %zu", what, ours->n_frames, ref_nf);
   CHECK(ours->n_scores == ref_ns, "%s: %zu scores, reference %zu", what, ours->n_scores, ref_ns);
@@ -182,12 +202,23 @@ static void compare(const char *what, const collected *ours, const float *ref_f,
       }
     }
   }
+  float *own = NULL;
+  if (!exact && ref_ns) {
+    own = malloc(sizeof(float) * ref_ns);
+    if (!own || ssae_cpu_score_frames(cpu, ours->frames, ours->n_frames, own)) {
+      CHECK(0, "%s: the CPU model on our frames failed", what);
+      free(own);
+      return;
+    }
+  }
   for (size_t w = 0; w < ref_ns; w++) {
-    const double a = ours->scores[w], b = ref_s[w];
+    const double a = ours->scores[w],
+                 b = exact || window_in_parity(ref_f, w) ? ref_s[w] : own[w];
     const double rel = exact ? (memcmp(&ours->scores[w], &ref_s[w], sizeof(float)) ? INFINITY : 0)
                              : fabs(a - b) / fmax(fabs(b), 1e-30);
     if (rel > worst_rel) worst_rel = rel;
   }
+  free(own);
   CHECK(worst_db <= tol_db, "%s: frames off by %g dB", what, worst_db);
   CHECK(worst_rel <= tol_rel, "%s: scores off by %g relative", what, worst_rel);
 }
@@ -345,11 +376,11 @@ int main(int argc, char **argv) {
         if (pass == 1 && !host) {
           /* One pass against the random blocks of pass 0: the same bits. */
           compare(what, &one[c], out[c].frames, out[c].n_frames, out[c].scores,
-                  out[c].n_scores, 1, 0, 0);
+                  out[c].n_scores, 1, 0, 0, cpu);
           continue;
         }
         compare(what, &dst[c], ref_f[k], ref_nf[k], ref_s[k], ref_ns[k], host,
-                fc->n_fft % 256 ? 0.01 : 0.001, 1e-5);
+                fc->n_fft % 256 ? 0.01 : 0.001, 1e-5, cpu);
       }
       if (pass != 0 || host) release(out, channels);
       if (pass == 1 && !host) release(one, channels);

@@ -94,9 +94,10 @@ def test_score_file_equals_ssae_score(tmp_path):
     # the same as the pieces: logmel, then every window
     m = ssae.Model(backend="cpu")
     np.testing.assert_allclose(m.score_frames(ssae.logmel(samples)), w, rtol=1e-6)
-    assert ssae.score_file(path, model=m)[0] == score
-    assert ssae.score_file(path, model=DEFAULT_MODEL)[0] == score
-    assert ssae.score_file(path, channel="mix")[0] == score
+    # the default backend may be the GPU's: equal within SPEC's tolerance
+    for s2 in (ssae.score_file(path, model=m)[0], ssae.score_file(path, model=DEFAULT_MODEL)[0],
+               ssae.score_file(path, channel="mix")[0]):
+        assert abs(s2 - score) <= 1e-6 * score
 
 
 def test_backend_failure_falls_back(windows):
