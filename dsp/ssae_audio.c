@@ -13,6 +13,9 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <pthread.h>
+
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int ssae_audio_parse_channel(const char *s, int *channel, ssae_err *err) {
   if (!s || !*s) return ssae_err_set(err, "empty channel: give an index from 0, 'mix' or 'all'");
@@ -211,14 +214,22 @@ ssae_audio_stream *ssae_audio_open(const char *path, int channel, int target_rat
   if (opts) s->opts = *opts;
   SF_INFO info;
   memset(&info, 0, sizeof info);
+  /* libsndfile keeps a failed open's reason in one process-wide variable:
+   * opens are serialised so that the reason read is this file's (many
+   * decoding threads open files at once). */
+  pthread_mutex_lock(&open_lock);
   if (S_ISREG(st.st_mode)) {
     s->vf.size = (sf_count_t)st.st_size;
     s->vf.fd = open(path, O_RDONLY | O_CLOEXEC);
     if (s->vf.fd < 0) {
+      pthread_mutex_unlock(&open_lock);
       ssae_err_set(err, "%s: cannot open: %s", path, strerror(errno));
       goto fail;
     }
-    if (!(s->vf.buf = malloc(VIO_BUF))) goto oom;
+    if (!(s->vf.buf = malloc(VIO_BUF))) {
+      pthread_mutex_unlock(&open_lock);
+      goto oom;
+    }
     SF_VIRTUAL_IO io = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
     s->sf = sf_open_virtual(&io, SFM_READ, &info, &s->vf);
   } else {
@@ -226,8 +237,10 @@ ssae_audio_stream *ssae_audio_open(const char *path, int channel, int target_rat
   }
   if (!s->sf) {
     ssae_err_set(err, "%s: not a readable audio file: %s", path, sf_strerror(NULL));
+    pthread_mutex_unlock(&open_lock);
     goto fail;
   }
+  pthread_mutex_unlock(&open_lock);
   const int ch = info.channels;
   if (ch < 1 || ch > 1024) {
     ssae_err_set(err, "%s: bad audio header (%d channels)", path, ch);

@@ -328,6 +328,8 @@ class Model:
         reads no device memory (the caller copies to the host)."""
         import torch
         from .torch import _on_device
+        if not x.is_contiguous():
+            x = x.contiguous()  # the kernels read windows a row apart
         if x.data_ptr() % 16:
             x = x.clone()  # the kernels read float4s (a view at an odd offset)
         n = x.shape[0]
@@ -392,7 +394,10 @@ class Model:
             if n == 0:
                 import torch
                 return torch.empty(0, dtype=torch.float32, device=a.cuda.device)
-            w = a.cuda.unfold(0, self.frames, 1).transpose(1, 2).reshape(n, self.window_size)
+            # The windows laid out (reshape alone gives a view whose rows
+            # overlap, a frame apart, which the kernels cannot read).
+            w = a.cuda.unfold(0, self.frames, 1).transpose(1, 2).reshape(
+                n, self.window_size).contiguous()
             out = self._run_cuda(w, False)
             if out is not None:
                 return out[0]
