@@ -56,7 +56,7 @@ run_timed() { # name, command...: appends the wall seconds to $OUT/name.t
     echo "$name failed (status $?):" >&2; tail -5 "$OUT/$name.err" >&2; echo fail >> "$OUT/$name.t"; return 0
   fi
   t1=$(now)
-  echo "$t1 - $t0" | bc -l >> "$OUT/$name.t"
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f\n", b - a }' >> "$OUT/$name.t"
 }
 
 TORCH_OK=1
