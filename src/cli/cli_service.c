@@ -3,6 +3,7 @@
 #include "cli_service.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,18 +20,20 @@
 
 /* stderr is the journal when JOURNAL_STREAM names its device and inode
  * (systemd sets it for a unit's stdout/stderr). */
-static int stderr_is_journal(void) {
-  static int known = -1;
-  if (known >= 0) return known;
-  known = 0;
+static int fd_is_journal(int fd) {
   const char *js = getenv("JOURNAL_STREAM");
   unsigned long long dev, ino;
   struct stat st;
-  if (js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
-      (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino)
-    known = 1;
+  return js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(fd, &st) == 0 &&
+         (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+static int stderr_is_journal(void) {
+  static int known = -1;
+  if (known < 0) known = fd_is_journal(2);
   return known;
 }
+
 
 void ssae_cli_log(int prio, const char *prog, const char *fmt, ...) {
   char msg[1024];
@@ -83,7 +86,25 @@ struct ssae_cli_service {
   ssae_service *svc;
   ssae_engine *engine;
   struct timespec last_tick;
+  /* Under systemd (stderr is the journal) alarms are also log lines, and
+   * the JSON lines stay out of the journal (MQTT and the events file carry
+   * them). names: per machine, for those lines (a reload renames). */
+  int journal;
+  ssae_event_fn next;
+  void *next_user;
+  pthread_mutex_t names_mu;
+  int names_mu_ok;
+  char **names;
+  int n_names;
 };
+
+/* Under systemd stdout is the journal too (the same stream): the JSON
+ * lines of every status event would flood it. */
+static int stdout_is_journal(void) {
+  static int known = -1;
+  if (known < 0) known = fd_is_journal(1);
+  return known;
+}
 
 static volatile sig_atomic_t hup;
 static void on_sighup(int sig) {
@@ -189,6 +210,13 @@ ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service
     return NULL;
   }
   s->prog = prog;
+  s->names_mu_ok = pthread_mutex_init(&s->names_mu, NULL) == 0;
+  if (!s->names_mu_ok) {
+    ssae_cli_log(3, prog, "cannot create a mutex");
+    *rc = SSAE_EXIT_INPUT;
+    free(s);
+    return NULL;
+  }
   s->args = *a;
   s->vals = *v;
   ssae_err err = {{0}};
@@ -198,6 +226,7 @@ ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service
   if (!s->cfg) {
     ssae_cli_log(3, prog, "%s", err.msg);
     *rc = a->config ? SSAE_EXIT_INPUT : SSAE_EXIT_USAGE;
+    pthread_mutex_destroy(&s->names_mu);
     free(s);
     return NULL;
   }
@@ -290,6 +319,50 @@ static void remember_model_file(ssae_cli_service *s) {
   s->have_model_st = p && stat(p, &s->model_st) == 0;
 }
 
+/* The machine names for the journal's alarm lines (start, reload). */
+static int set_names(ssae_cli_service *s, const ssae_config *c) {
+  char **nv = calloc((size_t)c->n_machines, sizeof *nv);
+  int oom = !nv;
+  for (int i = 0; !oom && i < c->n_machines; i++) oom = !(nv[i] = strdup(c->machines[i].name));
+  if (oom) {
+    for (int i = 0; nv && i < c->n_machines; i++) free(nv[i]);
+    free(nv);
+    return -1;
+  }
+  pthread_mutex_lock(&s->names_mu);
+  char **old = s->names;
+  int n_old = s->n_names;
+  s->names = nv;
+  s->n_names = c->n_machines;
+  pthread_mutex_unlock(&s->names_mu);
+  for (int i = 0; i < n_old; i++) free(old[i]);
+  free(old);
+  return 0;
+}
+
+/* The engine's events after the service (worker thread): an alarm, a
+ * backend fallback or dropped windows as one log line when stderr is the
+ * journal; then the command's evsink. */
+static void log_and_forward(void *user, const ssae_event *ev) {
+  ssae_cli_service *s = user;
+  if (s->journal && (ev->type == SSAE_EVENT_ALARM_ON || ev->type == SSAE_EVENT_ALARM_OFF)) {
+    pthread_mutex_lock(&s->names_mu);
+    const char *name = ev->channel >= 0 && ev->channel < s->n_names ? s->names[ev->channel]
+                                                                     : "?";
+    ssae_cli_log(ev->type == SSAE_EVENT_ALARM_ON ? 4 : 5, s->prog,
+                 "%s: machine %s (channel %d) at %.3f s, smoothed score %.4g, threshold "
+                 "%.4g", ev->type == SSAE_EVENT_ALARM_ON ? "alarm on" : "alarm off", name,
+                 ev->channel, ev->t, ev->score, ev->threshold);
+    pthread_mutex_unlock(&s->names_mu);
+  } else if (s->journal && ev->type == SSAE_EVENT_BACKEND) {
+    ssae_cli_log(4, s->prog, "backend: %s", ev->msg ? ev->msg : "changed");
+  } else if (s->journal && ev->type == SSAE_EVENT_DROP && ev->stats) {
+    ssae_cli_log(4, s->prog, "%llu window(s) dropped so far: scoring falls behind",
+                 (unsigned long long)ev->stats->dropped);
+  }
+  if (s->next) s->next(s->next_user, ev);
+}
+
 int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
                            ssae_engine_cfg *ec, ssae_event_fn next, void *next_user,
                            int windows) {
@@ -309,12 +382,19 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
   s->models = models;
   s->channels = channels;
   remember_model_file(s);
+  s->next = next;
+  s->next_user = next_user;
+  s->journal = stderr_is_journal();
+  if (set_names(s, c)) {
+    ssae_cli_log(3, s->prog, "out of memory");
+    return -1;
+  }
   ssae_service_opts so;
   ssae_service_opts_default(&so);
   so.input_rate = rate;
   so.models = models;
-  so.next = next;
-  so.next_user = next_user;
+  so.next = log_and_forward;
+  so.next_user = s;
   so.forward_windows = windows;
   s->svc = ssae_service_new(c, &so, &err);
   if (!s->svc || ssae_service_engine_cfg(s->svc, ec, &err)) {
@@ -346,7 +426,8 @@ const ssae_model *ssae_cli_service_model(ssae_cli_service *s, const ssae_model *
 int ssae_cli_service_owns_events(const ssae_cli_service *s) { return s != NULL; }
 
 int ssae_cli_service_owns_stdout(const ssae_cli_service *s) {
-  return s && s->cfg->events && strcmp(s->cfg->events, "-") == 0;
+  return s && ((s->cfg->events && strcmp(s->cfg->events, "-") == 0) ||
+               stdout_is_journal());
 }
 
 void ssae_cli_service_attach(ssae_cli_service *s, ssae_engine *e) {
@@ -424,6 +505,7 @@ static void reload(ssae_cli_service *s) {
     return;
   }
   ssae_engine_set_params(s->engine, &p);
+  if (set_names(s, c)) ssae_cli_log(4, s->prog, "reload: out of memory for the log's names");
   if (swap) {
     ssae_config_free_models(s->models, s->cfg->n_machines);
     free(s->models);
@@ -489,6 +571,9 @@ void ssae_cli_service_free(ssae_cli_service *s) {
   free(s->models);
   if (s->cfg != s->loaded) ssae_config_free(s->cfg);
   ssae_config_free(s->loaded);
+  for (int i = 0; i < s->n_names; i++) free(s->names[i]);
+  free(s->names);
+  if (s->names_mu_ok) pthread_mutex_destroy(&s->names_mu);
   free(s);
 }
 

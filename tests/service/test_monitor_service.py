@@ -426,6 +426,24 @@ def run3(tmp):
     check(p.returncode == 1 and "two.yaml:5: machines[1].model" in p.stderr and
           "one model per engine" in p.stderr, f"two models: rc {p.returncode} {p.stderr}")
     print("ok  two model files refused:", p.stderr.strip()[:120])
+    # Under systemd stdout and stderr are the journal (JOURNAL_STREAM names
+    # it): one line per event with its syslog priority, no JSON flood, no
+    # terminal sequences.
+    log = os.path.join(tmp, "journal.txt")
+    with open(log, "wb") as f:
+        st = os.fstat(f.fileno())
+        env = dict(os.environ, JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}")
+        p = subprocess.run([SSAE, "monitor", "--input", os.path.join(tmp, "fault.wav"),
+                            "--backend", "cpu", "--names", "pump", "--node", "n1"],
+                           stdout=f, stderr=f, env=env)
+    text = open(log).read()
+    lines = text.splitlines()
+    check(p.returncode == 0 and "\033" not in text and not any(l.startswith("{") for l in lines)
+          and any(l.startswith("<4>ssae monitor: alarm on: machine pump") for l in lines)
+          and any(l.startswith("<5>ssae monitor: alarm off: machine pump") for l in lines)
+          and lines[0].startswith("<6>ssae monitor: service: node n1"),
+          f"journal lines: {lines}")
+    print("ok  journald: one line per event with its priority:", lines[1])
 
 
 def main():
