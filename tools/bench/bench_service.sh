@@ -18,8 +18,9 @@
 # events file is always written in them).
 # Each line: outputs on/off, windows, scored, dropped, window-to-score
 # latency p50/p99/max (ms), MQTT messages received by a subscriber and per
-# second, alarms, clips, max RSS (MB; the recording itself, loaded whole,
-# is MACHINES x seconds x 64 kB of it).
+# second (retained ones of an earlier run left out), alarms, clips, max RSS
+# (MB; the recording itself, loaded whole as floats, is MACHINES x seconds x
+# 64 kB of it; the clips' pre-roll rings MACHINES x (pre-roll + 3 s) x 32 kB).
 set -e
 cd "$(dirname "$0")/../.."
 build=${BENCH_BUILD:-build-h}
@@ -90,7 +91,7 @@ one_run() { # $1: on|off
     --names "$names"
   if [ "$1" = on ]; then
     mport=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    nice -n 10 mosquitto_sub -h 127.0.0.1 -p "$port" -t 'ssae/#' -t 'homeassistant/#' -q 1 \
+    nice -n 10 mosquitto_sub -h 127.0.0.1 -p "$port" -t 'ssae/#' -t 'homeassistant/#' -q 1 -R \
       > "$tmp/sub.txt" 2>/dev/null &
     sub=$!
     sleep 0.3
