@@ -316,6 +316,7 @@ int ssae_cmd_jack(int argc, char **argv) {
                                     &o.connect)) {
       if (svc) rc = SSAE_EXIT_INPUT;
       ssae_cli_service_free(svc);
+      svc = NULL;
       ssae_cli_args_free(&args);
       return rc;
     }
