@@ -453,7 +453,11 @@ int ssae_cmd_monitor(int argc, char **argv) {
       return rc;
     }
   }
-  rc = check(&o, ssae_cli_given(&args, "--channels"));
+  if (o.svc.keep_running && (!svc || !o.input))
+    rc = ssae_cli_usage_error(&command, "--keep-running is for a service (--config or its "
+                                        "flags) playing a file (--input)");
+  else
+    rc = check(&o, ssae_cli_given(&args, "--channels"));
   ssae_cli_args_free(&args);
   if (rc < 0) {
 #if SSAE_HAVE_PORTAUDIO
