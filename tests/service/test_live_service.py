@@ -173,7 +173,7 @@ def main():
     sub = Sub(tmp, port, "sub")
     jack = Jack(tmp)
     try:
-        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe", "-m", "x"],
+        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe", "-m", "x", "-r"],
                        check=True)
         sub.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
         jack_client(jack, tmp, port, sub)

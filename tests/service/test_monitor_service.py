@@ -461,7 +461,7 @@ def main():
     broker.start()
     sub = Sub(tmp, port, "sub")
     try:
-        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe", "-m", "x"],
+        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe", "-m", "x", "-r"],
                        check=True)
         sub.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
         run1(tmp, port, sub)
