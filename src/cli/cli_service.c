@@ -233,6 +233,7 @@ ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sighup;
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGHUP, &sa, NULL);
   return s;
 }
@@ -363,10 +364,23 @@ static void log_and_forward(void *user, const ssae_event *ev) {
   if (s->next) s->next(s->next_user, ev);
 }
 
+/* SIGHUP is for the main thread, whose loop does the reload: the threads
+ * started from here to attach (the outputs', the engine's, the audio
+ * adapter's) inherit a mask that blocks it, so that it never interrupts
+ * their system calls; attach unblocks it on the main thread (one that came
+ * meanwhile is delivered then). */
+static void block_sighup(int block) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
 int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
                            ssae_engine_cfg *ec, ssae_event_fn next, void *next_user,
                            int windows) {
   if (!s) return 0;
+  block_sighup(1);
   ssae_err err = {{0}};
   ssae_config *c = build_config(s, channels, &err);
   ssae_model **models = c ? calloc((size_t)c->n_machines, sizeof *models) : NULL;
@@ -375,6 +389,7 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
     ssae_cli_log(3, s->prog, "%s", err.msg);
     free(models);
     ssae_config_free(c);
+    block_sighup(0);
     return -1;
   }
   if (s->cfg != s->loaded) ssae_config_free(s->cfg);
@@ -387,6 +402,7 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
   s->journal = stderr_is_journal();
   if (set_names(s, c)) {
     ssae_cli_log(3, s->prog, "out of memory");
+    block_sighup(0);
     return -1;
   }
   ssae_service_opts so;
@@ -399,6 +415,7 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
   s->svc = ssae_service_new(c, &so, &err);
   if (!s->svc || ssae_service_engine_cfg(s->svc, ec, &err)) {
     ssae_cli_log(3, s->prog, "%s", err.msg);
+    block_sighup(0);
     return -1;
   }
   ec->backend = c->backend;
@@ -435,6 +452,7 @@ void ssae_cli_service_attach(ssae_cli_service *s, ssae_engine *e) {
   s->engine = e;
   ssae_service_attach(s->svc, e);
   clock_gettime(CLOCK_MONOTONIC, &s->last_tick);
+  block_sighup(0);
 }
 
 void ssae_cli_service_audio(ssae_cli_service *s, const float *const *in, size_t n) {
