@@ -15,6 +15,8 @@ struct ssae_io_jack {
   jack_port_t **in, **out, **score, **alarm;
   const float **inbuf; /* per-callback input pointers, allocated once */
   ssae_engine *e;
+  ssae_io_audio_hook hook; /* beside the engine (set before start) */
+  void *hook_user;
   _Atomic unsigned rate_now;   /* from the sample-rate callback */
   _Atomic unsigned rate_engine; /* the rate the engine runs at */
   _Atomic unsigned bufsize;
@@ -35,6 +37,7 @@ static int on_process(jack_nframes_t nframes, void *arg) {
       ssae_engine_process_group(j->e, j->group, j->inbuf, nframes);
     else
       ssae_engine_process(j->e, j->inbuf, nframes);
+    if (j->hook) j->hook(j->hook_user, j->first, j->n, j->inbuf, nframes);
   }
   for (int c = 0; c < j->n; c++) {
     if (j->passthrough) {
@@ -175,6 +178,11 @@ unsigned ssae_io_jack_buffer_size(const ssae_io_jack *j) {
   return atomic_load(&((ssae_io_jack *)j)->bufsize);
 }
 const char *ssae_io_jack_shutdown_reason(const ssae_io_jack *j) { return j->reason; }
+
+void ssae_io_jack_set_hook(ssae_io_jack *j, ssae_io_audio_hook fn, void *user) {
+  j->hook = fn;
+  j->hook_user = user;
+}
 
 int ssae_io_jack_start(ssae_io_jack *j, ssae_engine *e, int group, ssae_err *err) {
   if (group >= 0) {

@@ -12,6 +12,8 @@
 #ifndef SSAE_IO_JACK_H
 #define SSAE_IO_JACK_H
 
+#include <stddef.h>
+
 #include "ssae_engine.h"
 #include "ssae_err.h"
 
@@ -30,6 +32,15 @@ int ssae_io_jack_name_max(void);
 /* The server's sample rate and the client's actual name. */
 double ssae_io_jack_rate(const ssae_io_jack *j);
 const char *ssae_io_jack_name(const ssae_io_jack *j);
+
+/* Something else the audio thread feeds beside the engine (the plant
+ * service's clips and heartbeat): fn(user, first, inputs, in, n) after the
+ * engine took the block, on JACK's audio thread (fn must be audio-thread
+ * safe); first and inputs as in ssae_io_jack_new. Set before start; NULL:
+ * none. */
+typedef void (*ssae_io_audio_hook)(void *user, int first, int count,
+                                   const float *const *in, size_t n);
+void ssae_io_jack_set_hook(ssae_io_jack *j, ssae_io_audio_hook fn, void *user);
 
 /* Installs the callbacks and activates the client (server xruns are
  * counted in e's stats through ssae_engine_note_xrun, by the client of

@@ -16,6 +16,8 @@ struct ssae_io_pa {
   double rate;
   char name[256];
   ssae_engine *e;
+  ssae_io_audio_hook hook; /* beside the engine (set before start) */
+  void *hook_user;
   atomic_int closing; /* set before the engine goes away */
   atomic_int in_cb;   /* the callback is running */
   int lost;           /* stop saw the device gone */
@@ -136,8 +138,14 @@ static int on_audio(const void *input, void *output, unsigned long frames,
     return paAbort;
   }
   ssae_engine_process(p->e, (const float *const *)input, frames);
+  if (p->hook) p->hook(p->hook_user, 0, p->ip.channelCount, (const float *const *)input, frames);
   atomic_store(&p->in_cb, 0);
   return paContinue;
+}
+
+void ssae_io_pa_set_hook(ssae_io_pa *p, ssae_io_audio_hook fn, void *user) {
+  p->hook = fn;
+  p->hook_user = user;
 }
 
 int ssae_io_pa_start(ssae_io_pa *p, ssae_engine *e, ssae_err *err) {

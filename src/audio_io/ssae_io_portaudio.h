@@ -11,6 +11,8 @@
 #ifndef SSAE_IO_PORTAUDIO_H
 #define SSAE_IO_PORTAUDIO_H
 
+#include <stddef.h>
+
 #include "ssae_engine.h"
 #include "ssae_err.h"
 
@@ -37,6 +39,14 @@ ssae_io_pa *ssae_io_pa_new(const char *device, int channels, double rate, int *b
                            ssae_err *err);
 double ssae_io_pa_rate(const ssae_io_pa *p);
 const char *ssae_io_pa_name(const ssae_io_pa *p);
+
+/* Something else the audio thread feeds beside the engine (the plant
+ * service's clips and heartbeat): fn(user, 0, channels, in, n) after each
+ * ssae_engine_process, on the audio thread (fn must be audio-thread safe).
+ * Set before start; NULL: none. */
+typedef void (*ssae_io_audio_hook)(void *user, int first, int count,
+                                   const float *const *in, size_t n);
+void ssae_io_pa_set_hook(ssae_io_pa *p, ssae_io_audio_hook fn, void *user);
 
 /* Starts the stream; its callback feeds e, which must outlive stop. */
 int ssae_io_pa_start(ssae_io_pa *p, ssae_engine *e, ssae_err *err);

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "cli_opts.h"
+#include "cli_service.h"
 #include "ssae_config.h"
 #include "ssae_detector.h"
 #include "ssae_engine.h"
@@ -27,6 +28,7 @@ typedef struct opts {
   int inputs, clients, passthrough, on, off;
   ssae_cli_list connect;
   double duration, threshold, smoothing, status;
+  ssae_cli_service_args svc;
 } opts;
 
 #define O(f) .offset = offsetof(opts, f)
@@ -65,6 +67,7 @@ static const ssae_cli_opt options[] = {
      .max = 1e9, .help = "status event every S seconds of audio"},
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", O(backend), .choices = ssae_cli_backends,
      .help = "where the model runs"},
+    SSAE_CLI_SERVICE_OPTIONS(opts, svc),
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -113,6 +116,8 @@ static int check(const opts *o) {
 }
 
 #if SSAE_HAVE_JACK
+/* The plant service (--config and its flags); NULL without one. */
+static ssae_cli_service *svc;
 static volatile sig_atomic_t interrupted;
 static void on_sig(int sig) {
   (void)sig;
@@ -193,6 +198,7 @@ static int wait_for_end(const opts *o, ssae_io_jack **jc, ssae_engine *e, ssae_e
       if (p == 1) return k;
       if (p < 0) ssae_cli_error(CMD, "%s", err.msg);
     }
+    ssae_cli_service_poll(svc);
     clock_gettime(CLOCK_MONOTONIC, &now);
     double el = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
     /* An event write that failed is said once (the monitor goes on and
@@ -237,12 +243,12 @@ static void summary(ssae_engine *e, ssae_evsink *sink) {
 /* Clients, engine and events until the end; then the summary. */
 static int run(const opts *o) {
   ssae_err err;
-  ssae_model *m = ssae_model_open(o->model, &err);
+  ssae_model *m = ssae_model_open(svc ? ssae_cli_service_model_path(svc) : o->model, &err);
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_INPUT;
   }
-  if (!isfinite(o->threshold) && !isfinite(m->threshold))
+  if (!svc && !isfinite(o->threshold) && !isfinite(m->threshold))
     fprintf(stderr, "ssae jack: the model has no threshold and none was "
                     "given (--threshold): no alarms, scores only\n");
   const int K = o->clients;
@@ -252,8 +258,8 @@ static int run(const opts *o) {
   if (jc) {
     ssae_evsink_cfg scfg;
     memset(&scfg, 0, sizeof scfg);
-    scfg.events_path = o->events;
-    scfg.events_stdout = !ssae_cli_stdout_tty();
+    scfg.events_path = ssae_cli_service_owns_events(svc) ? NULL : o->events;
+    scfg.events_stdout = !ssae_cli_stdout_tty() && !ssae_cli_service_owns_stdout(svc);
     scfg.prog = "ssae jack";
     sink = ssae_evsink_new(&scfg, &err);
   }
@@ -271,11 +277,17 @@ static int run(const opts *o) {
     ecfg.params.off_count = o->off;
     ecfg.on_event = ssae_evsink_on_event;
     ecfg.user = sink;
-    e = ssae_engine_new(m, &ecfg, &err);
+    if (ssae_cli_service_start(svc, o->inputs, ecfg.input_rate, &ecfg, ssae_evsink_on_event,
+                               sink, 0))
+      ssae_err_set(&err, "the service did not start");
+    else
+      e = ssae_engine_new(ssae_cli_service_model(svc, m), &ecfg, &err);
   }
   int started = e != NULL;
-  for (int k = 0; started && k < K; k++)
+  for (int k = 0; started && k < K; k++) {
+    ssae_io_jack_set_hook(jc[k], svc ? ssae_cli_service_hook : NULL, svc);
     started = !ssae_io_jack_start(jc[k], e, K == 1 ? -1 : k, &err);
+  }
   if (!started) {
     if (jc) ssae_cli_error(CMD, "%s", err.msg);
     free_clients(jc, K);
@@ -284,6 +296,7 @@ static int run(const opts *o) {
     ssae_model_free(m);
     return SSAE_EXIT_INPUT;
   }
+  ssae_cli_service_attach(svc, e);
   int rc = connect_inputs(o, e, jc);
   ssae_io_jack *j = jc[0];
   if (K == 1)
@@ -310,6 +323,7 @@ static int run(const opts *o) {
   for (int k = 0; k < K; k++) ssae_io_jack_stop(jc[k]);
   ssae_engine_drain(e);
   summary(e, sink);
+  ssae_cli_service_detach(svc);
   ssae_engine_free(e);
   ssae_err cerr = {{0}};
   if (ssae_evsink_close(sink, &cerr)) {
@@ -331,9 +345,27 @@ int ssae_cmd_jack(int argc, char **argv) {
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
+  ssae_cli_service_note_given(&o.svc, &args);
+#if SSAE_HAVE_JACK
+  if (ssae_cli_service_wanted(&o.svc)) {
+    ssae_cli_service_cmdvals v = {o.model, o.backend, o.events, o.threshold, o.smoothing,
+                                  o.status, o.on, o.off};
+    if (!(svc = ssae_cli_service_load("ssae jack", &o.svc, &v, &rc)) ||
+        ssae_cli_service_jack_input(svc, &o.inputs, ssae_cli_given(&args, "--inputs"),
+                                    &o.connect)) {
+      if (svc) rc = SSAE_EXIT_INPUT;
+      ssae_cli_service_free(svc);
+      svc = NULL;
+      ssae_cli_args_free(&args);
+      return rc;
+    }
+  }
+#endif
   rc = check(&o);
 #if SSAE_HAVE_JACK
   if (!rc) rc = run(&o);
+  ssae_cli_service_free(svc);
+  svc = NULL;
 #else
   if (!rc) {
     ssae_cli_error(CMD, "this ssae was built without JACK (install the JACK "

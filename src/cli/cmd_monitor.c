@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "cli_opts.h"
+#include "cli_service.h"
 #include "ssae_audio.h"
 #include "ssae_config.h"
 #include "ssae_detector.h"
@@ -27,6 +28,8 @@
 static const char *const CMD = "monitor";
 
 static volatile sig_atomic_t interrupted;
+/* The plant service (--config and its flags); NULL without one. */
+static ssae_cli_service *svc;
 static void on_sigint(int sig) {
   (void)sig;
   interrupted = 1;
@@ -36,6 +39,7 @@ typedef struct opts {
   const char *model, *device, *input, *events, *windows, *backend;
   int list, channels, realtime, no_meter, channel, on, off, block;
   double rate, duration, threshold, smoothing, status;
+  ssae_cli_service_args svc;
 } opts;
 
 #define O(f) .offset = offsetof(opts, f)
@@ -82,6 +86,8 @@ static const ssae_cli_opt options[] = {
      .help = "samples per block for --input"},
     {.kind = SSAE_CLI_FLAG, .name = "--no-meter", O(no_meter),
      .help = "no live meter on the terminal"},
+    SSAE_CLI_SERVICE_KEEP_RUNNING(opts, svc),
+    SSAE_CLI_SERVICE_OPTIONS(opts, svc),
     {0}};
 
 static const ssae_cli_cmd command = {
@@ -239,9 +245,15 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   ecfg->on_event = ssae_evsink_on_event;
   ecfg->user = sink;
   ecfg->emit_windows = o->windows != NULL;
+  if (ssae_cli_service_start(svc, C, rate, ecfg, ssae_evsink_on_event, sink,
+                             o->windows != NULL)) {
+    ssae_evsink_free(sink);
+    ssae_audio_close(as);
+    return SSAE_EXIT_INPUT;
+  }
   /* As fast as possible: the ring must hold what the worker has not yet
    * scored; the file is fed no faster than the worker drains it below. */
-  ssae_engine *e = ssae_engine_new(m, ecfg, &err);
+  ssae_engine *e = ssae_engine_new(ssae_cli_service_model(svc, m), ecfg, &err);
   size_t block = (size_t)o->block;
   float *buf = malloc(sizeof *buf * block * (size_t)C);
   const float **ptr = calloc((size_t)C, sizeof *ptr);
@@ -254,6 +266,7 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     free(ptr);
     return SSAE_EXIT_INPUT;
   }
+  ssae_cli_service_attach(svc, e);
   for (int c = 0; c < C; c++) ptr[c] = buf + (size_t)c * block;
   unsigned long long total = o->duration > 0 ? (unsigned long long)(o->duration * rate) : ~0ULL;
   int meter = !o->no_meter && o->realtime && ssae_cli_stderr_tty();
@@ -298,6 +311,8 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
       }
     }
     ssae_engine_process(e, ptr, n);
+    ssae_cli_service_audio(svc, ptr, n);
+    ssae_cli_service_poll(svc);
     done += n;
     note_sink_failure(sink, &said);
     if (!o->realtime) {
@@ -318,9 +333,11 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   }
   if (!interrupted) ssae_engine_flush(e);
   ssae_engine_drain(e);
+  ssae_cli_service_keep_running(svc, &interrupted);
   if (meter) meter_draw(e, sink, first, (double)done / rate, scfg->channel_offset);
   tot->realtime = o->realtime;
   summary(e, sink, tot);
+  ssae_cli_service_detach(svc);
   ssae_engine_free(e); /* final status event */
   free(buf);
   free(ptr);
@@ -369,7 +386,12 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     ecfg->on_event = ssae_evsink_on_event;
     ecfg->user = sink;
     ecfg->emit_windows = o->windows != NULL;
-    e = ssae_engine_new(m, ecfg, &err);
+    if (ssae_cli_service_start(svc, o->channels, rate, ecfg, ssae_evsink_on_event, sink,
+                               o->windows != NULL))
+      ssae_err_set(&err, "the service did not start");
+    else
+      e = ssae_engine_new(ssae_cli_service_model(svc, m), ecfg, &err);
+    if (e) ssae_io_pa_set_hook(pa, svc ? ssae_cli_service_hook : NULL, svc);
   }
   if (!e || ssae_io_pa_start(pa, e, &err)) {
     ssae_cli_error(CMD, "%s", err.msg);
@@ -378,6 +400,7 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     ssae_io_pa_free(pa);
     return SSAE_EXIT_INPUT;
   }
+  ssae_cli_service_attach(svc, e);
   fprintf(stderr, "ssae monitor: listening on '%s', %d channel(s) at %.0f Hz "
                   "(Ctrl-C stops)\n", name, o->channels, rate);
   int meter = !o->no_meter && ssae_cli_stderr_tty();
@@ -391,6 +414,7 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     nanosleep(&d, NULL);
     clock_gettime(CLOCK_MONOTONIC, &now);
     double el = (double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9;
+    ssae_cli_service_poll(svc);
     if (!ssae_io_pa_active(pa)) {
       /* The device went away (unplugged, server gone). */
       ssae_cli_error(CMD, "the input device '%s' stopped; ending", name);
@@ -419,6 +443,7 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   ssae_engine_drain(e);
   run_totals tot = {0};
   summary(e, sink, &tot);
+  ssae_cli_service_detach(svc);
   ssae_engine_free(e);
   if (close_sink(sink)) rc = SSAE_EXIT_INPUT;
   /* The events are out; now PortAudio's own clean-up (bounded after a
@@ -459,12 +484,12 @@ static int check(const opts *o, int channels_set) {
  * the device until the end. */
 static int run(const opts *o) {
   ssae_err err;
-  ssae_model *m = ssae_model_open(o->model, &err);
+  ssae_model *m = ssae_model_open(svc ? ssae_cli_service_model_path(svc) : o->model, &err);
   if (!m) {
     ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_INPUT;
   }
-  if (!isfinite(o->threshold) && !isfinite(m->threshold))
+  if (!svc && !isfinite(o->threshold) && !isfinite(m->threshold))
     fprintf(stderr, "ssae monitor: the model has no threshold and none was "
                     "given (--threshold): no alarms, scores only\n");
   ssae_engine_cfg ecfg;
@@ -477,8 +502,8 @@ static int run(const opts *o) {
   ecfg.params.off_count = o->off;
   ssae_evsink_cfg scfg;
   memset(&scfg, 0, sizeof scfg);
-  scfg.events_path = o->events;
-  scfg.events_stdout = !ssae_cli_stdout_tty();
+  scfg.events_path = ssae_cli_service_owns_events(svc) ? NULL : o->events;
+  scfg.events_stdout = !ssae_cli_stdout_tty() && !ssae_cli_service_owns_stdout(svc);
   scfg.windows_path = o->windows;
   scfg.hop_length = m->feat.hop_length;
   scfg.sample_rate = m->feat.sample_rate;
@@ -508,11 +533,34 @@ int ssae_cmd_monitor(int argc, char **argv) {
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
-  rc = check(&o, ssae_cli_given(&args, "--channels"));
+  ssae_cli_service_note_given(&o.svc, &args);
+  if (ssae_cli_service_wanted(&o.svc) && !o.list) {
+    ssae_cli_service_cmdvals v = {o.model, o.backend, o.events, o.threshold, o.smoothing,
+                                  o.status, o.on, o.off};
+    if (!(svc = ssae_cli_service_load("ssae monitor", &o.svc, &v, &rc)) ||
+        ssae_cli_service_monitor_input(svc, &o.input, &o.realtime, &o.device, &o.channels,
+                                       ssae_cli_given(&args, "--channels"), &o.channel,
+                                       ssae_cli_given(&args, "--channel"))) {
+      if (svc) rc = SSAE_EXIT_INPUT;
+      ssae_cli_args_free(&args);
+      ssae_cli_service_free(svc);
+      svc = NULL;
+      return rc;
+    }
+  }
+  if (o.svc.keep_running && (!svc || !o.input))
+    rc = ssae_cli_usage_error(&command, "--keep-running is for a service (--config or its "
+                                        "flags) playing a file (--input)");
+  else
+    rc = check(&o, ssae_cli_given(&args, "--channels"));
   ssae_cli_args_free(&args);
-  if (rc >= 0) return rc;
+  if (rc < 0) {
 #if SSAE_HAVE_PORTAUDIO
-  if (o.list) return list_devices();
+    if (o.list) return list_devices();
 #endif
-  return run(&o);
+    rc = run(&o);
+  }
+  ssae_cli_service_free(svc);
+  svc = NULL;
+  return rc;
 }

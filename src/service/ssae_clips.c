@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,7 +246,15 @@ static int job_copy(ssae_clips *c, job *j, int final) {
   return j->next >= stop || final;
 }
 
+/* The outputs' threads yield to the audio and scoring threads when the
+ * cores are busy: a nice of 10 for this thread alone (Linux threads have
+ * their own nice value). Without the permission it stays as it is. */
+static void run_in_background(void) {
+  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+}
+
 static void *writer_main(void *arg) {
+  run_in_background();
   ssae_clips *c = arg;
   for (;;) {
     pthread_mutex_lock(&c->mu);

@@ -9,11 +9,14 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <mosquitto.h>
 
@@ -213,7 +216,15 @@ static int stopping(ssae_mqtt *m) {
   return s;
 }
 
+/* The outputs' threads yield to the audio and scoring threads when the
+ * cores are busy: a nice of 10 for this thread alone (Linux threads have
+ * their own nice value). Without the permission it stays as it is. */
+static void run_in_background(void) {
+  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+}
+
 static void *thread_main(void *arg) {
+  run_in_background();
   ssae_mqtt *m = arg;
   double backoff = m->cfg.reconnect_min_s, next_try = 0;
   int ever = 0, stop_seen_at_empty = 0;

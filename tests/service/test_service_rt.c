@@ -5,7 +5,8 @@
  * files while the audio runs) and the events file. malloc, calloc, realloc,
  * free, pthread_mutex_lock, the sleeps and write are interposed (this
  * executable defines them); a call from the test's audio thread while it
- * is inside ssae_engine_process or ssae_service_audio fails the test. */
+ * is inside ssae_engine_process or ssae_service_audio(_channels) fails the
+ * test. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -216,7 +217,13 @@ int main(void) {
       }
     in_audio = 1;
     ssae_engine_process(e, in, BLOCK);
-    ssae_service_audio(svc, in, BLOCK);
+    /* Every other block the way the PortAudio and JACK adapters' hook
+     * feeds the service (ssae_cli_service_hook: their channels first ..
+     * first+count-1); `ssae monitor --input` feeds it as above. */
+    if (blk & 1)
+      ssae_service_audio_channels(svc, 0, C, in, BLOCK);
+    else
+      ssae_service_audio(svc, in, BLOCK);
     in_audio = 0;
     struct timespec ts = {0, (long)(BLOCK / rate / 4 * 1e9)};
     nanosleep(&ts, NULL);

@@ -1,0 +1,668 @@
+/* The plant service behind `ssae monitor` and `ssae jack` (see
+ * cli_service.h). Thread context: main thread, except the audio calls. */
+#include "cli_service.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ssae_service_conf.h"
+
+/* ---- logging (also without the service) ---- */
+
+/* stderr is the journal when JOURNAL_STREAM names its device and inode
+ * (systemd sets it for a unit's stdout/stderr). */
+static int fd_is_journal(int fd) {
+  const char *js = getenv("JOURNAL_STREAM");
+  unsigned long long dev, ino;
+  struct stat st;
+  return js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(fd, &st) == 0 &&
+         (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+static int stderr_is_journal(void) {
+  static int known = -1;
+  if (known < 0) known = fd_is_journal(2);
+  return known;
+}
+
+
+void ssae_cli_log(int prio, const char *prog, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  /* One event, one line: a newline inside a message (a YAML error quoting
+   * the file) would split it in the journal. */
+  for (char *p = msg; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+  if (stderr_is_journal())
+    fprintf(stderr, "<%d>%s: %s\n", prio, prog, msg);
+  else
+    fprintf(stderr, "%s: %s\n", prog, msg);
+  fflush(stderr);
+}
+
+void ssae_cli_service_note_given(ssae_cli_service_args *a, const ssae_cli_args *args) {
+  a->given_model = ssae_cli_given(args, "--model");
+  a->given_backend = ssae_cli_given(args, "--backend");
+  a->given_events = ssae_cli_given(args, "--events");
+  a->given_threshold = ssae_cli_given(args, "--threshold");
+  a->given_smoothing = ssae_cli_given(args, "--smoothing");
+  a->given_on = ssae_cli_given(args, "--on");
+  a->given_off = ssae_cli_given(args, "--off");
+  a->given_status = ssae_cli_given(args, "--status");
+}
+
+int ssae_cli_service_wanted(const ssae_cli_service_args *a) {
+  return a->config || a->node || a->names || a->mqtt || a->metrics || a->clips;
+}
+
+#if SSAE_HAVE_SERVICE
+
+#include "ssae_audio.h"
+#include "ssae_service.h"
+
+struct ssae_cli_service {
+  const char *prog;
+  ssae_cli_service_args args;
+  ssae_cli_service_cmdvals vals;
+  ssae_config *cfg;     /* the running config */
+  ssae_config *loaded;  /* the first reading: the command's input settings
+                           point into it, so it lives to the end */
+  ssae_model **models; /* cfg->n_machines, shared: models[i] == models[0] */
+  struct stat model_st; /* the running model's file (reload: changed?) */
+  int have_model_st;
+  int channels;
+  ssae_service *svc;
+  ssae_engine *engine;
+  struct timespec last_tick;
+  /* Under systemd (stderr is the journal) alarms are also log lines, and
+   * the JSON lines stay out of the journal (MQTT and the events file carry
+   * them). names: per machine, for those lines (a reload renames). */
+  int journal;
+  ssae_event_fn next;
+  void *next_user;
+  pthread_mutex_t names_mu;
+  int names_mu_ok;
+  char **names;
+  int n_names;
+};
+
+/* Under systemd stdout is the journal too (the same stream): the JSON
+ * lines of every status event would flood it. */
+static int stdout_is_journal(void) {
+  static int known = -1;
+  if (known < 0) known = fd_is_journal(1);
+  return known;
+}
+
+static volatile sig_atomic_t hup;
+static void on_sighup(int sig) {
+  (void)sig;
+  hup = 1;
+}
+
+/* The command's own options that were given, over the file's values. */
+static void apply_cmdvals(ssae_config *c, const ssae_cli_service_args *a,
+                          const ssae_cli_service_cmdvals *v) {
+  if (a->given_status) c->status_every_s = v->status_s;
+  for (int i = 0; i < c->n_machines; i++) {
+    if (a->given_smoothing) c->machines[i].smoothing_s = v->smoothing_s;
+    if (a->given_on) c->machines[i].on_count = v->on_count;
+    if (a->given_off) c->machines[i].off_count = v->off_count;
+  }
+}
+
+/* The file (or the defaults) with the flags over it; machines for
+ * `channels` inputs when channels > 0. */
+static ssae_config *build_config(const ssae_cli_service *s, int channels, ssae_err *err) {
+  const ssae_cli_service_args *a = &s->args;
+  ssae_config *c = a->config ? ssae_config_load(a->config, err)
+                             : ssae_config_new_default(1, err);
+  if (!c) return NULL;
+  if (!a->config) {
+    /* The defaults' one machine is a placeholder: --names or the input's
+     * channels say how many there are. */
+    ssae_config_free(c);
+    int n = channels > 0 ? channels : 1;
+    if (a->names) {
+      n = 1;
+      for (const char *p = a->names; *p; p++) n += *p == ',';
+    }
+    if (!(c = ssae_config_new_default(n, err))) return NULL;
+  }
+  ssae_config_overrides o = {0};
+  o.node = a->node;
+  o.names = a->names;
+  o.mqtt_url = a->mqtt;
+  o.metrics = a->metrics;
+  o.clips_dir = a->clips;
+  o.events = a->given_events ? s->vals.events : NULL;
+  o.model = a->given_model ? s->vals.model : NULL;
+  o.backend = a->given_backend ? s->vals.backend : NULL;
+  o.threshold = a->given_threshold ? s->vals.threshold : 0;
+  if (ssae_config_apply(c, &o, err)) {
+    ssae_config_free(c);
+    return NULL;
+  }
+  apply_cmdvals(c, a, &s->vals);
+  if (channels > 0 && ssae_config_set_channels(c, channels, err)) {
+    ssae_config_free(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* One model per engine: every machine's model file must be machines[0]'s
+ * (the same path, or another path to the same file). */
+static int one_model(const ssae_config *c, ssae_err *err) {
+  const char *p0 = c->machines[0].model;
+  struct stat s0, si;
+  int have0 = p0 && stat(p0, &s0) == 0;
+  for (int i = 1; i < c->n_machines; i++) {
+    const char *pi = c->machines[i].model;
+    if (!p0 && !pi) continue;
+    if (p0 && pi && (strcmp(p0, pi) == 0 ||
+                     (have0 && stat(pi, &si) == 0 && si.st_dev == s0.st_dev &&
+                      si.st_ino == s0.st_ino)))
+      continue;
+    char key[64];
+    snprintf(key, sizeof key, "machines[%d].model", i);
+    int line = ssae_config_line(c, key);
+    char where[600];
+    if (c->path && line > 0)
+      snprintf(where, sizeof where, "%s:%d: ", c->path, line);
+    else if (c->path)
+      snprintf(where, sizeof where, "%s: ", c->path);
+    else
+      where[0] = 0;
+    return ssae_err_set(err,
+                        "%s%s: machine '%s' names model %s but machine '%s' %s: this "
+                        "ssae runs one model per engine, shared by all machines (give "
+                        "every machine the same model file, or run one ssae per model)",
+                        where, key, c->machines[i].name, pi ? pi : "(built-in)",
+                        c->machines[0].name, p0 ? p0 : "the built-in one");
+  }
+  return 0;
+}
+
+static int check_all_models(const ssae_config *c, ssae_model **out, ssae_err *err) {
+  if (one_model(c, err)) return -1;
+  return ssae_config_check_models(c, out, err);
+}
+
+ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service_args *a,
+                                        const ssae_cli_service_cmdvals *v, int *rc) {
+  ssae_cli_service *s = calloc(1, sizeof *s);
+  if (!s) {
+    ssae_cli_log(3, prog, "out of memory");
+    *rc = SSAE_EXIT_INPUT;
+    return NULL;
+  }
+  s->prog = prog;
+  s->names_mu_ok = pthread_mutex_init(&s->names_mu, NULL) == 0;
+  if (!s->names_mu_ok) {
+    ssae_cli_log(3, prog, "cannot create a mutex");
+    *rc = SSAE_EXIT_INPUT;
+    free(s);
+    return NULL;
+  }
+  s->args = *a;
+  s->vals = *v;
+  ssae_err err = {{0}};
+  /* Machines are fixed once the input's channels are known (start); this
+   * reading checks the file and gives the input's settings. */
+  s->cfg = s->loaded = build_config(s, 0, &err);
+  if (!s->cfg) {
+    ssae_cli_log(3, prog, "%s", err.msg);
+    *rc = a->config ? SSAE_EXIT_INPUT : SSAE_EXIT_USAGE;
+    pthread_mutex_destroy(&s->names_mu);
+    free(s);
+    return NULL;
+  }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sighup;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGHUP, &sa, NULL);
+  return s;
+}
+
+void ssae_cli_service_input_get(const ssae_cli_service *s, ssae_cli_service_input *in) {
+  memset(in, 0, sizeof *in);
+  if (!s) return;
+  const ssae_config_input *ci = &s->loaded->input;
+  in->kind = (int)ci->kind;
+  in->device = ci->device;
+  in->device_channels = ci->channels;
+  in->n_device_channels = ci->n_channels;
+  in->ports = (const char *const *)ci->ports;
+  in->n_ports = ci->n_ports;
+  in->file = ci->file;
+  in->realtime = ci->realtime;
+  in->machines = s->args.config || s->args.names ? s->loaded->n_machines : 0;
+}
+
+int ssae_cli_service_monitor_input(const ssae_cli_service *s, const char **input,
+                                   int *realtime, const char **device, int *channels,
+                                   int given_channels, int *channel, int given_channel) {
+  if (!s) return 0;
+  ssae_cli_service_input in;
+  ssae_cli_service_input_get(s, &in);
+  if (!*input && !*device) {
+    if (in.kind == SSAE_CONFIG_INPUT_JACK) {
+      ssae_cli_log(3, s->prog, "%s: input.jack: a JACK input is for `ssae jack --config`",
+                   s->args.config ? s->args.config : "config");
+      return -1;
+    }
+    if (in.kind == SSAE_CONFIG_INPUT_FILE) {
+      *input = in.file;
+      *realtime = *realtime || in.realtime;
+    }
+    if (in.kind == SSAE_CONFIG_INPUT_PORTAUDIO) *device = in.device;
+  }
+  if (!*input && !given_channels) {
+    for (int i = 0; i < in.n_device_channels; i++)
+      if (in.device_channels[i] != i) {
+        ssae_cli_log(3, s->prog,
+                     "%s: input.portaudio.channels: device channel %d for machine %d: "
+                     "this ssae records the device's first channels in order "
+                     "(0, 1, ..., N-1), one per machine",
+                     s->args.config ? s->args.config : "config", in.device_channels[i], i);
+        return -1;
+      }
+    if (in.n_device_channels > 0) *channels = in.n_device_channels;
+    else if (in.machines > 0) *channels = in.machines;
+  }
+  if (*input && !given_channel && in.machines > 1) *channel = SSAE_CHANNEL_ALL;
+  return 0;
+}
+
+int ssae_cli_service_jack_input(const ssae_cli_service *s, int *inputs, int given_inputs,
+                                ssae_cli_list *connect) {
+  if (!s) return 0;
+  ssae_cli_service_input in;
+  ssae_cli_service_input_get(s, &in);
+  if (in.kind == SSAE_CONFIG_INPUT_PORTAUDIO || in.kind == SSAE_CONFIG_INPUT_FILE) {
+    ssae_cli_log(3, s->prog, "%s: input.%s is for `ssae monitor --config`; `ssae jack` "
+                 "takes input.jack (or no input section)",
+                 s->args.config ? s->args.config : "config",
+                 in.kind == SSAE_CONFIG_INPUT_FILE ? "file" : "portaudio");
+    return -1;
+  }
+  if (in.kind == SSAE_CONFIG_INPUT_JACK && connect->n == 0 && in.n_ports > 0) {
+    connect->v = (char **)in.ports;
+    connect->n = in.n_ports;
+  }
+  if (!given_inputs) {
+    if (in.n_ports > 0) *inputs = in.n_ports;
+    else if (in.machines > 0) *inputs = in.machines;
+  }
+  return 0;
+}
+
+const char *ssae_cli_service_model_path(const ssae_cli_service *s) {
+  return s && s->cfg->n_machines > 0 ? s->cfg->machines[0].model : NULL;
+}
+
+static void remember_model_file(ssae_cli_service *s) {
+  const char *p = s->cfg->machines[0].model;
+  s->have_model_st = p && stat(p, &s->model_st) == 0;
+}
+
+/* The machine names for the journal's alarm lines (start, reload). */
+static int set_names(ssae_cli_service *s, const ssae_config *c) {
+  char **nv = calloc((size_t)c->n_machines, sizeof *nv);
+  int oom = !nv;
+  for (int i = 0; !oom && i < c->n_machines; i++) oom = !(nv[i] = strdup(c->machines[i].name));
+  if (oom) {
+    for (int i = 0; nv && i < c->n_machines; i++) free(nv[i]);
+    free(nv);
+    return -1;
+  }
+  pthread_mutex_lock(&s->names_mu);
+  char **old = s->names;
+  int n_old = s->n_names;
+  s->names = nv;
+  s->n_names = c->n_machines;
+  pthread_mutex_unlock(&s->names_mu);
+  for (int i = 0; i < n_old; i++) free(old[i]);
+  free(old);
+  return 0;
+}
+
+/* The engine's events after the service (worker thread): an alarm, a
+ * backend fallback or dropped windows as one log line when stderr is the
+ * journal; then the command's evsink. */
+static void log_and_forward(void *user, const ssae_event *ev) {
+  ssae_cli_service *s = user;
+  if (s->journal && (ev->type == SSAE_EVENT_ALARM_ON || ev->type == SSAE_EVENT_ALARM_OFF)) {
+    pthread_mutex_lock(&s->names_mu);
+    const char *name = ev->channel >= 0 && ev->channel < s->n_names ? s->names[ev->channel]
+                                                                     : "?";
+    ssae_cli_log(ev->type == SSAE_EVENT_ALARM_ON ? 4 : 5, s->prog,
+                 "%s: machine %s (channel %d) at %.3f s, smoothed score %.4g, threshold "
+                 "%.4g", ev->type == SSAE_EVENT_ALARM_ON ? "alarm on" : "alarm off", name,
+                 ev->channel, ev->t, ev->score, ev->threshold);
+    pthread_mutex_unlock(&s->names_mu);
+  } else if (s->journal && ev->type == SSAE_EVENT_BACKEND) {
+    ssae_cli_log(4, s->prog, "backend: %s", ev->msg ? ev->msg : "changed");
+  } else if (s->journal && ev->type == SSAE_EVENT_DROP && ev->stats) {
+    ssae_cli_log(4, s->prog, "%llu window(s) dropped so far: scoring falls behind",
+                 (unsigned long long)ev->stats->dropped);
+  }
+  if (s->next) s->next(s->next_user, ev);
+}
+
+/* SIGHUP is for the main thread, whose loop does the reload: the threads
+ * started from here to attach (the outputs', the engine's, the audio
+ * adapter's) inherit a mask that blocks it, so that it never interrupts
+ * their system calls; attach unblocks it on the main thread (one that came
+ * meanwhile is delivered then). */
+static void block_sighup(int block) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
+int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
+                           ssae_engine_cfg *ec, ssae_event_fn next, void *next_user,
+                           int windows) {
+  if (!s) return 0;
+  block_sighup(1);
+  ssae_err err = {{0}};
+  ssae_config *c = build_config(s, channels, &err);
+  ssae_model **models = c ? calloc((size_t)c->n_machines, sizeof *models) : NULL;
+  if (!c || !models || check_all_models(c, models, &err)) {
+    if (c && !models) ssae_err_set(&err, "out of memory");
+    ssae_cli_log(3, s->prog, "%s", err.msg);
+    free(models);
+    ssae_config_free(c);
+    block_sighup(0);
+    return -1;
+  }
+  if (s->cfg != s->loaded) ssae_config_free(s->cfg);
+  s->cfg = c;
+  s->models = models;
+  s->channels = channels;
+  remember_model_file(s);
+  s->next = next;
+  s->next_user = next_user;
+  s->journal = stderr_is_journal();
+  if (set_names(s, c)) {
+    ssae_cli_log(3, s->prog, "out of memory");
+    block_sighup(0);
+    return -1;
+  }
+  ssae_service_opts so;
+  ssae_service_opts_default(&so);
+  so.input_rate = rate;
+  so.models = models;
+  so.next = log_and_forward;
+  so.next_user = s;
+  so.forward_windows = windows;
+  s->svc = ssae_service_new(c, &so, &err);
+  if (!s->svc || ssae_service_engine_cfg(s->svc, ec, &err)) {
+    ssae_cli_log(3, s->prog, "%s", err.msg);
+    block_sighup(0);
+    return -1;
+  }
+  ec->backend = c->backend;
+  char outs[1024];
+  int n = snprintf(outs, sizeof outs, "node %s, %d machine%s (%s%s)", c->node,
+                   c->n_machines, c->n_machines == 1 ? "" : "s", c->machines[0].name,
+                   c->n_machines > 1 ? ", ..." : "");
+  if (c->mqtt.url && n < (int)sizeof outs)
+    n += snprintf(outs + n, sizeof outs - (size_t)n, ", MQTT %s", c->mqtt.url);
+  if (c->metrics_host && n < (int)sizeof outs)
+    n += snprintf(outs + n, sizeof outs - (size_t)n, ", metrics http://%s:%d/metrics",
+                  c->metrics_host, ssae_service_metrics_port(s->svc));
+  if (c->clips.dir && n < (int)sizeof outs)
+    n += snprintf(outs + n, sizeof outs - (size_t)n, ", clips in %s", c->clips.dir);
+  if (c->events && n < (int)sizeof outs)
+    snprintf(outs + n, sizeof outs - (size_t)n, ", events to %s", c->events);
+  ssae_cli_log(6, s->prog, "service: %s", outs);
+  return 0;
+}
+
+const ssae_model *ssae_cli_service_model(ssae_cli_service *s, const ssae_model *fallback) {
+  return s && s->models ? s->models[0] : fallback;
+}
+
+int ssae_cli_service_owns_events(const ssae_cli_service *s) { return s != NULL; }
+
+int ssae_cli_service_owns_stdout(const ssae_cli_service *s) {
+  return s && ((s->cfg->events && strcmp(s->cfg->events, "-") == 0) ||
+               stdout_is_journal());
+}
+
+void ssae_cli_service_attach(ssae_cli_service *s, ssae_engine *e) {
+  if (!s || !s->svc) return;
+  s->engine = e;
+  ssae_service_attach(s->svc, e);
+  clock_gettime(CLOCK_MONOTONIC, &s->last_tick);
+  block_sighup(0);
+}
+
+void ssae_cli_service_audio(ssae_cli_service *s, const float *const *in, size_t n) {
+  if (s && s->svc) ssae_service_audio(s->svc, in, n);
+}
+
+void ssae_cli_service_hook(void *user, int first, int count, const float *const *in,
+                           size_t n) {
+  ssae_cli_service *s = user;
+  if (s && s->svc) ssae_service_audio_channels(s->svc, first, count, in, n);
+}
+
+/* ---- SIGHUP ---- */
+
+static int same_model_file(const ssae_cli_service *s, const char *path) {
+  const char *old = s->cfg->machines[0].model;
+  if (!old && !path) return 1;
+  if (!old || !path || !s->have_model_st) return 0;
+  struct stat st;
+  /* The same file, unchanged since it was loaded (a retrained model
+   * written over the old one is a new model). */
+  return stat(path, &st) == 0 && st.st_dev == s->model_st.st_dev &&
+         st.st_ino == s->model_st.st_ino && st.st_size == s->model_st.st_size &&
+         st.st_mtim.tv_sec == s->model_st.st_mtim.tv_sec &&
+         st.st_mtim.tv_nsec == s->model_st.st_mtim.tv_nsec;
+}
+
+static void reject(ssae_cli_service *s, const char *why) {
+  ssae_cli_log(3, s->prog, "reload: the new config is refused, the running one stays: %s",
+               why);
+  ssae_service_note(s->svc, "config_rejected", why);
+}
+
+static void reload(ssae_cli_service *s) {
+  ssae_err err = {{0}};
+  ssae_cli_log(6, s->prog, "reload: reading %s", s->args.config ? s->args.config
+                                                                : "the command line");
+  ssae_config *c = build_config(s, s->channels, &err);
+  ssae_model **m = c ? calloc((size_t)c->n_machines, sizeof *m) : NULL;
+  if (!c || !m || check_all_models(c, m, &err)) {
+    if (c && !m) ssae_err_set(&err, "out of memory");
+    reject(s, err.msg);
+    free(m);
+    ssae_config_free(c);
+    return;
+  }
+  /* The model first: a swap that fails (features that differ from the
+   * running model's) changes nothing; the service's reload, which may
+   * still refuse, is undone by swapping back. */
+  int swap = !same_model_file(s, c->machines[0].model);
+  if (swap && ssae_engine_swap_model(s->engine, m[0], &err)) {
+    ssae_err_prefix(&err, "machines[0].model");
+    reject(s, err.msg);
+    ssae_config_free_models(m, c->n_machines);
+    free(m);
+    ssae_config_free(c);
+    return;
+  }
+  ssae_engine_params p;
+  if (ssae_service_reload(s->svc, c, m, &p, &err)) {
+    ssae_err e2 = {{0}};
+    if (swap && ssae_engine_swap_model(s->engine, s->models[0], &e2))
+      ssae_cli_log(3, s->prog, "reload: the old model could not be restored: %s", e2.msg);
+    reject(s, err.msg);
+    ssae_config_free_models(m, c->n_machines);
+    free(m);
+    ssae_config_free(c);
+    return;
+  }
+  ssae_engine_set_params(s->engine, &p);
+  if (set_names(s, c)) ssae_cli_log(4, s->prog, "reload: out of memory for the log's names");
+  if (swap) {
+    ssae_config_free_models(s->models, s->cfg->n_machines);
+    free(s->models);
+    s->models = m;
+  } else {
+    ssae_config_free_models(m, c->n_machines);
+    free(m);
+  }
+  if (s->cfg != s->loaded) ssae_config_free(s->cfg);
+  s->cfg = c;
+  if (swap) remember_model_file(s);
+  char thr[32];
+  if (isfinite(p.threshold) && p.threshold > 0)
+    snprintf(thr, sizeof thr, "%.6g", p.threshold);
+  else
+    snprintf(thr, sizeof thr, "the model's (%.6g)", (double)s->models[0]->threshold);
+  ssae_cli_log(6, s->prog,
+               "reload: config applied%s%s, threshold %s, smoothing %.3g s, on %d, off %d",
+               swap ? ", model swapped to " : "",
+               swap ? (c->machines[0].model ? c->machines[0].model : "the built-in one") : "",
+               thr, p.smoothing_s, p.on_count, p.off_count);
+  ssae_service_note(s->svc, "config_reloaded", NULL);
+}
+
+void ssae_cli_service_poll(ssae_cli_service *s) {
+  if (!s || !s->svc || !s->engine) return;
+  if (hup) {
+    hup = 0;
+    reload(s);
+  }
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if ((now.tv_sec - s->last_tick.tv_sec) * 1000000000LL +
+          (now.tv_nsec - s->last_tick.tv_nsec) >=
+      1000000000LL) {
+    s->last_tick = now;
+    ssae_service_tick(s->svc);
+  }
+}
+
+int ssae_cli_service_keeps_running(const ssae_cli_service *s) {
+  return s && s->args.keep_running;
+}
+
+void ssae_cli_service_keep_running(ssae_cli_service *s, volatile sig_atomic_t *stop) {
+  if (!ssae_cli_service_keeps_running(s)) return;
+  ssae_cli_log(6, s->prog, "the input ended; the outputs stay up until stopped (--keep-running)");
+  while (!*stop) {
+    struct timespec d = {0, 50000000L};
+    nanosleep(&d, NULL);
+    ssae_cli_service_poll(s);
+  }
+}
+
+void ssae_cli_service_detach(ssae_cli_service *s) {
+  if (s && s->svc) ssae_service_detach(s->svc);
+}
+
+void ssae_cli_service_free(ssae_cli_service *s) {
+  if (!s) return;
+  ssae_service_free(s->svc);
+  if (s->models) ssae_config_free_models(s->models, s->cfg->n_machines);
+  free(s->models);
+  if (s->cfg != s->loaded) ssae_config_free(s->cfg);
+  ssae_config_free(s->loaded);
+  for (int i = 0; i < s->n_names; i++) free(s->names[i]);
+  free(s->names);
+  if (s->names_mu_ok) pthread_mutex_destroy(&s->names_mu);
+  free(s);
+}
+
+#else /* without the service's libraries */
+
+struct ssae_cli_service {
+  int unused;
+};
+
+ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service_args *a,
+                                        const ssae_cli_service_cmdvals *v, int *rc) {
+  (void)a;
+  (void)v;
+  ssae_cli_log(3, prog, "this ssae was built without the plant service (libcyaml, "
+                        "libyaml, libmosquitto, libmicrohttpd): --config, --node, "
+                        "--names, --mqtt, --metrics and --clips are not available");
+  *rc = SSAE_EXIT_INPUT;
+  return NULL;
+}
+void ssae_cli_service_input_get(const ssae_cli_service *s, ssae_cli_service_input *in) {
+  (void)s;
+  memset(in, 0, sizeof *in);
+}
+int ssae_cli_service_monitor_input(const ssae_cli_service *s, const char **input,
+                                   int *realtime, const char **device, int *channels,
+                                   int given_channels, int *channel, int given_channel) {
+  (void)s, (void)input, (void)realtime, (void)device, (void)channels, (void)given_channels;
+  (void)channel, (void)given_channel;
+  return 0;
+}
+int ssae_cli_service_jack_input(const ssae_cli_service *s, int *inputs, int given_inputs,
+                                ssae_cli_list *connect) {
+  (void)s, (void)inputs, (void)given_inputs, (void)connect;
+  return 0;
+}
+const char *ssae_cli_service_model_path(const ssae_cli_service *s) {
+  (void)s;
+  return NULL;
+}
+int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
+                           ssae_engine_cfg *ec, ssae_event_fn next, void *next_user,
+                           int windows) {
+  (void)s, (void)channels, (void)rate, (void)ec, (void)next, (void)next_user, (void)windows;
+  return 0;
+}
+const ssae_model *ssae_cli_service_model(ssae_cli_service *s, const ssae_model *fallback) {
+  (void)s;
+  return fallback;
+}
+int ssae_cli_service_owns_events(const ssae_cli_service *s) { return s != NULL; }
+int ssae_cli_service_owns_stdout(const ssae_cli_service *s) {
+  (void)s;
+  return 0;
+}
+void ssae_cli_service_attach(ssae_cli_service *s, ssae_engine *e) { (void)s, (void)e; }
+void ssae_cli_service_audio(ssae_cli_service *s, const float *const *in, size_t n) {
+  (void)s, (void)in, (void)n;
+}
+void ssae_cli_service_hook(void *user, int first, int count, const float *const *in,
+                           size_t n) {
+  (void)user, (void)first, (void)count, (void)in, (void)n;
+}
+void ssae_cli_service_poll(ssae_cli_service *s) { (void)s; }
+int ssae_cli_service_keeps_running(const ssae_cli_service *s) {
+  (void)s;
+  return 0;
+}
+void ssae_cli_service_keep_running(ssae_cli_service *s, volatile sig_atomic_t *stop) {
+  (void)s, (void)stop;
+}
+void ssae_cli_service_detach(ssae_cli_service *s) { (void)s; }
+void ssae_cli_service_free(ssae_cli_service *s) { free(s); }
+
+#endif

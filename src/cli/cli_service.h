@@ -1,0 +1,179 @@
+/* The plant service (src/service) behind `ssae monitor` and `ssae jack`:
+ * --config FILE and the flags that go over it (--node, --names, --mqtt,
+ * --metrics, --clips, and the commands' own --model, --backend, --events,
+ * --threshold, --smoothing, --on, --off, --status), turned into a running
+ * ssae_service beside the command's engine; the SIGHUP reload (the signal
+ * handler only sets a flag, ssae_cli_service_poll does the work on the main
+ * thread); the once-a-second tick; log lines fit for journald.
+ *
+ * Order of calls in a command:
+ *   parse; ssae_cli_service_note_given(&o.svc, &args);
+ *   if (ssae_cli_service_wanted(&o.svc)) svc = ssae_cli_service_load(...);
+ *   ssae_cli_service_input(svc, ...)          what the config says of the
+ *                                              input, for the flags left unset
+ *   open the input; ssae_cli_service_start(svc, channels, rate, &ecfg, ...)
+ *   e = ssae_engine_new(ssae_cli_service_model(svc, m), &ecfg);
+ *   ssae_cli_service_attach(svc, e);
+ *   audio thread: ssae_cli_service_audio (or the adapters' hook);
+ *   main loop: ssae_cli_service_poll(svc) every few tens of ms;
+ *   at the end: ssae_cli_service_detach(svc); ssae_engine_free(e);
+ *               ssae_cli_service_free(svc).
+ * Every function accepts a NULL service (no service: nothing to do).
+ *
+ * Thread context: main thread, except ssae_cli_service_audio and
+ * ssae_cli_service_hook (the audio thread: SSAE_REALTIME). */
+#ifndef SSAE_CLI_SERVICE_H
+#define SSAE_CLI_SERVICE_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "cli_opts.h"
+#include "ssae_engine.h"
+#include "ssae_err.h"
+#include "ssae_model.h"
+#include "ssae_realtime.h"
+
+/* The service's own flags, a member of a command's options struct. */
+typedef struct ssae_cli_service_args {
+  const char *config, *node, *names, *mqtt, *metrics, *clips;
+  int keep_running; /* monitor --input: stay up after the file's end */
+  /* Which of the command's own options were on the command line (they go
+   * over the file; the others leave the file's value). */
+  int given_model, given_backend, given_events, given_threshold,
+      given_smoothing, given_on, given_off, given_status;
+} ssae_cli_service_args;
+
+/* The option-table entries of the service's flags for a command whose
+ * options struct `type` has a ssae_cli_service_args member `member`. */
+#define SSAE_CLI_SERVICE_OPTIONS(type, member)                                       \
+  {.kind = SSAE_CLI_HEADING, .help = "\nplant service (tools/ssae.example.yaml is the commented reference):"}, \
+  {.kind = SSAE_CLI_STRING, .name = "--config", .offset = offsetof(type, member.config), \
+   .metavar = "FILE", .def = "",                                                     \
+   .help = "service config (YAML): machines, inputs, MQTT, metrics, clips; the "     \
+           "flags below and --model, --backend, --events, --threshold, --smoothing, " \
+           "--on, --off, --status go over it; SIGHUP re-reads it"},                  \
+  {.kind = SSAE_CLI_STRING, .name = "--node", .offset = offsetof(type, member.node),  \
+   .metavar = "NAME", .def = "", .help = "this host's name in MQTT topics and metrics"}, \
+  {.kind = SSAE_CLI_STRING, .name = "--names", .offset = offsetof(type, member.names), \
+   .metavar = "A,B,...", .def = "", .help = "one machine name per input channel"},   \
+  {.kind = SSAE_CLI_STRING, .name = "--mqtt", .offset = offsetof(type, member.mqtt),  \
+   .metavar = "URL", .def = "",                                                      \
+   .help = "publish events, state and Home Assistant discovery to "                  \
+           "mqtt[s]://HOST[:PORT] (credentials only in the config)"},                \
+  {.kind = SSAE_CLI_STRING, .name = "--metrics", .offset = offsetof(type, member.metrics), \
+   .metavar = "HOST:PORT", .def = "",                                                \
+   .help = "serve GET /metrics (Prometheus) and /healthz there (PORT alone: "        \
+           "127.0.0.1)"},                                                            \
+  {.kind = SSAE_CLI_STRING, .name = "--clips", .offset = offsetof(type, member.clips), \
+   .metavar = "DIR", .def = "", .help = "write a sound clip of every alarm into DIR"}
+
+/* The monitor's --keep-running (file input only). */
+#define SSAE_CLI_SERVICE_KEEP_RUNNING(type, member)                                  \
+  {.kind = SSAE_CLI_FLAG, .name = "--keep-running",                                  \
+   .offset = offsetof(type, member.keep_running),                                    \
+   .help = "with --input and a service: after the end of FILE keep the outputs up "  \
+           "(MQTT online, /healthz 503: no audio) until Ctrl-C or SIGTERM"}
+
+typedef struct ssae_cli_service ssae_cli_service;
+
+/* Records which of the command's own options were given. */
+void ssae_cli_service_note_given(ssae_cli_service_args *a, const ssae_cli_args *args);
+
+/* 1 when the service is asked for: --config or any of its flags. */
+int ssae_cli_service_wanted(const ssae_cli_service_args *a);
+
+/* The command's own values that go over the file when given. */
+typedef struct ssae_cli_service_cmdvals {
+  const char *model, *backend, *events;
+  double threshold, smoothing_s, status_s;
+  int on_count, off_count;
+} ssae_cli_service_cmdvals;
+
+/* Reads the config (or the defaults) and applies the flags; installs the
+ * SIGHUP handler. `prog` ("ssae monitor") starts log lines. NULL after
+ * printing why (exit status in *rc: usage 2, a bad file 1). */
+ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service_args *a,
+                                        const ssae_cli_service_cmdvals *v, int *rc);
+
+/* What the config says of the input. kind: 0 none, 1 PortAudio, 2 JACK,
+ * 3 file (ssae_config_input_kind). channels: machines in the config (0:
+ * none there). The strings belong to the service. */
+typedef struct ssae_cli_service_input {
+  int kind;
+  const char *device;   /* PortAudio */
+  const int *device_channels; /* PortAudio: device channel of machine i */
+  int n_device_channels;
+  const char *const *ports; /* JACK: port of machine i */
+  int n_ports;
+  const char *file;
+  int realtime;
+  int machines;
+} ssae_cli_service_input;
+void ssae_cli_service_input_get(const ssae_cli_service *s, ssae_cli_service_input *in);
+
+/* `ssae monitor`'s input settings from the config where the command line
+ * left them unset: a file (path, realtime), or a PortAudio device and its
+ * channel count; more than one machine on a file reads all its channels
+ * unless --channel was given. -1 after printing why (a JACK input, device
+ * channels that are not 0..N-1). given_*: the option was on the command
+ * line. */
+int ssae_cli_service_monitor_input(const ssae_cli_service *s, const char **input,
+                                   int *realtime, const char **device, int *channels,
+                                   int given_channels, int *channel, int given_channel);
+
+/* `ssae jack`'s input settings from the config where the command line left
+ * them unset: the ports to connect (input.jack.ports) and the input count
+ * (the ports', else the machines'). -1 after printing why (a PortAudio or
+ * file input in the config). */
+int ssae_cli_service_jack_input(const ssae_cli_service *s, int *inputs, int given_inputs,
+                                ssae_cli_list *connect);
+
+/* The model file the engine's features come from (machines[0]'s, NULL: the
+ * built-in one), for opening the input at the model's rate. */
+const char *ssae_cli_service_model_path(const ssae_cli_service *s);
+
+/* The input has `channels` channels at `rate`: machines, models (one model
+ * per engine: machines naming different files are refused), the service's
+ * outputs, and the engine config (callback, status period, detector).
+ * `next` receives every event after the service (the command's evsink);
+ * `windows` 1 forwards the window events to it too. -1 after printing why. */
+int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
+                           ssae_engine_cfg *ec, ssae_event_fn next, void *next_user,
+                           int windows);
+/* The model for ssae_engine_new: the service's, or `fallback` without one. */
+const ssae_model *ssae_cli_service_model(ssae_cli_service *s, const ssae_model *fallback);
+/* 1 when the service writes the events file / JSON lines to stdout itself
+ * (the command's evsink then does not). */
+int ssae_cli_service_owns_events(const ssae_cli_service *s);
+int ssae_cli_service_owns_stdout(const ssae_cli_service *s);
+
+void ssae_cli_service_attach(ssae_cli_service *s, ssae_engine *e);
+
+/* Audio thread, beside ssae_engine_process. */
+void ssae_cli_service_audio(ssae_cli_service *s, const float *const *in, size_t n)
+    SSAE_REALTIME;
+/* The same as an adapter hook (user: the ssae_cli_service): channels
+ * first .. first+count-1 of the engine. */
+void ssae_cli_service_hook(void *user, int first, int count, const float *const *in,
+                           size_t n) SSAE_REALTIME;
+
+/* Main thread, every few tens of ms (cheap when there is nothing to do):
+ * a pending SIGHUP reload, and the service's tick once a second. */
+void ssae_cli_service_poll(ssae_cli_service *s);
+
+/* --keep-running: polls until *stop is set (Ctrl-C, SIGTERM). */
+void ssae_cli_service_keep_running(ssae_cli_service *s, volatile sig_atomic_t *stop);
+int ssae_cli_service_keeps_running(const ssae_cli_service *s);
+
+/* Before ssae_engine_free. */
+void ssae_cli_service_detach(ssae_cli_service *s);
+/* After ssae_engine_free: the outputs finish (clips, MQTT offline). */
+void ssae_cli_service_free(ssae_cli_service *s);
+
+/* A log line on stderr: "PROG: msg", with the syslog priority prefix
+ * "<N>" when stderr is the journal (JOURNAL_STREAM), so journald keeps
+ * the level. prio: 3 error, 4 warning, 6 info. */
+void ssae_cli_log(int prio, const char *prog, const char *fmt, ...) SSAE_PRINTF(3, 4);
+
+#endif
