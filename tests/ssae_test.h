@@ -40,6 +40,17 @@ static inline uint64_t rnd(void) {
 /* Uniform in [0, 1) with 53 random bits. */
 static inline double urand(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
+/* The end of a test's main: the failure count on stderr and exit status 1,
+ * or the line saying that every check passed and 0. */
+static inline int test_done(const char *passed) {
+  if (failures) {
+    fprintf(stderr, "%d failure(s)\n", failures);
+    return 1;
+  }
+  printf("%s\n", passed);
+  return 0;
+}
+
 #ifdef SSAE_TEST_COUNT_ALLOCS
 #include <stdatomic.h>
 #ifndef SSAE_TEST_ALLOC_COUNTS

@@ -281,10 +281,5 @@ int main(void) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("outfile: all checks passed\n");
-  return 0;
+  return test_done("outfile: all checks passed");
 }

@@ -331,10 +331,5 @@ int main(void) {
   test_cut_data_chunk();
   test_nonfinite();
   rmdir(dir);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return test_done("ok");
 }

@@ -198,10 +198,5 @@ int main(void) {
   ssae_backend_free(b);
   ssae_model_free(m);
   rmdir(dir);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return test_done("ok");
 }

@@ -560,7 +560,5 @@ int main(int argc, char **argv) {
   test_gelu();
   test_backend();
   rmdir(dir);
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-  else printf("all checks passed\n");
-  return failures ? 1 : 0;
+  return test_done("all checks passed");
 }
