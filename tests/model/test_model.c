@@ -57,29 +57,31 @@ static void add(fspec *f, const char *name, const char *shape, size_t n) {
     for (size_t i = 0; i < n; i++) t->data[i] = 1.0f;
 }
 
+/* The model's tensors in file order: a name and its shape (rows, and
+ * columns or 0 for a vector). */
+static const struct {
+  const char *name;
+  int rows, cols;
+} valid_tensors[] = {
+    {"slice_encoder.0.weight", M, 0}, {"slice_encoder.0.bias", M, 0},
+    {"slice_encoder.1.weight", S, M}, {"slice_encoder.1.bias", S, 0},
+    {"global_basis", L, C},           {"bottleneck_mlp.0.weight", L, 0},
+    {"bottleneck_mlp.0.bias", L, 0},  {"bottleneck_mlp.1.weight", L, L},
+    {"bottleneck_mlp.1.bias", L, 0},  {"slice_decoder.0.weight", M, S},
+    {"slice_decoder.0.bias", M, 0},
+};
+
 static void valid(fspec *f) {
   memset(f, 0, sizeof *f);
-  char sh[64];
-  snprintf(sh, sizeof sh, "[%d]", M);
-  add(f, "slice_encoder.0.weight", sh, M);
-  add(f, "slice_encoder.0.bias", sh, M);
-  snprintf(sh, sizeof sh, "[%d,%d]", S, M);
-  add(f, "slice_encoder.1.weight", sh, S * M);
-  snprintf(sh, sizeof sh, "[%d]", S);
-  add(f, "slice_encoder.1.bias", sh, S);
-  snprintf(sh, sizeof sh, "[%d,%d]", L, C);
-  add(f, "global_basis", sh, L * C);
-  snprintf(sh, sizeof sh, "[%d]", L);
-  add(f, "bottleneck_mlp.0.weight", sh, L);
-  add(f, "bottleneck_mlp.0.bias", sh, L);
-  snprintf(sh, sizeof sh, "[%d,%d]", L, L);
-  add(f, "bottleneck_mlp.1.weight", sh, L * L);
-  snprintf(sh, sizeof sh, "[%d]", L);
-  add(f, "bottleneck_mlp.1.bias", sh, L);
-  snprintf(sh, sizeof sh, "[%d,%d]", M, S);
-  add(f, "slice_decoder.0.weight", sh, M * S);
-  snprintf(sh, sizeof sh, "[%d]", M);
-  add(f, "slice_decoder.0.bias", sh, M);
+  for (size_t i = 0; i < sizeof valid_tensors / sizeof *valid_tensors; i++) {
+    int r = valid_tensors[i].rows, c = valid_tensors[i].cols;
+    char sh[64];
+    if (c)
+      snprintf(sh, sizeof sh, "[%d,%d]", r, c);
+    else
+      snprintf(sh, sizeof sh, "[%d]", r);
+    add(f, valid_tensors[i].name, sh, (size_t)r * (size_t)(c ? c : 1));
+  }
   snprintf(f->meta, sizeof f->meta, "{\"n_mels\":\"%d\",\"frames\":\"%d\",\"seed\":\"7\"}", M, F);
 }
 
