@@ -1,5 +1,6 @@
 /* What the C tests share: a failure counter with CHECK (a test reports
- * every failed check, then exits 1), a seeded xorshift generator (the same
+ * every failed check, then exits 1), FAIL for a failure the test cannot go
+ * on after, a seeded xorshift generator (the same
  * inputs every run, so a failure can be replayed), and, for tests linked
  * with -Wl,--wrap=malloc,calloc,realloc (define SSAE_TEST_COUNT_ALLOCS
  * first), the wrappers that count allocations to prove a call allocates
@@ -13,12 +14,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #ifndef SSAE_TEST_SEED
 #define SSAE_TEST_SEED 0x9E3779B97F4A7C15ull
 #endif
 
-static int failures;
+static int failures __attribute__((unused));
 
 #define CHECK(c, ...)                                      \
   do {                                                     \
@@ -28,6 +30,14 @@ static int failures;
       fputc('\n', stderr);                                 \
       failures++;                                          \
     }                                                      \
+  } while (0)
+
+#define FAIL(...)                 \
+  do {                            \
+    fprintf(stderr, "FAIL: ");    \
+    fprintf(stderr, __VA_ARGS__); \
+    fputc('\n', stderr);          \
+    exit(1);                      \
   } while (0)
 
 static uint64_t rng_state __attribute__((unused)) = SSAE_TEST_SEED;
