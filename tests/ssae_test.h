@@ -50,6 +50,26 @@ static inline uint64_t rnd(void) {
 /* Uniform in [0, 1) with 53 random bits. */
 static inline double urand(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
 
+/* Writes the text s to path; a failure shows in the checks that read it
+ * back. */
+static inline void test_write_text(const char *path, const char *s) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return;
+  fputs(s, f);
+  fclose(f);
+}
+
+/* The first cap - 1 bytes of path in buf, NUL-terminated: their count, or
+ * -1 where it cannot be read. */
+static inline long test_read_text(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return (long)n;
+}
+
 /* The end of a test's main: the failure count on stderr and exit status 1,
  * or the line saying that every check passed and 0. */
 static inline int test_done(const char *passed) {
