@@ -122,6 +122,16 @@ def torch_adam(p0, gs, lr, wd):
     return t.detach().numpy()
 
 
+def probe_adam(probe_exe, tmp, mode, p0, gs, lr, wd):
+    """train_probe's adam or cuda_adam: the parameters p0 after a step on
+    each gradient of gs (betas and eps as torch_adam's)."""
+    pf, gf, of = (os.path.join(tmp, f) for f in ("p", "g", "o"))
+    write(pf, p0)
+    write(gf, gs)
+    run_ok([probe_exe, mode, lr, 0.9, 0.999, 1e-8, wd, len(gs), pf, gf, of])
+    return read(of)
+
+
 def finish(fails):
     """The end of a test: the failures, exit status 1 if any."""
     if fails:

@@ -1,10 +1,9 @@
 """Adam against torch.optim.Adam (several steps, with and without weight
 decay), the gamma fit (its MLE equation in float64) and the inverse of the
 regularised incomplete gamma against torch.special.gammainc."""
-import os
 import tempfile
 
-from ssae_ref import np, torch, probe, run, run_ok, write, read, adam_inputs, torch_adam, finish
+from ssae_ref import np, torch, probe, run, adam_inputs, torch_adam, probe_adam, finish
 
 P = probe()
 tmp = tempfile.mkdtemp()
@@ -13,11 +12,7 @@ rng = np.random.default_rng(5)
 n, steps = 1000, 4
 for lr, wd in ((1e-3, 0.0), (3e-2, 0.05)):
     p0, gs = adam_inputs(rng, n, steps)
-    write(os.path.join(tmp, "p"), p0)
-    write(os.path.join(tmp, "g"), gs)
-    run_ok([P, "adam", lr, 0.9, 0.999, 1e-8, wd, steps, os.path.join(tmp, "p"),
-            os.path.join(tmp, "g"), os.path.join(tmp, "o")])
-    got = read(os.path.join(tmp, "o"))
+    got = probe_adam(P, tmp, "adam", p0, gs, lr, wd)
     ref = torch_adam(p0, gs, lr, wd)
     moved = np.abs(ref - p0)
     e = np.max(np.abs(got - ref) / np.maximum(moved, 1e-30))

@@ -21,7 +21,7 @@ import tempfile
 
 from ssae_ref import (np, torch, nn, SpectralShapeAutoencoder, NAMES, flat, split, probe, run,
                       run_ok, write, read, logmel_like, perturbed_model, adam_inputs, torch_adam,
-                      finish)
+                      probe_adam, finish)
 from gen_audio import auc, make_set
 
 P = probe()
@@ -82,13 +82,7 @@ rng = np.random.default_rng(5)
 n, steps = 1000, 4
 for lr, wd in ((1e-3, 0.0), (3e-2, 0.05)):
     p0, gs = adam_inputs(rng, n, steps)
-    write(os.path.join(tmp, "p"), p0)
-    write(os.path.join(tmp, "g"), gs)
-    res = {}
-    for mode in ("adam", "cuda_adam"):
-        run_ok([P, mode, lr, 0.9, 0.999, 1e-8, wd, steps, os.path.join(tmp, "p"),
-                os.path.join(tmp, "g"), os.path.join(tmp, "o")])
-        res[mode] = read(os.path.join(tmp, "o"))
+    res = {mode: probe_adam(P, tmp, mode, p0, gs, lr, wd) for mode in ("adam", "cuda_adam")}
     ref = torch_adam(p0, gs, lr, wd)
     # The CPU's Adam is torch 1.13's arithmetic bit for bit (test_adam_gamma);
     # newer torch rounds a few operations differently (the GPU host has 2.11:
