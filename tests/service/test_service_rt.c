@@ -22,6 +22,7 @@
 #include "ssae_clips.h"
 #include "ssae_engine.h"
 #include "ssae_service.h"
+#include "service_test.h"
 
 #include "../ssae_rt_interpose.h"
 
@@ -108,21 +109,8 @@ int main(void) {
     fprintf(stderr, "service: %s\n", err.msg);
     return 1;
   }
-  ssae_engine_cfg ec;
-  ssae_engine_cfg_default(&ec);
-  ec.channels = C;
-  ec.input_rate = rate;
-  ec.backend = "cpu";
-  ec.cpu_threads = 1;
-  if (ssae_service_engine_cfg(svc, &ec, &err)) {
-    fprintf(stderr, "engine cfg: %s\n", err.msg);
-    return 1;
-  }
-  ssae_engine *e = ssae_engine_new(models[0], &ec, &err);
-  if (!e) {
-    fprintf(stderr, "engine: %s\n", err.msg);
-    return 1;
-  }
+  ssae_engine *e = service_test_engine(svc, models[0], C, rate, NULL, NULL);
+  if (!e) return 1;
   ssae_service_attach(svc, e);
   int port = ssae_service_metrics_port(svc);
   pthread_t client;
