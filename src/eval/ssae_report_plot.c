@@ -394,13 +394,7 @@ static void draw_title(cairo_t *cr, const ssae_report_data *d, const ssae_report
 
 int ssae_report_draw(const ssae_report_data *d, const char *path, int width, int height,
                      ssae_report_layout *layout, ssae_err *err) {
-  if (width <= 0 || height <= 0) {
-    width = 1200;
-    height = 800;
-  }
-  if (width < 400 || height < 300 || width > 16000 || height > 16000)
-    return ssae_err_set(err, "picture size %dx%d is out of range (400x300 .. 16000x16000)",
-                        width, height);
+  if (plot_size(&width, &height, 1200, 800, err)) return -1;
   if (d->n_mels < 1 || d->sample_rate < 1 || d->hop_length < 1 || d->frames_per_window < 1)
     return ssae_err_set(err, "report: bad feature settings");
   if (d->n_windows && (!d->scores || !d->smoothed || !d->alarm))
