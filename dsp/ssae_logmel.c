@@ -156,10 +156,11 @@ size_t ssae_logmel_flush(ssae_logmel *lm, float *frames) {
   return out;
 }
 
-/* ssae_logmel_compute keeps the front end of its last call, one per
- * thread (freed when the thread ends): a program that turns many files into
- * features would otherwise set up the tables and touch fresh memory (page
- * faults) for every file, which costs as much as the frames of a 10 s clip. */
+/* ssae_logmel_cached keeps the front end of its last call, one per thread
+ * (freed when the thread ends): a program that turns many files into
+ * features or scores would otherwise set up the tables and touch fresh
+ * memory (page faults) for every file, which costs as much as the frames of
+ * a 10 s clip. */
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 static int cache_ok;
@@ -189,9 +190,7 @@ static int same_cfg(const ssae_feat_cfg *a, const ssae_feat_cfg *b) {
          a->power == b->power && a->frames == b->frames;
 }
 
-/* The thread's front end for cfg, reset; *owned: the caller frees it (no
- * thread-specific storage). */
-static ssae_logmel *cached_front_end(const ssae_feat_cfg *cfg, int *owned, ssae_err *err) {
+ssae_logmel *ssae_logmel_cached(const ssae_feat_cfg *cfg, int *owned, ssae_err *err) {
   pthread_once(&cache_once, cache_init);
   ssae_logmel *lm = cache_ok ? pthread_getspecific(cache_key) : NULL;
   *owned = 0;
@@ -213,7 +212,7 @@ int ssae_logmel_compute(const ssae_feat_cfg *cfg, const float *x, size_t n, floa
   *out = NULL;
   *n_frames = 0;
   int owned;
-  ssae_logmel *lm = cached_front_end(cfg, &owned, err);
+  ssae_logmel *lm = ssae_logmel_cached(cfg, &owned, err);
   if (!lm) return -1;
   size_t total = (size_t)ssae_lm_total_frames(&lm->b, n);
   if (total == 0) {

@@ -47,13 +47,19 @@ size_t ssae_logmel_flush(ssae_logmel *lm, float *frames);
 /* Forgets the stream so far. Audio-thread safe. */
 void ssae_logmel_reset(ssae_logmel *lm);
 
+/* The calling thread's front end for cfg, reset, for offline work: kept
+ * for the thread's next call with the same settings (set-up and fresh
+ * memory cost as much as a 10 s clip) and freed when the thread ends; a
+ * call with other settings frees the one kept before, so a thread uses one
+ * at a time. *owned = 1 where it could not be kept: the caller frees it.
+ * Not for the audio thread. */
+ssae_logmel *ssae_logmel_cached(const ssae_feat_cfg *cfg, int *owned, ssae_err *err);
+
 /* Whole-signal convenience for offline work: all frames of x[0..n) into a
  * newly allocated array (*out, *n_frames x n_mels); the streaming object fed
  * the whole signal, so the frames are bit-identical to any block sizes.
  * No frames (n = 0): returns 0 with *out NULL. Not for the audio thread.
- * Each thread keeps the front end of its last call for the next call with
- * the same settings (set-up and fresh memory cost as much as a 10 s clip);
- * it is freed when the thread ends. */
+ * Uses the thread's ssae_logmel_cached front end. */
 int ssae_logmel_compute(const ssae_feat_cfg *cfg, const float *x, size_t n,
                         float **out, size_t *n_frames, ssae_err *err);
 

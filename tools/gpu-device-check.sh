@@ -20,20 +20,13 @@
 set -u
 OUT=${OUT:-/tmp/ssae-gpu-out}
 BUILD=${BUILD:-/tmp/ssae-gpu-build}
-mkdir -p "$OUT"
 steps=${*:-build test variants ncu bench torch sanitize}
-has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
-log() { echo "=== $(date -u +%T) $*"; }
-export PATH=/usr/local/cuda/bin:$PATH
-export PYTHONUNBUFFERED=1
-eval "$(tools/gpu-host-deps.sh env .deps)" || exit 1
-src=$(pwd)
+. tools/gpu-check-common.sh
 model=$src/src/model/default.safetensors
 
 if has build; then
   log "device"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv
-  nvcc --version | tail -1
+  device_info
   log "configure"
   if ! meson setup "$BUILD" -Dbuildtype=release -Dgpu_sm=90 -Dwerror=false -Dlv2=disabled \
       > "$OUT/configure.log" 2>&1; then

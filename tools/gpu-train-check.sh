@@ -16,20 +16,13 @@
 set -u
 OUT=${OUT:-/tmp/ssae-train-out}
 BUILD=${BUILD:-/tmp/ssae-train-build}
-mkdir -p "$OUT"
 steps=${*:-build test bench tune sanitize}
-has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
-log() { echo "=== $(date -u +%T) $*"; }
-export PATH=/usr/local/cuda/bin:$PATH
-export PYTHONUNBUFFERED=1
-eval "$(tools/gpu-host-deps.sh env .deps)" || exit 1
-src=$(pwd)
+. tools/gpu-check-common.sh
 PROBE=$BUILD/tests/train/train_probe
 
 if has build; then
   log "device"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv
-  nvcc --version | tail -1
+  device_info
   python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
   log "configure"
   meson setup "$BUILD" -Dbuildtype=release -Dgpu_sm=90 -Dwerror=false -Dlv2=disabled \

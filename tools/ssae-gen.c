@@ -400,30 +400,30 @@ int main(int argc, char **argv) {
   double seed = 1, seconds = 10, rate = 16000, at = -1, length = -1, n_train = 40, n_test = 20;
   const char *out = NULL, *labels = NULL, *set = NULL;
   anomaly kind = AN_NONE;
+  /* The options that take a number, and its range. */
+  const struct {
+    const char *name;
+    double min, max, *value;
+  } nums[] = {
+      {"--seed", 0, 9007199254740991.0, &seed}, {"--seconds", 0.1, 3600, &seconds},
+      {"--rate", 16000, 192000, &rate},         {"--at", 0, 3600, &at},
+      {"--length", 0.01, 3600, &length},        {"--train", 0, 100000, &n_train},
+      {"--test", 0, 100000, &n_test},
+  };
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    int rc = 0, takes = 1;
+    int rc = 0, takes = 1, num = -1;
+    for (int k = 0; k < (int)(sizeof nums / sizeof *nums); k++)
+      if (!strcmp(a, nums[k].name)) num = k;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       usage(stdout);
       return EXIT_OK;
-    } else if (!strcmp(a, "--seed")) {
-      rc = parse_num(a, v, 0, 9007199254740991.0, &seed);
-      if (!rc && seed != floor(seed)) {
+    } else if (num >= 0) {
+      rc = parse_num(a, v, nums[num].min, nums[num].max, nums[num].value);
+      if (!rc && nums[num].value == &seed && seed != floor(seed)) {
         fprintf(stderr, "ssae-gen: --seed needs a whole number\n");
         rc = -1;
       }
-    } else if (!strcmp(a, "--seconds")) {
-      rc = parse_num(a, v, 0.1, 3600, &seconds);
-    } else if (!strcmp(a, "--rate")) {
-      rc = parse_num(a, v, 16000, 192000, &rate);
-    } else if (!strcmp(a, "--at")) {
-      rc = parse_num(a, v, 0, 3600, &at);
-    } else if (!strcmp(a, "--length")) {
-      rc = parse_num(a, v, 0.01, 3600, &length);
-    } else if (!strcmp(a, "--train")) {
-      rc = parse_num(a, v, 0, 100000, &n_train);
-    } else if (!strcmp(a, "--test")) {
-      rc = parse_num(a, v, 0, 100000, &n_test);
     } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
       out = v;
     } else if (!strcmp(a, "--labels")) {

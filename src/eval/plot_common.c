@@ -91,6 +91,17 @@ void plot_text_vertical(cairo_t *cr, double x, double y, double size, const char
   cairo_restore(cr);
 }
 
+int plot_size(int *width, int *height, int def_w, int def_h, ssae_err *err) {
+  if (*width <= 0 || *height <= 0) {
+    *width = def_w;
+    *height = def_h;
+  }
+  if (*width < 400 || *height < 300 || *width > 16000 || *height > 16000)
+    return ssae_err_set(err, "picture size %dx%d is out of range (400x300 .. 16000x16000)",
+                        *width, *height);
+  return 0;
+}
+
 double plot_tick_step(double span, int n) {
   if (!(span > 0)) return 1.0;
   double raw = span / (n > 0 ? n : 1), p = pow(10.0, floor(log10(raw))), f = raw / p;

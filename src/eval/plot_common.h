@@ -16,6 +16,10 @@ typedef struct plot_target {
   int png;
 } plot_target;
 
+/* The picture's size: *width x *height, or def_w x def_h where either is 0
+ * or less; -1 (the reason in err) outside 400x300 .. 16000x16000. */
+int plot_size(int *width, int *height, int def_w, int def_h, ssae_err *err);
+
 /* Surface for path by extension (.png, .svg); a white background. */
 int plot_open(plot_target *t, const char *path, int width, int height, ssae_err *err);
 /* Writes the file (PNG) or finishes it (SVG) and frees everything. With

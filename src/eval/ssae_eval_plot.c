@@ -150,13 +150,7 @@ static void draw_hist(cairo_t *cr, const ssae_evalplot_section *sec, size_t n_se
 int ssae_evalplot_draw(const ssae_evalplot_section *sec, size_t n_sec, double threshold,
                        double max_fpr, const char *title, const char *path, int width,
                        int height, ssae_evalplot_layout *layout, ssae_err *err) {
-  if (width <= 0 || height <= 0) {
-    width = 1200;
-    height = 560;
-  }
-  if (width < 400 || height < 300 || width > 16000 || height > 16000)
-    return ssae_err_set(err, "picture size %dx%d is out of range (400x300 .. 16000x16000)",
-                        width, height);
+  if (plot_size(&width, &height, 1200, 560, err)) return -1;
   ssae_evalplot_layout l;
   memset(&l, 0, sizeof l);
   l.width = width;

@@ -200,6 +200,23 @@ static void time_ticks(cairo_t *cr, const ssae_report_layout *l, const ssae_rect
   }
 }
 
+/* The score axis's ticks in turn (log scale): the decades inside the axis,
+ * and 2 and 5 times them when it spans little. *step starts at 0; returns
+ * 0 after the last tick. */
+static int next_score_tick(const ssae_report_layout *l, int *step, double *v) {
+  static const double mant[3] = {1, 2, 5};
+  const int per = l->score_hi - l->score_lo < 2.5 ? 3 : 1;
+  const int e0 = (int)floor(l->score_lo), e1 = (int)ceil(l->score_hi);
+  while (e0 + *step / per <= e1) {
+    int e = e0 + *step / per, k = *step % per;
+    (*step)++;
+    *v = mant[k] * pow(10.0, e);
+    double lv = log10(*v);
+    if (lv >= l->score_lo && lv <= l->score_hi) return 1;
+  }
+  return 0;
+}
+
 /* The next alarm span from window *i on: its pixel columns (clamped to the
  * panels), from the time of the window that turned the alarm on to that of
  * the window that turned it off, or of the last window when none did (the
@@ -239,20 +256,15 @@ static void draw_scores(cairo_t *cr, const ssae_report_data *d, const ssae_repor
     cairo_rectangle(cr, x0, r->y, x1 - x0, r->h);
     cairo_fill(cr);
   }
-  /* Grid at the decades (and 2, 5 when the axis spans little). */
-  double span = l->score_hi - l->score_lo;
+  /* Grid at the score ticks. */
   char buf[32];
-  for (int e = (int)floor(l->score_lo); e <= (int)ceil(l->score_hi); e++) {
-    static const double mant[3] = {1, 2, 5};
-    for (int k = 0; k < (span < 2.5 ? 3 : 1); k++) {
-      double v = mant[k] * pow(10.0, e), lv = log10(v);
-      if (lv < l->score_lo || lv > l->score_hi) continue;
-      double y = floor(ssae_report_score_y(l, v)) + 0.5;
-      cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-      cairo_move_to(cr, r->x, y);
-      cairo_line_to(cr, r->x + r->w, y);
-      cairo_stroke(cr);
-    }
+  double v;
+  for (int step = 0; next_score_tick(l, &step, &v);) {
+    double y = floor(ssae_report_score_y(l, v)) + 0.5;
+    cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+    cairo_move_to(cr, r->x, y);
+    cairo_line_to(cr, r->x + r->w, y);
+    cairo_stroke(cr);
   }
   if (d->n_windows) {
     cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
@@ -288,18 +300,13 @@ static void draw_scores(cairo_t *cr, const ssae_report_data *d, const ssae_repor
   plot_frame(cr, r);
 
   cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-  for (int e = (int)floor(l->score_lo); e <= (int)ceil(l->score_hi); e++) {
-    static const double mant[3] = {1, 2, 5};
-    for (int k = 0; k < (span < 2.5 ? 3 : 1); k++) {
-      double v = mant[k] * pow(10.0, e), lv = log10(v);
-      if (lv < l->score_lo || lv > l->score_hi) continue;
-      double y = floor(ssae_report_score_y(l, v)) + 0.5;
-      cairo_move_to(cr, r->x, y);
-      cairo_line_to(cr, r->x - 5 * s, y);
-      cairo_stroke(cr);
-      snprintf(buf, sizeof buf, "%g", v);
-      plot_text(cr, r->x - 8 * s, y, 1.0, 0.5, 11 * s, buf);
-    }
+  for (int step = 0; next_score_tick(l, &step, &v);) {
+    double y = floor(ssae_report_score_y(l, v)) + 0.5;
+    cairo_move_to(cr, r->x, y);
+    cairo_line_to(cr, r->x - 5 * s, y);
+    cairo_stroke(cr);
+    snprintf(buf, sizeof buf, "%g", v);
+    plot_text(cr, r->x - 8 * s, y, 1.0, 0.5, 11 * s, buf);
   }
   plot_text_vertical(cr, r->x - 62 * s, r->y + r->h / 2, 13 * s, "window score");
   time_ticks(cr, l, r, 1, s);
@@ -387,13 +394,7 @@ static void draw_title(cairo_t *cr, const ssae_report_data *d, const ssae_report
 
 int ssae_report_draw(const ssae_report_data *d, const char *path, int width, int height,
                      ssae_report_layout *layout, ssae_err *err) {
-  if (width <= 0 || height <= 0) {
-    width = 1200;
-    height = 800;
-  }
-  if (width < 400 || height < 300 || width > 16000 || height > 16000)
-    return ssae_err_set(err, "picture size %dx%d is out of range (400x300 .. 16000x16000)",
-                        width, height);
+  if (plot_size(&width, &height, 1200, 800, err)) return -1;
   if (d->n_mels < 1 || d->sample_rate < 1 || d->hop_length < 1 || d->frames_per_window < 1)
     return ssae_err_set(err, "report: bad feature settings");
   if (d->n_windows && (!d->scores || !d->smoothed || !d->alarm))

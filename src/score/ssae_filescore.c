@@ -1,7 +1,6 @@
 #include "ssae_filescore.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,49 +22,10 @@ void ssae_file_scores_release(ssae_file_scores *s) {
  * streaming log-mel front end, which gives the same frames for any block
  * sizes (SPEC section 1), so memory holds the frames (or, when only the
  * scores are wanted, one batch of them), never the signal: a 1-hour file
- * costs its 28 MB of frames or less, not 700 MB of samples. */
+ * costs its 28 MB of frames or less, not 700 MB of samples. The front end
+ * is the thread's, kept for its next file (ssae_logmel_cached). */
 
 #define PCM_BLOCK 16384
-
-/* One front end per thread, kept for the next file with the same settings
- * (setting one up costs as much as the frames of a 10 s clip); freed when
- * the thread ends. */
-typedef struct cached_lm {
-  ssae_logmel *lm;
-  ssae_feat_cfg cfg;
-} cached_lm;
-
-static pthread_key_t lm_key;
-static pthread_once_t lm_once = PTHREAD_ONCE_INIT;
-static int lm_key_ok;
-
-static void lm_release(void *p) {
-  cached_lm *c = p;
-  if (!c) return;
-  ssae_logmel_free(c->lm);
-  free(c);
-}
-static void lm_key_init(void) { lm_key_ok = pthread_key_create(&lm_key, lm_release) == 0; }
-
-#if defined(__GNUC__)
-/* As dsp/ssae_logmel.c's cache: the key goes with the library when a host
- * unloads it, so that no thread ends into unmapped code. */
-__attribute__((destructor)) static void lm_unload(void) {
-  if (!lm_key_ok) return;
-  lm_release(pthread_getspecific(lm_key));
-  pthread_setspecific(lm_key, NULL);
-  pthread_key_delete(lm_key);
-  lm_key_ok = 0;
-}
-#endif
-
-static int same_cfg(const ssae_feat_cfg *a, const ssae_feat_cfg *b) {
-  return a->sample_rate == b->sample_rate && a->n_fft == b->n_fft &&
-         a->hop_length == b->hop_length && a->center == b->center &&
-         a->pad_mode == b->pad_mode && a->n_mels == b->n_mels && a->fmin == b->fmin &&
-         a->fmax == b->fmax && a->mel_scale == b->mel_scale && a->mel_norm == b->mel_norm &&
-         a->power == b->power && a->frames == b->frames;
-}
 
 typedef struct frame_reader {
   ssae_audio_stream *as;
@@ -92,30 +52,6 @@ static void reader_close(frame_reader *r, ssae_file_scores *out) {
   memset(r, 0, sizeof *r);
 }
 
-static ssae_logmel *front_end(const ssae_feat_cfg *cfg, int *owned, ssae_err *err) {
-  pthread_once(&lm_once, lm_key_init);
-  cached_lm *c = lm_key_ok ? pthread_getspecific(lm_key) : NULL;
-  *owned = 0;
-  if (c && c->lm && same_cfg(&c->cfg, cfg)) {
-    ssae_logmel_reset(c->lm);
-    return c->lm;
-  }
-  ssae_logmel *lm = ssae_logmel_new(cfg, err);
-  if (!lm) return NULL;
-  if (!c && lm_key_ok && (c = calloc(1, sizeof *c)) && pthread_setspecific(lm_key, c)) {
-    free(c);
-    c = NULL;
-  }
-  if (!c) {
-    *owned = 1;
-    return lm;
-  }
-  ssae_logmel_free(c->lm);
-  c->lm = lm;
-  c->cfg = *cfg;
-  return lm;
-}
-
 static int reader_open(frame_reader *r, const ssae_model *m, const char *path, int channel,
                        const ssae_audio_opts *ao, ssae_file_scores *out, ssae_err *err) {
   memset(r, 0, sizeof *r);
@@ -126,7 +62,7 @@ static int reader_open(frame_reader *r, const ssae_model *m, const char *path, i
   out->file_rate = ai->file_rate;
   out->file_channels = ai->file_channels;
   r->n_mels = m->feat.n_mels;
-  if (!(r->lm = front_end(&m->feat, &r->lm_owned, err))) {
+  if (!(r->lm = ssae_logmel_cached(&m->feat, &r->lm_owned, err))) {
     reader_close(r, NULL);
     return ssae_err_prefix(err, "%s", path);
   }

@@ -32,11 +32,29 @@ static void label_value(char *out, size_t len, const char *v) {
   out[u] = 0;
 }
 
+typedef struct {
+  const char *name, *type, *help;
+} prom_fam;
+
+/* One sample of each of n families, all with the same labels. */
+static void write_families(ssae_textbuf *b, const prom_fam *f, const double *v, size_t n,
+                           const char *labels) {
+  for (size_t k = 0; k < n; k++) {
+    ssae_prom_family(b, f[k].name, f[k].type, f[k].help);
+    ssae_prom_sample(b, f[k].name, labels, v[k]);
+  }
+}
+
+/* node="...",machine="...": node escaped already, the machine's name here. */
+static void machine_labels(char *out, size_t len, const char *node, const char *machine) {
+  char mach[160];
+  label_value(mach, sizeof mach, machine);
+  snprintf(out, len, "node=\"%s\",machine=\"%s\"", node, mach);
+}
+
 typedef enum { M_SCORE, M_WSCORE, M_ALARM, M_THR, M_WIN, M_DROP, M_ALARMS, M_N } mkind;
 
-static const struct {
-  const char *name, *type, *help;
-} fam[M_N] = {
+static const prom_fam fam[M_N] = {
     {"ssae_machine_score", "gauge", "Smoothed anomaly score the detector judges."},
     {"ssae_machine_window_score", "gauge", "Anomaly score of the last window."},
     {"ssae_machine_alarm", "gauge", "1 while the machine is in alarm."},
@@ -69,9 +87,8 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
   for (int k = 0; k < M_N && st; k++) {
     ssae_prom_family(b, fam[k].name, fam[k].type, fam[k].help);
     for (int i = 0; i < s->n; i++) {
-      char labels[400], mach[160];
-      label_value(mach, sizeof mach, s->m[i].name);
-      snprintf(labels, sizeof labels, "node=\"%s\",machine=\"%s\"", node, mach);
+      char labels[400];
+      machine_labels(labels, sizeof labels, node, s->m[i].name);
       double v = 0;
       switch ((mkind)k) {
       case M_SCORE: v = st[i].smoothed; break;
@@ -102,9 +119,8 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
   ssae_prom_family(b, "ssae_model_threshold", "gauge",
                    "Threshold stored in each machine's model (NaN: none).");
   for (int i = 0; i < s->n; i++) {
-    char labels[400], mach[160];
-    label_value(mach, sizeof mach, s->m[i].name);
-    snprintf(labels, sizeof labels, "node=\"%s\",machine=\"%s\"", node, mach);
+    char labels[400];
+    machine_labels(labels, sizeof labels, node, s->m[i].name);
     ssae_prom_sample(b, "ssae_model_threshold", labels, s->m[i].model_threshold);
   }
   pthread_mutex_unlock(&s->names_mu);
@@ -117,35 +133,21 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
     ssae_prom_family(b, "ssae_engine_info", "gauge",
                      "Backend in use and program version (value 1).");
     ssae_prom_sample(b, "ssae_engine_info", labels, 1);
-    static const struct {
-      const char *name, *help;
-    } ctr[] = {
-        {"ssae_engine_windows_total", "Windows made by the audio thread."},
-        {"ssae_engine_scored_windows_total", "Windows scored by the worker."},
-        {"ssae_engine_dropped_windows_total", "Windows dropped (ring full)."},
-        {"ssae_engine_batches_total", "Backend calls."},
-        {"ssae_engine_audio_seconds_total", "Seconds of audio processed."},
+    static const prom_fam ef[] = {
+        {"ssae_engine_windows_total", "counter", "Windows made by the audio thread."},
+        {"ssae_engine_scored_windows_total", "counter", "Windows scored by the worker."},
+        {"ssae_engine_dropped_windows_total", "counter", "Windows dropped (ring full)."},
+        {"ssae_engine_batches_total", "counter", "Backend calls."},
+        {"ssae_engine_audio_seconds_total", "counter", "Seconds of audio processed."},
+        {"ssae_engine_latency_p50_seconds", "gauge", "Median window-to-score latency."},
+        {"ssae_engine_latency_p99_seconds", "gauge", "99th percentile window-to-score latency."},
+        {"ssae_engine_latency_max_seconds", "gauge", "Largest window-to-score latency."},
     };
-    const double cv[] = {(double)es.windows, (double)es.scored,
-                         (double)es.dropped, (double)es.batches, es.audio_s};
+    const double ev[] = {(double)es.windows,  (double)es.scored,  (double)es.dropped,
+                         (double)es.batches,  es.audio_s,         es.lat_p50_ms * 1e-3,
+                         es.lat_p99_ms * 1e-3, es.lat_max_ms * 1e-3};
     snprintf(labels, sizeof labels, "node=\"%s\"", node);
-    for (size_t k = 0; k < sizeof cv / sizeof cv[0]; k++) {
-      ssae_prom_family(b, ctr[k].name, "counter", ctr[k].help);
-      ssae_prom_sample(b, ctr[k].name, labels, cv[k]);
-    }
-    static const struct {
-      const char *name, *help;
-    } lat[] = {
-        {"ssae_engine_latency_p50_seconds", "Median window-to-score latency."},
-        {"ssae_engine_latency_p99_seconds", "99th percentile window-to-score latency."},
-        {"ssae_engine_latency_max_seconds", "Largest window-to-score latency."},
-    };
-    const double lv[] = {es.lat_p50_ms * 1e-3, es.lat_p99_ms * 1e-3,
-                         es.lat_max_ms * 1e-3};
-    for (int k = 0; k < 3; k++) {
-      ssae_prom_family(b, lat[k].name, "gauge", lat[k].help);
-      ssae_prom_sample(b, lat[k].name, labels, lv[k]);
-    }
+    write_families(b, ef, ev, sizeof ev / sizeof ev[0], labels);
   }
   char nl[200];
   snprintf(nl, sizeof nl, "node=\"%s\"", node);
@@ -163,9 +165,7 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
   if (s->mqtt) {
     ssae_mqtt_stats ms;
     ssae_mqtt_stats_get(s->mqtt, &ms);
-    static const struct {
-      const char *name, *type, *help;
-    } mf[] = {
+    static const prom_fam mf[] = {
         {"ssae_mqtt_connected", "gauge", "1 while connected to the broker."},
         {"ssae_mqtt_queue_messages", "gauge", "Messages waiting to be sent."},
         {"ssae_mqtt_queue_capacity_messages", "gauge", "Capacity of the queue."},
@@ -180,17 +180,12 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
     const double mv[] = {ms.connected, (double)ms.queued, (double)ms.capacity,
                          (double)ms.dropped, (double)ms.published,
                          (double)ms.unacked, (double)ms.connects};
-    for (size_t k = 0; k < sizeof mv / sizeof mv[0]; k++) {
-      ssae_prom_family(b, mf[k].name, mf[k].type, mf[k].help);
-      ssae_prom_sample(b, mf[k].name, nl, mv[k]);
-    }
+    write_families(b, mf, mv, sizeof mv / sizeof mv[0], nl);
   }
   if (s->clips) {
     ssae_clips_stats cs;
     ssae_clips_stats_get(s->clips, &cs);
-    static const struct {
-      const char *name, *type, *help;
-    } cf[] = {
+    static const prom_fam cf[] = {
         {"ssae_clips_written_total", "counter", "Alarm clips written."},
         {"ssae_clips_failed_total", "counter", "Alarm clips that failed."},
         {"ssae_clips_deleted_total", "counter", "Clips deleted by retention."},
@@ -200,10 +195,7 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
     };
     const double cv[] = {(double)cs.written, (double)cs.failed,
                          (double)cs.deleted, (double)cs.lost_samples, cs.open};
-    for (size_t k = 0; k < sizeof cv / sizeof cv[0]; k++) {
-      ssae_prom_family(b, cf[k].name, cf[k].type, cf[k].help);
-      ssae_prom_sample(b, cf[k].name, nl, cv[k]);
-    }
+    write_families(b, cf, cv, sizeof cv / sizeof cv[0], nl);
   }
   ssae_prom_family(b, "ssae_events_write_errors_total", "counter",
                    "Event lines that could not be written.");

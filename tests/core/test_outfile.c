@@ -21,22 +21,6 @@
 
 static char root[256];
 
-static void put(const char *path, const char *s) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return;
-  fputs(s, f);
-  fclose(f);
-}
-
-static long slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  size_t n = fread(buf, 1, cap - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return (long)n;
-}
-
 /* Files in dir other than the expected ones (a temporary left behind). */
 static int stray_files(const char *dir, const char *keep1, const char *keep2) {
   DIR *d = opendir(dir);
@@ -68,8 +52,8 @@ static void test_commit(void) {
   CHECK(ssae_outfile_printf(f, "%s %d\n", "two", 3) == 0, "printf");
   fprintf(ssae_outfile_fp(f), "via fp\n");
   CHECK(ssae_outfile_commit(f, &err) == 0, "commit: %s", err.msg);
-  CHECK(slurp(p, buf, sizeof buf) == 17 && !strcmp(buf, "one two 3\nvia fp\n"), "content '%s'",
-        buf);
+  CHECK(test_read_text(p, buf, sizeof buf) == 17 && !strcmp(buf, "one two 3\nvia fp\n"),
+        "content '%s'", buf);
   CHECK(stat(p, &st) == 0 && (st.st_mode & 0777) == (0666 & ~(mode_t)022), "mode %o",
         (unsigned)(st.st_mode & 0777));
   CHECK(stray_files(root, "out.txt", NULL) == 0, "temporary left after commit");
@@ -77,7 +61,8 @@ static void test_commit(void) {
   /* Replacing keeps the existing file's mode. */
   chmod(p, 0600);
   CHECK(ssae_outfile_write_all(p, "new\n", 4, &err) == 0, "write_all: %s", err.msg);
-  CHECK(slurp(p, buf, sizeof buf) == 4 && !strcmp(buf, "new\n"), "replaced content '%s'", buf);
+  CHECK(test_read_text(p, buf, sizeof buf) == 4 && !strcmp(buf, "new\n"),
+        "replaced content '%s'", buf);
   CHECK(stat(p, &st) == 0 && (st.st_mode & 0777) == 0600, "mode kept %o",
         (unsigned)(st.st_mode & 0777));
 
@@ -88,7 +73,7 @@ static void test_commit(void) {
     ssae_outfile_write(f, "garbage", 7);
     ssae_outfile_abort(f);
   }
-  CHECK(slurp(p, buf, sizeof buf) == 4 && !strcmp(buf, "new\n"), "abort changed the file");
+  CHECK(test_read_text(p, buf, sizeof buf) == 4 && !strcmp(buf, "new\n"), "abort changed the file");
   CHECK(stray_files(root, "out.txt", NULL) == 0, "temporary left after abort");
   ssae_outfile_abort(NULL);
 
@@ -98,7 +83,8 @@ static void test_commit(void) {
   CHECK(symlink("out.txt", l) == 0, "symlink: %s", strerror(errno));
   CHECK(ssae_outfile_write_all(l, "via link\n", 9, &err) == 0, "write via link: %s", err.msg);
   CHECK(lstat(l, &st) == 0 && S_ISLNK(st.st_mode), "the link was replaced by a file");
-  CHECK(slurp(p, buf, sizeof buf) == 9 && !strcmp(buf, "via link\n"), "destination '%s'", buf);
+  CHECK(test_read_text(p, buf, sizeof buf) == 9 && !strcmp(buf, "via link\n"),
+        "destination '%s'", buf);
   CHECK(stray_files(root, "out.txt", "link.txt") == 0, "temporary left (symlink)");
   unlink(l);
   unlink(p);
@@ -117,7 +103,7 @@ static void expect_failed_write(const char *dir, const char *name, const char *o
                                 int why) {
   char p[1024], buf[4096];
   snprintf(p, sizeof p, "%.500s/%.500s", dir, name);
-  put(p, old);
+  test_write_text(p, old);
   ssae_err err = {{0}};
   ssae_outfile *f = ssae_outfile_open(p, &err);
   CHECK(f, "open on %s: %s", dir, err.msg);
@@ -131,7 +117,7 @@ static void expect_failed_write(const char *dir, const char *name, const char *o
   CHECK(rc == -1, "a %zu-byte write to %s succeeded", n, p);
   CHECK(strstr(err.msg, p) && strstr(err.msg, strerror(why)), "message '%s' lacks the file "
         "or '%s'", err.msg, strerror(why));
-  CHECK(slurp(p, buf, sizeof buf) == (long)strlen(old) && !strcmp(buf, old),
+  CHECK(test_read_text(p, buf, sizeof buf) == (long)strlen(old) && !strcmp(buf, old),
         "previous file changed: '%s'", buf);
   CHECK(stray_files(dir, name, NULL) == 0, "temporary left in %s", dir);
 }
@@ -239,7 +225,7 @@ static void test_read_only(void) {
   snprintf(dir, sizeof dir, "%s/ro", root);
   mkdir(dir, 0755);
   snprintf(p, sizeof p, "%s/scores.tsv", dir);
-  put(p, "old\n");
+  test_write_text(p, "old\n");
   int why;
   if (geteuid() == 0) {
     /* Root writes through mode bits: a read-only bind mount instead. */
@@ -258,7 +244,7 @@ static void test_read_only(void) {
   ssae_err err = {{0}};
   CHECK(!ssae_outfile_open(p, &err) && strstr(err.msg, p) && strstr(err.msg, strerror(why)),
         "read-only dir: '%s'", err.msg);
-  CHECK(slurp(p, buf, sizeof buf) == 4 && !strcmp(buf, "old\n"), "file changed");
+  CHECK(test_read_text(p, buf, sizeof buf) == 4 && !strcmp(buf, "old\n"), "file changed");
   CHECK(stray_files(dir, "scores.tsv", NULL) == 0, "temporary left in the read-only dir");
   if (geteuid() == 0)
     umount(dir);
@@ -281,10 +267,5 @@ int main(void) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("outfile: all checks passed\n");
-  return 0;
+  return test_done("outfile: all checks passed");
 }

@@ -86,10 +86,5 @@ static void test_nan_window(void) {
 int main(void) {
   test_threshold();
   test_nan_window();
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("no-spread threshold and NaN kernels: all checks passed\n");
-  return 0;
+  return test_done("no-spread threshold and NaN kernels: all checks passed");
 }

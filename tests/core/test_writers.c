@@ -31,22 +31,6 @@ static char root[] = "/tmp/ssae_writers_XXXXXX";
 static char small[300];
 static int have_small;
 
-static long slurp(const char *path, char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  size_t n = fread(buf, 1, cap - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return (long)n;
-}
-
-static void put(const char *path, const char *s) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return;
-  fputs(s, f);
-  fclose(f);
-}
-
 /* Files in dir besides filler and keep. */
 static int strays(const char *dir, const char *keep) {
   DIR *d = opendir(dir);
@@ -92,7 +76,7 @@ static void check_failed(const char *what, const char *dir, const char *name, co
   snprintf(p, sizeof p, "%s/%s", dir, name);
   CHECK(strstr(err->msg, p) && strstr(err->msg, strerror(ENOSPC)),
         "%s: message '%s' lacks the file or the reason", what, err->msg);
-  CHECK(slurp(p, buf, sizeof buf) == (long)strlen(old) && !strcmp(buf, old),
+  CHECK(test_read_text(p, buf, sizeof buf) == (long)strlen(old) && !strcmp(buf, old),
         "%s: previous file changed", what);
   CHECK(strays(dir, name) == 0, "%s: temporary left", what);
 }
@@ -138,7 +122,7 @@ static void test_model(void) {
   snprintf(q, sizeof q, "%s/none.safetensors", root);
   if (have_small) {
     snprintf(p, sizeof p, "%s/model.safetensors", small);
-    put(p, "previous model\n");
+    test_write_text(p, "previous model\n");
     CHECK(ssae_model_save(m, p, &err) == -1, "model saved onto a full disk");
     check_failed("model", small, "model.safetensors", "previous model\n", &err);
     unlink(p);
@@ -170,7 +154,7 @@ static void test_npy(void) {
         "npy on /dev/full: '%s'", err.msg);
   if (have_small) {
     snprintf(p, sizeof p, "%s/f.npy", small);
-    put(p, "previous npy\n");
+    test_write_text(p, "previous npy\n");
     CHECK(ssae_npy_write_f32(p, x, shape, 2, &err) == -1, "npy written onto a full disk");
     check_failed("npy", small, "f.npy", "previous npy\n", &err);
     unlink(p);
@@ -198,7 +182,7 @@ static void test_plot(void) {
     unlink(p);
     if (have_small) {
       snprintf(p, sizeof p, "%s/%s", small, names[k]);
-      put(p, "previous picture\n");
+      test_write_text(p, "previous picture\n");
       CHECK(ssae_evalplot_draw(&sec, 1, 5.0, 0.1, "t", p, 600, 400, NULL, &err) == -1,
             "%s drawn onto a full disk", names[k]);
       check_failed(names[k], small, names[k], "previous picture\n", &err);
@@ -216,7 +200,7 @@ static void test_evsink(void) {
   ssae_err err = {{0}};
   char w[400];
   snprintf(w, sizeof w, "%s/windows.tsv", have_small ? small : root);
-  put(w, "previous tsv\n");
+  test_write_text(w, "previous tsv\n");
   ssae_evsink_cfg cfg = {.events_path = "/dev/full", .windows_path = w, .label = "in.wav",
                          .hop_length = 512, .sample_rate = 16000, .frames = 5, .prog = "test"};
   ssae_evsink *s = ssae_evsink_new(&cfg, &err);
@@ -246,7 +230,7 @@ static void test_evsink(void) {
   if (have_small) {
     /* The TSV did not fit: the previous one stays, no temporary. */
     char buf[64];
-    CHECK(slurp(w, buf, sizeof buf) == 13 && !strcmp(buf, "previous tsv\n"),
+    CHECK(test_read_text(w, buf, sizeof buf) == 13 && !strcmp(buf, "previous tsv\n"),
           "windows TSV replaced on a full disk");
     CHECK(strays(small, "windows.tsv") == 0, "temporary TSV left");
   }
@@ -262,7 +246,8 @@ static void test_evsink(void) {
     CHECK(ssae_evsink_check(s, &err) == 0, "check on a healthy sink");
     CHECK(ssae_evsink_close(s, &err) == 0, "close: %s", err.msg);
     char buf[256];
-    CHECK(slurp(w, buf, sizeof buf) > 0 && strstr(buf, "path\twindow\ttime\tscore\nin.wav\t7\t"),
+    CHECK(test_read_text(w, buf, sizeof buf) > 0 &&
+              strstr(buf, "path\twindow\ttime\tscore\nin.wav\t7\t"),
           "TSV '%s'", buf);
   }
   unlink(w);
@@ -284,10 +269,5 @@ int main(void) {
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-  if (failures) {
-    fprintf(stderr, "%d failure(s)\n", failures);
-    return 1;
-  }
-  printf("writers: all checks passed\n");
-  return 0;
+  return test_done("writers: all checks passed");
 }

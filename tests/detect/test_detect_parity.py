@@ -19,16 +19,10 @@ import sys
 import tempfile
 import wave
 
+from ssae_testlib import check, done
+
 ssae, gen = os.environ["SSAE"], sys.argv[1]
 RATE = 16000  # the default model's rate: no resampling on either path
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL", msg)
-        failures += 1
 
 
 def make_clip(path, seed, seconds, anomaly, at, length, zeros):
@@ -140,5 +134,4 @@ with tempfile.TemporaryDirectory() as d:
     check(spans and spans[-1][2] is None and 5 < float(spans[-1][1]) < 6,
           f"squeal: no alarm open at the end: {spans}")
 
-print("failures:", failures)
-sys.exit(1 if failures else 0)
+done()

@@ -8,20 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ssae_test.h"
 #include "ssae_detector.h"
 #include "ssae_features.h"
 #include "ssae_silence.h"
-
-static int failures;
-#define CHECK(c, ...)                                \
-  do {                                               \
-    if (!(c)) {                                      \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);    \
-      printf(__VA_ARGS__);                           \
-      printf("\n");                                  \
-      failures++;                                    \
-    }                                                \
-  } while (0)
 
 enum { ON = SSAE_DETECTOR_ALARM_ON, OFF = SSAE_DETECTOR_ALARM_OFF, SAME = SSAE_DETECTOR_NO_CHANGE };
 
@@ -356,6 +346,5 @@ int main(void) {
   test_window_span();
   test_silence_windows();
   test_many_runs();
-  printf("%s (%d failure%s)\n", failures ? "FAIL" : "ok", failures, failures == 1 ? "" : "s");
-  return failures ? 1 : 0;
+  return test_done("detector: all checks passed");
 }

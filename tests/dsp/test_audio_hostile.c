@@ -26,6 +26,7 @@
 
 #include "ssae_audio.h"
 #include "../ssae_test.h"
+#include "../ssae_test_wav.h"
 
 static size_t largest_alloc;
 void *__real_malloc(size_t n);
@@ -37,14 +38,6 @@ void *__wrap_malloc(size_t n) {
 
 static char dir[] = "/tmp/ssae_test_hostile_XXXXXX";
 
-static void le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void le16(unsigned char *p, uint16_t v) {
-  p[0] = (unsigned char)v;
-  p[1] = (unsigned char)(v >> 8);
-}
-
 /* A 16-bit PCM WAV written byte by byte: rate and the data chunk's size
  * are whatever the test says, not what the samples need. */
 static int write_raw_wav(const char *path, uint32_t rate, uint16_t ch, size_t frames,
@@ -52,38 +45,14 @@ static int write_raw_wav(const char *path, uint32_t rate, uint16_t ch, size_t fr
   size_t bytes = frames * ch * 2;
   unsigned char *b = calloc(1, 44 + bytes);
   if (!b) return -1;
-  memcpy(b, "RIFF", 4);
-  le32(b + 4, (uint32_t)(36 + bytes));
-  memcpy(b + 8, "WAVEfmt ", 8);
-  le32(b + 16, 16);
-  le16(b + 20, 1);
-  le16(b + 22, ch);
-  le32(b + 24, rate);
-  le32(b + 28, rate * ch * 2u);
-  le16(b + 32, (uint16_t)(ch * 2));
-  le16(b + 34, 16);
-  memcpy(b + 36, "data", 4);
-  le32(b + 40, data_claim);
+  test_wav_header(b, rate, ch, (uint32_t)(36 + bytes), data_claim);
   for (size_t i = 0; i < frames * ch; i++)
-    le16(b + 44 + 2 * i, (uint16_t)(int16_t)lrint(8000 * sin(0.01 * (double)i)));
+    test_le16(b + 44 + 2 * i, (uint16_t)(int16_t)lrint(8000 * sin(0.01 * (double)i)));
   FILE *f = fopen(path, "wb");
   size_t w = f ? fwrite(b, 1, 44 + bytes, f) : 0;
   if (f) fclose(f);
   free(b);
   return w == 44 + bytes ? 0 : -1;
-}
-
-static int write_sf(const char *path, int format, int rate, int ch, const float *x,
-                    size_t frames) {
-  SF_INFO info = {0};
-  info.samplerate = rate;
-  info.channels = ch;
-  info.format = format;
-  SNDFILE *sf = sf_open(path, SFM_WRITE, &info);
-  if (!sf) return -1;
-  sf_count_t w = sf_writef_float(sf, x, (sf_count_t)frames);
-  sf_close(sf);
-  return w == (sf_count_t)frames ? 0 : -1;
 }
 
 /* The loader before streaming: the whole stream resampled at once. */
@@ -113,7 +82,7 @@ static void test_streaming_identity(void) {
       float *x = malloc(sizeof *x * n * ch);
       for (size_t i = 0; i < n * ch; i++) x[i] = (float)(0.5 * sin(0.001 * (double)(i * (i % 7 + 1))));
       snprintf(p, sizeof p, "%s/s.wav", dir);
-      if (write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, rate, ch, x, n)) {
+      if (test_write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, rate, ch, x, n)) {
         CHECK(0, "cannot write %s", p);
         free(x);
         continue;
@@ -296,7 +265,7 @@ static void test_nonfinite(void) {
   float *x = calloc(n, sizeof *x);
   x[24000] = NAN; /* 1.5 s at 16 kHz */
   x[30000] = INFINITY;
-  CHECK(!write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, x, n), "write");
+  CHECK(!test_write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, x, n), "write");
   ssae_err err = {{0}};
   ssae_audio a;
   CHECK(ssae_audio_load(p, 0, 16000, &a, &err) == -1 && strstr(err.msg, p) &&
@@ -310,7 +279,7 @@ static void test_nonfinite(void) {
   /* -Inf first, in the second channel of a stereo file. */
   float *st = calloc(2 * n, sizeof *st);
   st[2 * 8000 + 1] = -INFINITY;
-  CHECK(!write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 2, st, n), "write");
+  CHECK(!test_write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 2, st, n), "write");
   CHECK(ssae_audio_load(p, 0, 16000, &a, &err) == -1 && strstr(err.msg, "0.500000 s") &&
             strstr(err.msg, "channel 1") && strstr(err.msg, "-Inf"),
         "-Inf WAV: '%s'", err.msg);
@@ -331,10 +300,5 @@ int main(void) {
   test_cut_data_chunk();
   test_nonfinite();
   rmdir(dir);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return test_done("ok");
 }

@@ -17,25 +17,13 @@ except ImportError as e:
     print(f"skip: {e}")
     sys.exit(77)
 
+from ssae_testlib import check, done, fail, run_expect  # noqa: E402
+
 SSAE = os.environ["SSAE"]
-failures = []
-
-
-def ssae(*args):
-    p = subprocess.run([SSAE, "features", *args], capture_output=True, text=True, timeout=60)
-    if p.returncode < 0 or p.returncode > 2:
-        failures.append(f"{args}: crashed or odd status {p.returncode}: {p.stderr}")
-    return p
 
 
 def expect(args, status, *words):
-    p = ssae(*args)
-    ok = p.returncode == status and all(w in p.stderr for w in words)
-    print(f"{'ok' if ok else 'FAIL'} {' '.join(args)} -> {p.returncode}: {p.stderr.strip()}")
-    if not ok:
-        failures.append(f"{args}: status {p.returncode} (want {status}), stderr {p.stderr!r}"
-                        f" should name {words}")
-    return p
+    return run_expect([SSAE, "features", *args], status, *words, timeout=60)
 
 
 def wav(path, seconds, sr=16000, channels=1):
@@ -74,14 +62,14 @@ with tempfile.TemporaryDirectory() as d:
     p = expect([good, "-o", out], 0)
     a = np.load(out)
     if a.shape != (313, 64) or a.dtype != np.float32 or not a.flags.c_contiguous:
-        failures.append(f"10 s file gave {a.shape} {a.dtype}, want (313, 64) float32")
+        fail(f"10 s file gave {a.shape} {a.dtype}, want (313, 64) float32")
     with open(out, "rb") as f:
         head = f.read(10)
     if head[:8] != b"\x93NUMPY\x01\x00" or (10 + head[8] + 256 * head[9]) % 64:
-        failures.append(f"not an aligned .npy v1.0 header: {head!r}")
+        fail(f"not an aligned .npy v1.0 header: {head!r}")
     expect([just, "-o", out], 0)
     if np.load(out).shape != (5, 64):
-        failures.append(f"2048-sample file gave {np.load(out).shape}, want (5, 64)")
+        fail(f"2048-sample file gave {np.load(out).shape}, want (5, 64)")
     expect([stereo, "--channel", "1", "-o", out], 0)
     ch1 = np.load(out)
     expect([stereo, "--channel", "mix", "-o", out], 0)
@@ -91,7 +79,7 @@ with tempfile.TemporaryDirectory() as d:
     # 300 Hz in channel 0, 500 Hz in channel 1: different peak bands; the mix has both.
     b0, b1 = ch0.mean(0).argmax(), ch1.mean(0).argmax()
     if b0 >= b1 or mix.mean(0)[b0] < ch0.mean(0)[b0] - 7 or mix.mean(0)[b1] < ch1.mean(0)[b1] - 7:
-        failures.append(f"channel selection/mix wrong: bands {b0} {b1}")
+        fail(f"channel selection/mix wrong: bands {b0} {b1}")
 
     expect([missing, "-o", out], 1, missing, "No such file")
     expect([text, "-o", out], 1, text, "not a readable audio file")
@@ -109,7 +97,7 @@ with tempfile.TemporaryDirectory() as d:
         plain = np.load(out)
         expect([good, "--model", model, "-o", out], 0)
         if not np.array_equal(np.load(out), plain):
-            failures.append("--model with the default model changed the frames")
+            fail("--model with the default model changed the frames")
         expect([good, "--model", text, "-o", out], 1, text)
 
     outdir = os.path.join(d, "many")
@@ -117,20 +105,17 @@ with tempfile.TemporaryDirectory() as d:
                short, "2 of 6 files written")
     for name in ("good.npy", "stereo.npy"):
         if not os.path.exists(os.path.join(outdir, name)):
-            failures.append(f"run over several files did not write {name}")
+            fail(f"run over several files did not write {name}")
     if os.path.exists(os.path.join(outdir, "short.npy")):
-        failures.append("a failed file left an output behind")
+        fail("a failed file left an output behind")
 
     expect([good], 2, "no output")
     expect(["-o", out], 2, "no input")
     expect([good, "-o", out, "--channel", "left"], 2, "--channel")
     expect([good, "-o", out, "--n-fft", "1023"], 2, "n_fft")
     expect([good, "-o", out, "--bogus"], 2, "unknown option '--bogus'")
-    p = ssae("--help")
-    if p.returncode != 0 or "usage: ssae features" not in p.stdout:
-        failures.append("--help does not print usage with status 0")
+    p = subprocess.run([SSAE, "features", "--help"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and "usage: ssae features" in p.stdout,
+          "--help does not print usage with status 0")
 
-if failures:
-    print("\n".join(["FAILED:"] + failures))
-    sys.exit(1)
-print("all features CLI checks passed")
+done()

@@ -9,17 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define SSAE_TEST_SEED 0x2545F4914F6CDD1DULL
+#include "../ssae_test.h"
 #include "ssae_fft.h"
-
-static int failures;
-
-static unsigned long long rng_state = 0x2545F4914F6CDD1DULL;
-static double urand(void) {
-  rng_state ^= rng_state << 13;
-  rng_state ^= rng_state >> 7;
-  rng_state ^= rng_state << 17;
-  return (double)(rng_state >> 11) / 9007199254740992.0;
-}
 
 static int same_bits(double a, double b) { return !memcmp(&a, &b, sizeof a); }
 
@@ -124,10 +116,5 @@ int main(void) {
     fprintf(stderr, "FAIL: sizes 1000 and 8 accepted\n");
     failures++;
   }
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return test_done("ok");
 }

@@ -25,41 +25,19 @@
 #include "ssae_logmel.h"
 #include "ssae_model.h"
 #include "../ssae_test.h"
+#include "../ssae_test_wav.h"
 
 static char dir[] = "/tmp/ssae_test_fscore_XXXXXX";
 
-static void le32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
 /* A 16-bit mono WAV header for `frames` frames, then a hole of zeros. */
 static int sparse_wav(const char *path, uint32_t rate, uint32_t frames) {
-  unsigned char h[44] = {'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ',
-                         16, 0, 0, 0, 1, 0, 1, 0};
-  le32(h + 4, 36 + 2 * frames);
-  le32(h + 24, rate);
-  le32(h + 28, 2 * rate);
-  h[32] = 2;
-  h[34] = 16;
-  memcpy(h + 36, "data", 4);
-  le32(h + 40, 2 * frames);
+  unsigned char h[44];
+  test_wav_header(h, rate, 1, 36 + 2 * frames, 2 * frames);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return -1;
   int ok = write(fd, h, 44) == 44 && ftruncate(fd, 44 + 2 * (off_t)frames) == 0;
   close(fd);
   return ok ? 0 : -1;
-}
-
-static int write_sf(const char *path, int rate, int ch, const float *x, size_t frames) {
-  SF_INFO info = {0};
-  info.samplerate = rate;
-  info.channels = ch;
-  info.format = SF_FORMAT_WAV | SF_FORMAT_FLOAT;
-  SNDFILE *sf = sf_open(path, SFM_WRITE, &info);
-  if (!sf) return -1;
-  sf_count_t w = sf_writef_float(sf, x, (sf_count_t)frames);
-  sf_close(sf);
-  return w == (sf_count_t)frames ? 0 : -1;
 }
 
 static long rss_mb(void) {
@@ -105,7 +83,7 @@ static void test_identity(const ssae_model *m, ssae_backend *b) {
       const size_t n = lengths[li] * (size_t)rates[ri] / 16000;
       float *x = malloc(sizeof *x * n * 2);
       for (size_t i = 0; i < 2 * n; i++) x[i] = (float)(0.3 * (urand() - 0.5) + 0.2 * sin(0.05 * (double)i));
-      CHECK(!write_sf(p, rates[ri], 2, x, n), "write");
+      CHECK(!test_write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, rates[ri], 2, x, n), "write");
       free(x);
       for (int channel = SSAE_CHANNEL_MIX; channel <= 1; channel++) {
         /* The whole-file path. */
@@ -157,14 +135,14 @@ static void test_identity(const ssae_model *m, ssae_backend *b) {
     }
   /* Shorter than a window: 3 frames. */
   float z[1100] = {0};
-  CHECK(!write_sf(p, 16000, 1, z, 1100), "write");
+  CHECK(!test_write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, z, 1100), "write");
   ssae_file_scores fs;
   CHECK(ssae_file_score(m, b, 256, p, 0, 0, &fs, &err) == -1 && strstr(err.msg, "too short: 3 "
         "frames"), "short file: '%s'", err.msg);
   CHECK(ssae_file_frames(m, p, 0, &fs, &err) == -1 && strstr(err.msg, "too short"),
         "short file (frames): '%s'", err.msg);
   z[500] = NAN;
-  CHECK(!write_sf(p, 16000, 1, z, 1100), "write");
+  CHECK(!test_write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, z, 1100), "write");
   CHECK(ssae_file_score(m, b, 256, p, 0, 0, &fs, &err) == -1 && strstr(err.msg, p) &&
             strstr(err.msg, "NaN"),
         "NaN file: '%s'", err.msg);
@@ -198,10 +176,5 @@ int main(void) {
   ssae_backend_free(b);
   ssae_model_free(m);
   rmdir(dir);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return test_done("ok");
 }

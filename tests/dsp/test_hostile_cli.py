@@ -8,12 +8,11 @@ ones. Standard library only."""
 import math
 import os
 import struct
-import subprocess
-import sys
 import tempfile
 
+from ssae_testlib import done, fail, run_expect
+
 SSAE = os.environ["SSAE"]
-failures = []
 
 
 def wav(path, rate, samples, float32=False):
@@ -30,13 +29,7 @@ def wav(path, rate, samples, float32=False):
 
 
 def run(args, status, *words):
-    p = subprocess.run([SSAE, *args], capture_output=True, text=True, timeout=300)
-    ok = p.returncode == status and all(w in p.stderr for w in words)
-    print(f"{'ok' if ok else 'FAIL'} {' '.join(args)} -> {p.returncode}")
-    if not ok:
-        failures.append(f"{args}: status {p.returncode} (want {status}), stderr {p.stderr!r} "
-                        f"should have {words}")
-    return p
+    return run_expect([SSAE, *args], status, *words)
 
 
 def main():
@@ -58,24 +51,22 @@ def main():
 
     p = run(["score", "--backend", "cpu", good[0], nan, one_hz, mhz], 1, *words)
     if good[0] not in p.stdout:
-        failures.append(f"score: the good file is missing from stdout {p.stdout!r}")
+        fail(f"score: the good file is missing from stdout {p.stdout!r}")
     npy = os.path.join(d, "good.npy")
     run(["features", good[0], "-o", npy], 0)
     for b, r in bad:
         run(["features", b, "-o", os.path.join(d, "bad.npy")], 1, b, r)
     if os.path.exists(os.path.join(d, "bad.npy")):
-        failures.append("features wrote a .npy for a refused file")
+        fail("features wrote a .npy for a refused file")
     model = os.path.join(d, "m.safetensors")
     p = run(["train", "-o", model, "--epochs", "1", "--backend", "cpu", *good, nan, one_hz, mhz],
             1, *words)
     if not os.path.exists(model):
-        failures.append(f"train wrote no model from the good files: {p.stderr!r}")
+        fail(f"train wrote no model from the good files: {p.stderr!r}")
     for f in os.listdir(d):
         os.unlink(os.path.join(d, f))
     os.rmdir(d)
-    if failures:
-        print("\n".join(failures))
-        sys.exit(1)
+    done()
 
 
 main()

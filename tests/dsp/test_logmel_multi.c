@@ -191,10 +191,5 @@ int main(void) {
   CHECK(ssae_logmel_multi_new(&cfg, 0, on_frame, NULL, &err) == NULL, "0 channels accepted");
   CHECK(ssae_logmel_multi_new(&cfg, 2, NULL, NULL, &err) == NULL, "no callback accepted");
   ssae_logmel_multi_free(NULL);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return test_done("ok");
 }

@@ -210,10 +210,5 @@ int main(void) {
   check_windows();
   check_cfg_text();
   free(x);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return test_done("ok");
 }

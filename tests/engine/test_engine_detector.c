@@ -21,16 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ssae_test.h"
 #include "ssae_engine.h"
 #include "ssae_logmel.h"
-
-#define FAIL(...)                   \
-  do {                              \
-    fprintf(stderr, "FAIL: ");      \
-    fprintf(stderr, __VA_ARGS__);   \
-    fprintf(stderr, "\n");          \
-    exit(1);                        \
-  } while (0)
 
 #define MAXW 4096
 #define MAXEV 256

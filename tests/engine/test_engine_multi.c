@@ -283,10 +283,5 @@ int main(void) {
   run(m, be, 10, 16000, 1, 4, "16 kHz interleaved, 10 channels in 4 groups, one thread");
   ssae_backend_free(be);
   ssae_model_free(m);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("ok\n");
-  return 0;
+  return test_done("ok");
 }

@@ -1,7 +1,8 @@
 /* Real-time safety: the test's own "audio thread" drives the engine while
  * malloc, calloc, realloc, free, pthread_mutex_lock, nanosleep, usleep,
- * clock_nanosleep, sleep and write are interposed (this executable defines
- * them, which takes precedence over libc for every library in the process).
+ * clock_nanosleep, sleep and write are interposed (tests/ssae_rt_interpose.h:
+ * this executable defines them, which takes precedence over libc for every
+ * library in the process).
  * A call from a thread marked as the audio thread while it is inside the
  * engine fails the test. Covers: resampling (48 kHz input), blocks of 1 to
  * 8192 samples, interleaved input, flush, parameter changes and state reads
@@ -9,7 +10,6 @@
  * channels (frames of eight channels computed side by side; channel counts
  * that are not a multiple of eight). */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,96 +23,9 @@
 #include "engine_test_model.h"
 #include "ssae_engine.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
+#include "../ssae_rt_interpose.h"
 
-#ifdef SANITIZED
-int main(void) {
-  printf("SKIP: the sanitizer owns malloc; interposition runs in plain builds\n");
-  return 77;
-}
-#else
-
-static _Thread_local int in_audio;
-static atomic_int violations;
-static const char *atomic_first;
-
-static void violation(const char *what) {
-  if (atomic_fetch_add(&violations, 1) == 0) atomic_first = what;
-}
-
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void __libc_free(void *);
-
-void *malloc(size_t n) {
-  if (in_audio) violation("malloc");
-  return __libc_malloc(n);
-}
-void *calloc(size_t a, size_t b) {
-  if (in_audio) violation("calloc");
-  return __libc_calloc(a, b);
-}
-void *realloc(void *p, size_t n) {
-  if (in_audio) violation("realloc");
-  return __libc_realloc(p, n);
-}
-void free(void *p) {
-  if (in_audio) violation("free");
-  __libc_free(p);
-}
-
-static int (*real_lock)(pthread_mutex_t *);
-static int (*real_nanosleep)(const struct timespec *, struct timespec *);
-static int (*real_clock_nanosleep)(clockid_t, int, const struct timespec *,
-                                   struct timespec *);
-static int (*real_usleep)(useconds_t);
-static ssize_t (*real_write)(int, const void *, size_t);
-static unsigned (*real_sleep)(unsigned);
-
-__attribute__((constructor)) static void resolve(void) {
-  real_lock = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_lock");
-  real_nanosleep = (int (*)(const struct timespec *, struct timespec *))dlsym(
-      RTLD_NEXT, "nanosleep");
-  real_clock_nanosleep =
-      (int (*)(clockid_t, int, const struct timespec *, struct timespec *))dlsym(
-          RTLD_NEXT, "clock_nanosleep");
-  real_usleep = (int (*)(useconds_t))dlsym(RTLD_NEXT, "usleep");
-  real_write = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
-  real_sleep = (unsigned (*)(unsigned))dlsym(RTLD_NEXT, "sleep");
-}
-
-int pthread_mutex_lock(pthread_mutex_t *m) {
-  if (in_audio) violation("pthread_mutex_lock");
-  return real_lock(m);
-}
-int nanosleep(const struct timespec *a, struct timespec *b) {
-  if (in_audio) violation("nanosleep");
-  return real_nanosleep(a, b);
-}
-int clock_nanosleep(clockid_t c, int f, const struct timespec *a,
-                    struct timespec *b) {
-  if (in_audio) violation("clock_nanosleep");
-  return real_clock_nanosleep(c, f, a, b);
-}
-int usleep(useconds_t u) {
-  if (in_audio) violation("usleep");
-  return real_usleep(u);
-}
-unsigned sleep(unsigned s) {
-  if (in_audio) violation("sleep");
-  return real_sleep(s);
-}
-ssize_t write(int fd, const void *p, size_t n) {
-  if (in_audio) violation("write");
-  return real_write(fd, p, n);
-}
+#ifndef SSAE_RT_SANITIZED
 
 static atomic_ullong events_seen;
 static void on_event(void *user, const ssae_event *ev) {
@@ -268,7 +181,7 @@ int main(void) {
   int v = atomic_load(&violations);
   if (v) {
     fprintf(stderr, "FAIL: %d forbidden calls on the audio thread (first: %s)\n",
-            v, atomic_first);
+            v, atomic_load(&first_violation));
     return 1;
   }
   if (!atomic_load(&events_seen)) {
@@ -278,4 +191,4 @@ int main(void) {
   printf("no allocation, lock, sleep or write on the audio thread\n");
   return bad;
 }
-#endif
+#endif /* SSAE_RT_SANITIZED */

@@ -26,15 +26,8 @@
 
 #include "ssae_backend.h"
 #include "engine_test_model.h"
+#include "../ssae_test.h"
 #include "ssae_engine.h"
-
-#define FAIL(...)                 \
-  do {                            \
-    fprintf(stderr, "FAIL: ");    \
-    fprintf(stderr, __VA_ARGS__); \
-    fprintf(stderr, "\n");        \
-    exit(1);                      \
-  } while (0)
 
 #define C 4
 #define MAXW 2048

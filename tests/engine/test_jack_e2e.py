@@ -25,16 +25,13 @@ import tempfile
 import time
 import wave
 
+from ssae_testlib import skip
+
 SSAE = os.environ["SSAE"]
 BUILD = os.environ.get("SSAE_BUILD_ROOT", "")
 RATE = 16000
 DUR = 7.0
 A0, A1 = 3.0, 5.0
-
-
-def skip(msg):
-    print("SKIP:", msg)
-    sys.exit(77)
 
 
 def write_wav(path, anomaly, seed):

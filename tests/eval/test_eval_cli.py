@@ -13,16 +13,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from evalref import auc_pairs, pauc_mcclish, prf  # noqa: E402
+from ssae_testlib import check, done  # noqa: E402
 
 ssae, gen = os.environ["SSAE"], sys.argv[1]
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL", msg)
-        failures += 1
 
 
 def run(*args):
@@ -130,5 +123,4 @@ with tempfile.TemporaryDirectory() as d:
     check(not cairo or (head[:8] == b"\x89PNG\r\n\x1a\n"
                         and struct.unpack(">II", head[16:24]) == (1200, 560)), "plot png")
 
-print("failures:", failures)
-sys.exit(1 if failures else 0)
+done()

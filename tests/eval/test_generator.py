@@ -7,15 +7,9 @@ import sys
 import tempfile
 import wave
 
+from ssae_testlib import check, done
+
 gen = sys.argv[1]
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL", msg)
-        failures += 1
 
 
 def run(*args):
@@ -93,5 +87,4 @@ with tempfile.TemporaryDirectory() as d:
         _, a, b, _ = line.split("\t")
         check(0 <= float(a) < float(b) <= 1.0 and float(b) - float(a) >= 0.55, f"span {line}")
 
-print("failures:", failures)
-sys.exit(1 if failures else 0)
+done()

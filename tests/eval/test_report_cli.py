@@ -10,16 +10,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from evalref import read_png  # noqa: E402
+from ssae_testlib import check, done  # noqa: E402
 
 ssae, gen = os.environ["SSAE"], sys.argv[1]
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL", msg)
-        failures += 1
 
 
 with tempfile.TemporaryDirectory() as d:
@@ -64,5 +57,4 @@ with tempfile.TemporaryDirectory() as d:
                        capture_output=True, text=True)
     check(p.returncode == 2, "bad extension is a usage error")
 
-print("failures:", failures)
-sys.exit(1 if failures else 0)
+done()

@@ -9,21 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../ssae_test.h"
 #include "ssae_detector.h"
 #include "ssae_features.h"
 #include "ssae_plot.h"
 #include "ssae_silence.h"
-
-static int failures;
-#define CHECK(c, ...)                   \
-  do {                                  \
-    if (!(c)) {                         \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);              \
-      printf("\n");                     \
-      failures++;                       \
-    }                                   \
-  } while (0)
 
 typedef struct {
   cairo_surface_t *s;
@@ -280,6 +270,5 @@ int main(void) {
   rmdir(dir);
   }
   ssae_plot_cleanup();
-  printf("failures: %d\n", failures);
-  return failures ? 1 : 0;
+  return test_done("report plot: all checks passed");
 }

@@ -16,6 +16,7 @@
 #include <lv2/patch/patch.h>
 #include <sndfile.h>
 
+#include "../ssae_test_wav.h"
 #include "ssae_logmel.h"
 #include "ssae_model.h"
 
@@ -458,17 +459,9 @@ void sig_make(float *x, size_t n, double rate, uint64_t seed, int anomaly,
 }
 
 int sig_write_wav(const char *path, float *x, size_t n, int rate) {
+  if (test_write_sf(path, SF_FORMAT_WAV | SF_FORMAT_PCM_16, rate, 1, x, n)) return -1;
   SF_INFO info = {0};
-  info.samplerate = rate;
-  info.channels = 1;
-  info.format = SF_FORMAT_WAV | SF_FORMAT_PCM_16;
-  SNDFILE *f = sf_open(path, SFM_WRITE, &info);
-  if (!f) return -1;
-  sf_count_t w = sf_writef_float(f, x, (sf_count_t)n);
-  sf_close(f);
-  if (w != (sf_count_t)n) return -1;
-  memset(&info, 0, sizeof(info));
-  f = sf_open(path, SFM_READ, &info);
+  SNDFILE *f = sf_open(path, SFM_READ, &info);
   if (!f) return -1;
   sf_count_t r = sf_readf_float(f, x, (sf_count_t)n);
   sf_close(f);
@@ -546,6 +539,14 @@ char *make_tmpdir(const char *tag) {
   /* Removed at exit, also when a check fails. */
   if (!tmpdir_made && (tmpdir_made = strdup(d)) != NULL) atexit(remove_tmpdir);
   return d;
+}
+
+char *lv2h_test_start(int argc, char **argv, const char *tag) {
+  CHECK(argc == 2, "usage: %s DIR_WITH_SSAE_LV2", argv[0]);
+  lv2h_set_path(argv[1]);
+  char *dir = make_tmpdir(tag);
+  CHECK(dir, "cannot make a temporary directory");
+  return dir;
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag,

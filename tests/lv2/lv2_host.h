@@ -144,6 +144,11 @@ uint32_t rnd_u32(uint64_t *s);
 /* A scratch directory under $TMPDIR; the first one made is removed at exit
  * (also when a check fails). */
 char *make_tmpdir(const char *tag);
+
+/* The start of a test's main: its one argument is the directory holding
+ * ssae.lv2 (lv2h_set_path); returns a scratch directory (make_tmpdir).
+ * Exits with the reason on a wrong call or no directory. */
+char *lv2h_test_start(int argc, char **argv, const char *tag);
 void rm_rf(const char *path);
 
 #define CHECK(cond, ...)                                                     \

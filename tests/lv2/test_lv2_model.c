@@ -99,10 +99,7 @@ static char *slurp(const char *path) {
 }
 
 int main(int argc, char **argv) {
-  CHECK(argc == 2, "usage: %s DIR_WITH_SSAE_LV2", argv[0]);
-  lv2h_set_path(argv[1]);
-  char *dir = make_tmpdir("model");
-  CHECK(dir, "cannot make a temporary directory");
+  char *dir = lv2h_test_start(argc, argv, "model");
   sig_make(noise, RATE, RATE, 3, 0, 0, 0);
 
   /* A second valid model (random weights) with its own threshold, and a

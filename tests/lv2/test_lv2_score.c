@@ -206,12 +206,9 @@ static void run_pass(const char *model, const float *x, size_t n,
 }
 
 int main(int argc, char **argv) {
-  CHECK(argc == 2, "usage: %s DIR_WITH_SSAE_LV2", argv[0]);
-  lv2h_set_path(argv[1]);
+  char *dir = lv2h_test_start(argc, argv, "score");
   const char *ssae = getenv("SSAE");
   CHECK(ssae && *ssae, "SSAE (path of the ssae program) is not set");
-  char *dir = make_tmpdir("score");
-  CHECK(dir, "cannot make a temporary directory");
   size_t n = (size_t)RATE * SECONDS;
   float *x = (float *)malloc(n * sizeof(float));
   sig_make(x, n, RATE, 1, 1, T0, T1);

@@ -94,10 +94,7 @@ static result run(const char *model, const float *l, const float *r, size_t n,
 }
 
 int main(int argc, char **argv) {
-  CHECK(argc == 2, "usage: %s DIR_WITH_SSAE_LV2", argv[0]);
-  lv2h_set_path(argv[1]);
-  char *dir = make_tmpdir("stereo");
-  CHECK(dir, "cannot make a temporary directory");
+  char *dir = lv2h_test_start(argc, argv, "stereo");
   char model[4096];
   CHECK(make_template_model(dir, model, sizeof(model)) == 0,
         "cannot make the model");

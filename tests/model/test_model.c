@@ -57,29 +57,31 @@ static void add(fspec *f, const char *name, const char *shape, size_t n) {
     for (size_t i = 0; i < n; i++) t->data[i] = 1.0f;
 }
 
+/* The model's tensors in file order: a name and its shape (rows, and
+ * columns or 0 for a vector). */
+static const struct {
+  const char *name;
+  int rows, cols;
+} valid_tensors[] = {
+    {"slice_encoder.0.weight", M, 0}, {"slice_encoder.0.bias", M, 0},
+    {"slice_encoder.1.weight", S, M}, {"slice_encoder.1.bias", S, 0},
+    {"global_basis", L, C},           {"bottleneck_mlp.0.weight", L, 0},
+    {"bottleneck_mlp.0.bias", L, 0},  {"bottleneck_mlp.1.weight", L, L},
+    {"bottleneck_mlp.1.bias", L, 0},  {"slice_decoder.0.weight", M, S},
+    {"slice_decoder.0.bias", M, 0},
+};
+
 static void valid(fspec *f) {
   memset(f, 0, sizeof *f);
-  char sh[64];
-  snprintf(sh, sizeof sh, "[%d]", M);
-  add(f, "slice_encoder.0.weight", sh, M);
-  add(f, "slice_encoder.0.bias", sh, M);
-  snprintf(sh, sizeof sh, "[%d,%d]", S, M);
-  add(f, "slice_encoder.1.weight", sh, S * M);
-  snprintf(sh, sizeof sh, "[%d]", S);
-  add(f, "slice_encoder.1.bias", sh, S);
-  snprintf(sh, sizeof sh, "[%d,%d]", L, C);
-  add(f, "global_basis", sh, L * C);
-  snprintf(sh, sizeof sh, "[%d]", L);
-  add(f, "bottleneck_mlp.0.weight", sh, L);
-  add(f, "bottleneck_mlp.0.bias", sh, L);
-  snprintf(sh, sizeof sh, "[%d,%d]", L, L);
-  add(f, "bottleneck_mlp.1.weight", sh, L * L);
-  snprintf(sh, sizeof sh, "[%d]", L);
-  add(f, "bottleneck_mlp.1.bias", sh, L);
-  snprintf(sh, sizeof sh, "[%d,%d]", M, S);
-  add(f, "slice_decoder.0.weight", sh, M * S);
-  snprintf(sh, sizeof sh, "[%d]", M);
-  add(f, "slice_decoder.0.bias", sh, M);
+  for (size_t i = 0; i < sizeof valid_tensors / sizeof *valid_tensors; i++) {
+    int r = valid_tensors[i].rows, c = valid_tensors[i].cols;
+    char sh[64];
+    if (c)
+      snprintf(sh, sizeof sh, "[%d,%d]", r, c);
+    else
+      snprintf(sh, sizeof sh, "[%d]", r);
+    add(f, valid_tensors[i].name, sh, (size_t)r * (size_t)(c ? c : 1));
+  }
   snprintf(f->meta, sizeof f->meta, "{\"n_mels\":\"%d\",\"frames\":\"%d\",\"seed\":\"7\"}", M, F);
 }
 
@@ -146,6 +148,52 @@ static void expect_spec(const char *what, const fspec *f, const char *want) {
   free(b);
 }
 
+/* Files that differ from the valid one in a header field: a tensor's
+ * dtype or shape (M = 8, F = 2, L = 3, S = 4), the metadata, or members
+ * added to the header; and what the refusal must say. */
+typedef struct {
+  const char *what;
+  const char *tensor, *dtype, *shape;
+  const char *meta, *extra;
+  const char *want;
+} header_edit;
+
+static const header_edit header_edits[] = {
+    {"wrong dtype (I32)", "global_basis", "I32", NULL, NULL, NULL,
+     "has dtype I32; ssae models hold F32"},
+    {"unknown dtype", "global_basis", "F33", NULL, NULL, NULL, "unknown dtype \"F33\""},
+    {"wrong shape (transposed)", "slice_decoder.0.weight", NULL, "[4,8]", NULL, NULL,
+     "slice_decoder.0.weight has shape [4, 8], expected [8, 4]"},
+    {"wrong number of dimensions", "bottleneck_mlp.1.bias", NULL, "[3,1]", NULL, NULL,
+     "bottleneck_mlp.1.bias has shape [3, 1]; it must have 1 dimension"},
+    {"basis width not frames*S", "global_basis", NULL, "[8,3]", NULL, NULL,
+     "not a multiple of slice_latent_dim"},
+    {"shape vs byte size", "slice_encoder.1.bias", NULL, "[5]", NULL, NULL,
+     "need 20 bytes but data_offsets hold 16"},
+    {"negative dimension", "slice_encoder.1.bias", NULL, "[-4]", NULL, NULL,
+     "shape holds something other than a non-negative integer"},
+    {"metadata value not a string", NULL, NULL, NULL, "{\"seed\":7}", NULL,
+     "value of \"seed\" is not a string"},
+    {"metadata n_mels vs tensors", NULL, NULL, NULL, "{\"n_mels\":\"16\"}", NULL,
+     "metadata n_mels = 16 but the tensors have 8"},
+    {"metadata frames vs tensors", NULL, NULL, NULL, "{\"frames\":\"3\"}", NULL,
+     "metadata frames = 3 but global_basis"},
+    {"metadata latent_dim vs tensors", NULL, NULL, NULL, "{\"latent_dim\":\"5\"}", NULL,
+     "metadata latent_dim = 5 but the tensors say 3"},
+    {"bad feature setting", NULL, NULL, NULL, "{\"sample_rate\":\"fast\"}", NULL,
+     "sample_rate"},
+    {"bad threshold", NULL, NULL, NULL, "{\"threshold\":\"-3\"}", NULL,
+     "metadata threshold: '-3'"},
+    {"duplicate metadata key", NULL, NULL, NULL, "{\"seed\":\"1\",\"seed\":\"2\"}", NULL,
+     "duplicate name \"seed\""},
+    {"duplicate tensor", NULL, NULL, NULL, NULL,
+     ",\"global_basis\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+     "duplicate name \"global_basis\""},
+    {"unknown tensor field", NULL, NULL, NULL, NULL,
+     ",\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"crc\":1}",
+     "tensor \"x\": unknown field \"crc\""},
+};
+
 static void test_malformed(void) {
   printf("malformed model files:\n");
   fspec f;
@@ -176,27 +224,15 @@ static void test_malformed(void) {
   free(big);
   free(good);
 
-  valid(&f);
-  snprintf(find(&f, "global_basis")->dtype, 16, "I32");
-  expect_spec("wrong dtype (I32)", &f, "has dtype I32; ssae models hold F32");
-  valid(&f);
-  snprintf(find(&f, "global_basis")->dtype, 16, "F33");
-  expect_spec("unknown dtype", &f, "unknown dtype \"F33\"");
-  valid(&f);
-  snprintf(find(&f, "slice_decoder.0.weight")->shape, 64, "[%d,%d]", S, M);
-  expect_spec("wrong shape (transposed)", &f, "slice_decoder.0.weight has shape [4, 8], expected [8, 4]");
-  valid(&f);
-  snprintf(find(&f, "bottleneck_mlp.1.bias")->shape, 64, "[%d,1]", L);
-  expect_spec("wrong number of dimensions", &f, "bottleneck_mlp.1.bias has shape [3, 1]; it must have 1 dimension");
-  valid(&f);
-  snprintf(find(&f, "global_basis")->shape, 64, "[%d,%d]", C, L);
-  expect_spec("basis width not frames*S", &f, "not a multiple of slice_latent_dim");
-  valid(&f);
-  snprintf(find(&f, "slice_encoder.1.bias")->shape, 64, "[%d]", S + 1);
-  expect_spec("shape vs byte size", &f, "need 20 bytes but data_offsets hold 16");
-  valid(&f);
-  snprintf(find(&f, "slice_encoder.1.bias")->shape, 64, "[-4]");
-  expect_spec("negative dimension", &f, "shape holds something other than a non-negative integer");
+  for (size_t i = 0; i < sizeof header_edits / sizeof *header_edits; i++) {
+    const header_edit *e = &header_edits[i];
+    valid(&f);
+    if (e->dtype) snprintf(find(&f, e->tensor)->dtype, sizeof f.t[0].dtype, "%s", e->dtype);
+    if (e->shape) snprintf(find(&f, e->tensor)->shape, sizeof f.t[0].shape, "%s", e->shape);
+    if (e->meta) snprintf(f.meta, sizeof f.meta, "%s", e->meta);
+    if (e->extra) snprintf(f.extra, sizeof f.extra, "%s", e->extra);
+    expect_spec(e->what, &f, e->want);
+  }
   valid(&f);
   find(&f, "slice_decoder.0.bias")->begin = 100000;
   find(&f, "slice_decoder.0.bias")->end = 100000 + 4 * M;
@@ -221,33 +257,6 @@ static void test_malformed(void) {
   valid(&f);
   drop(&f, "global_basis");
   expect_spec("missing basis", &f, "missing tensor global_basis");
-  valid(&f);
-  snprintf(f.meta, sizeof f.meta, "{\"seed\":7}");
-  expect_spec("metadata value not a string", &f, "value of \"seed\" is not a string");
-  valid(&f);
-  snprintf(f.meta, sizeof f.meta, "{\"n_mels\":\"%d\"}", 2 * M);
-  expect_spec("metadata n_mels vs tensors", &f, "metadata n_mels = 16 but the tensors have 8");
-  valid(&f);
-  snprintf(f.meta, sizeof f.meta, "{\"frames\":\"%d\"}", 3);
-  expect_spec("metadata frames vs tensors", &f, "metadata frames = 3 but global_basis");
-  valid(&f);
-  snprintf(f.meta, sizeof f.meta, "{\"latent_dim\":\"%d\"}", 5);
-  expect_spec("metadata latent_dim vs tensors", &f, "metadata latent_dim = 5 but the tensors say 3");
-  valid(&f);
-  snprintf(f.meta, sizeof f.meta, "{\"sample_rate\":\"fast\"}");
-  expect_spec("bad feature setting", &f, "sample_rate");
-  valid(&f);
-  snprintf(f.meta, sizeof f.meta, "{\"threshold\":\"-3\"}");
-  expect_spec("bad threshold", &f, "metadata threshold: '-3'");
-  valid(&f);
-  snprintf(f.meta, sizeof f.meta, "{\"seed\":\"1\",\"seed\":\"2\"}");
-  expect_spec("duplicate metadata key", &f, "duplicate name \"seed\"");
-  valid(&f);
-  snprintf(f.extra, sizeof f.extra, ",\"global_basis\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}");
-  expect_spec("duplicate tensor", &f, "duplicate name \"global_basis\"");
-  valid(&f);
-  snprintf(f.extra, sizeof f.extra, ",\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"crc\":1}");
-  expect_spec("unknown tensor field", &f, "tensor \"x\": unknown field \"crc\"");
 
   /* Extra tensors are allowed (other scoring modes), of any dtype. */
   valid(&f);
@@ -560,7 +569,5 @@ int main(int argc, char **argv) {
   test_gelu();
   test_backend();
   rmdir(dir);
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-  else printf("all checks passed\n");
-  return failures ? 1 : 0;
+  return test_done("all checks passed");
 }

@@ -30,6 +30,7 @@
 #include "ssae_engine.h"
 #include "ssae_mqtt.h"
 #include "ssae_service.h"
+#include "service_test.h"
 
 typedef struct helper {
   ssae_service *svc;
@@ -138,22 +139,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "service: %s\n", err.msg);
     return 1;
   }
-  ssae_engine_cfg ec;
-  ssae_engine_cfg_default(&ec);
-  ec.channels = h.channels;
-  ec.backend = "cpu";
-  ec.cpu_threads = 1;
-  if (ssae_service_engine_cfg(h.svc, &ec, &err)) {
-    fprintf(stderr, "engine cfg: %s\n", err.msg);
-    return 1;
-  }
-  ec.on_event = on_event;
-  ec.user = &h;
-  h.eng = ssae_engine_new(models[0], &ec, &err);
-  if (!h.eng) {
-    fprintf(stderr, "engine: %s\n", err.msg);
-    return 1;
-  }
+  h.eng = service_test_engine(h.svc, models[0], h.channels, 0, on_event, &h);
+  if (!h.eng) return 1;
   ssae_service_attach(h.svc, h.eng);
   atomic_store(&h.audio_on, 1);
   pthread_t audio;

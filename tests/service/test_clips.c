@@ -18,31 +18,13 @@
 
 #include <sndfile.h>
 
-#include "../ssae_test.h"
-#include "ssae_clips.h"
-
 /* Allocations by the thread inside ssae_clips_feed (the writer thread
  * allocates at the same time, legitimately). Linked with --wrap. */
 static _Thread_local int in_feed;
-static atomic_size_t feed_allocs;
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t n, size_t m);
-void *__wrap_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n) {
-  if (in_feed) atomic_fetch_add(&feed_allocs, 1);
-  return __real_malloc(n);
-}
-void *__wrap_calloc(size_t n, size_t m) {
-  if (in_feed) atomic_fetch_add(&feed_allocs, 1);
-  return __real_calloc(n, m);
-}
-void *__wrap_realloc(void *p, size_t n) {
-  if (in_feed) atomic_fetch_add(&feed_allocs, 1);
-  return __real_realloc(p, n);
-}
+#define SSAE_TEST_COUNT_ALLOCS
+#define SSAE_TEST_ALLOC_COUNTS in_feed
+#include "../ssae_test.h"
+#include "ssae_clips.h"
 
 #define RATE 8000
 #define CH 2
@@ -80,7 +62,7 @@ static void feed_to(ssae_clips *cl, double t) {
     in_feed = 1;
     ssae_clips_feed(cl, in, n);
     in_feed = 0;
-    CHECK(atomic_load(&feed_allocs) == 0, "the audio-thread feed allocated");
+    CHECK(atomic_load(&n_allocs) == 0, "the audio-thread feed allocated");
     fed += n;
     /* Real time would be slower still: the writer (50 ms poll) keeps up
      * with a ring of pre-roll + 3 s. */
@@ -253,10 +235,5 @@ int main(void) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", base);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("clips: all checks passed\n");
-  return 0;
+  return test_done("clips: all checks passed");
 }

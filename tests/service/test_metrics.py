@@ -7,24 +7,11 @@ input stops (and 200 again when it resumes). The MQTT broker is down for the
 whole run (a closed port): monitoring and metrics go on regardless."""
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 
-
-def skip(why):
-    print("SKIP:", why)
-    sys.exit(77)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+from ssae_testlib import free_port, skip
 
 
 def curl(port, path):

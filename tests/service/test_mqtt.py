@@ -18,24 +18,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
+from ssae_testlib import free_port, skip
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def skip(why):
-    print("SKIP:", why)
-    sys.exit(77)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Broker:

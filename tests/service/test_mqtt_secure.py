@@ -14,7 +14,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_mqtt import Helper, free_port, skip  # noqa: E402
+from ssae_testlib import free_port, skip  # noqa: E402
+from test_mqtt import Helper  # noqa: E402
 
 
 def broker(tmp, name, lines):

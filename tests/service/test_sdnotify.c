@@ -16,6 +16,7 @@
 #include "ssae_sdnotify.h"
 #include "ssae_service.h"
 #include "ssae_service_conf.h"
+#include "service_test.h"
 
 static int sock = -1;
 
@@ -69,20 +70,12 @@ int main(void) {
   ssae_service_opts_default(&so);
   so.stale_s = 0.3;
   ssae_service *svc = ssae_service_new(cfg, &so, &err);
-  ssae_engine_cfg ec;
-  ssae_engine_cfg_default(&ec);
-  ec.channels = 2;
-  ec.backend = "cpu";
-  ec.cpu_threads = 1;
-  if (!svc || ssae_service_engine_cfg(svc, &ec, &err)) {
+  if (!svc) {
     fprintf(stderr, "service: %s\n", err.msg);
     return 1;
   }
-  ssae_engine *e = ssae_engine_new(models[0], &ec, &err);
-  if (!e) {
-    fprintf(stderr, "engine: %s\n", err.msg);
-    return 1;
-  }
+  ssae_engine *e = service_test_engine(svc, models[0], 2, 0, NULL, NULL);
+  if (!e) return 1;
   char got[4096];
   drain(got, sizeof got);
   CHECK(got[0] == 0, "nothing before attach: %s", got);
@@ -118,11 +111,6 @@ int main(void) {
   close(sock);
   unlink(sockpath);
   rmdir(path);
-  if (failures) {
-    fprintf(stderr, "%d failures\n", failures);
-    return 1;
-  }
-  printf("sdnotify: all checks passed\n");
-  return 0;
+  return test_done("sdnotify: all checks passed");
 #endif
 }

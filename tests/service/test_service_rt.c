@@ -3,13 +3,12 @@
  * client thread fetching /metrics and /healthz all the time), alarm clips
  * (a threshold so low that every channel alarms, so the clip writer streams
  * files while the audio runs) and the events file. malloc, calloc, realloc,
- * free, pthread_mutex_lock, the sleeps and write are interposed (this
- * executable defines them); a call from the test's audio thread while it
+ * free, pthread_mutex_lock, the sleeps and write are interposed
+ * (tests/ssae_rt_interpose.h); a call from the test's audio thread while it
  * is inside ssae_engine_process or ssae_service_audio(_channels) fails the
  * test. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,84 +23,11 @@
 #include "ssae_clips.h"
 #include "ssae_engine.h"
 #include "ssae_service.h"
+#include "service_test.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
+#include "../ssae_rt_interpose.h"
 
-#ifdef SANITIZED
-int main(void) {
-  printf("SKIP: the sanitizer owns malloc; interposition runs in plain builds\n");
-  return 77;
-}
-#else
-
-static _Thread_local int in_audio;
-static atomic_int violations;
-static const char *_Atomic first_violation;
-
-static void violation(const char *what) {
-  if (atomic_fetch_add(&violations, 1) == 0) atomic_store(&first_violation, what);
-}
-
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void __libc_free(void *);
-
-void *malloc(size_t n) {
-  if (in_audio) violation("malloc");
-  return __libc_malloc(n);
-}
-void *calloc(size_t a, size_t b) {
-  if (in_audio) violation("calloc");
-  return __libc_calloc(a, b);
-}
-void *realloc(void *p, size_t n) {
-  if (in_audio) violation("realloc");
-  return __libc_realloc(p, n);
-}
-void free(void *p) {
-  if (in_audio) violation("free");
-  __libc_free(p);
-}
-
-static int (*real_lock)(pthread_mutex_t *);
-static int (*real_nanosleep)(const struct timespec *, struct timespec *);
-static int (*real_usleep)(useconds_t);
-static ssize_t (*real_write)(int, const void *, size_t);
-
-/* Resolved on first use: libraries' constructors (gnutls under
- * libmicrohttpd) lock mutexes before this executable's would run. */
-#define REAL(var, name)                                \
-  do {                                                 \
-    if (!var) *(void **)&var = dlsym(RTLD_NEXT, name); \
-  } while (0)
-
-int pthread_mutex_lock(pthread_mutex_t *m) {
-  if (in_audio) violation("pthread_mutex_lock");
-  REAL(real_lock, "pthread_mutex_lock");
-  return real_lock(m);
-}
-int nanosleep(const struct timespec *a, struct timespec *b) {
-  if (in_audio) violation("nanosleep");
-  REAL(real_nanosleep, "nanosleep");
-  return real_nanosleep(a, b);
-}
-int usleep(useconds_t u) {
-  if (in_audio) violation("usleep");
-  REAL(real_usleep, "usleep");
-  return real_usleep(u);
-}
-ssize_t write(int fd, const void *p, size_t n) {
-  if (in_audio) violation("write");
-  REAL(real_write, "write");
-  return real_write(fd, p, n);
-}
+#ifndef SSAE_RT_SANITIZED
 
 static atomic_int stop_client;
 static atomic_int fetches;
@@ -184,21 +110,8 @@ int main(void) {
     fprintf(stderr, "service: %s\n", err.msg);
     return 1;
   }
-  ssae_engine_cfg ec;
-  ssae_engine_cfg_default(&ec);
-  ec.channels = C;
-  ec.input_rate = rate;
-  ec.backend = "cpu";
-  ec.cpu_threads = 1;
-  if (ssae_service_engine_cfg(svc, &ec, &err)) {
-    fprintf(stderr, "engine cfg: %s\n", err.msg);
-    return 1;
-  }
-  ssae_engine *e = ssae_engine_new(models[0], &ec, &err);
-  if (!e) {
-    fprintf(stderr, "engine: %s\n", err.msg);
-    return 1;
-  }
+  ssae_engine *e = service_test_engine(svc, models[0], C, rate, NULL, NULL);
+  if (!e) return 1;
   ssae_service_attach(svc, e);
   int port = ssae_service_metrics_port(svc);
   pthread_t client;
@@ -272,4 +185,4 @@ int main(void) {
          atomic_load(&violations));
   return fail;
 }
-#endif
+#endif /* SSAE_RT_SANITIZED */

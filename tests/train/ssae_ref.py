@@ -1,5 +1,7 @@
 """Shared helpers of the training tests: the SPEC's PyTorch module, raw
-float32 I/O for train_probe, and the skip rule (exit 77 without torch)."""
+float32 I/O for train_probe, the inputs and references the gradient and
+Adam tests share, the end of a test, and the skip rule (exit 77 without
+torch)."""
 import os
 import subprocess
 import sys
@@ -63,6 +65,15 @@ def run(args, **kw):
     return r
 
 
+def run_ok(args, **kw):
+    """run(), exiting 1 with the program's stderr where it fails."""
+    r = run(args, **kw)
+    if r.returncode:
+        print(r.stderr)
+        sys.exit(1)
+    return r
+
+
 def write(path, arr):
     np.asarray(arr, dtype=np.float32).tofile(path)
 
@@ -78,3 +89,52 @@ def logmel_like(rng, n, frames, n_mels):
     shift = rng.normal(0, 8, size=(n, 1, 1))
     x = base + shift + rng.normal(0, 6, size=(n, frames, n_mels))
     return np.clip(x, -100, 20).reshape(n, frames * n_mels).astype(np.float32)
+
+
+def perturbed_model(M, Fr, L, S, n, seed):
+    """The SPEC module initialised from seed, then given non-trivial
+    LayerNorm parameters and a basis row of mixed scale; its flat
+    parameters; and n log-mel-like windows from the same seed."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    m = SpectralShapeAutoencoder(M, Fr, L, S)
+    vec = flat(m)
+    vec = vec + rng.normal(0, 0.1, size=vec.shape).astype(np.float32) * (np.abs(vec) < 1e-6)
+    load_flat(m, vec)
+    return m, vec, logmel_like(rng, n, Fr, M)
+
+
+def adam_inputs(rng, n, steps):
+    """n parameters and `steps` gradients of them, of scales 1e-6 to 10."""
+    p0 = rng.normal(0, 1, n).astype(np.float32)
+    gs = (rng.normal(0, 1, (steps, n)) * np.logspace(-6, 1, n)).astype(np.float32)
+    return p0, gs
+
+
+def torch_adam(p0, gs, lr, wd):
+    """The parameters after torch.optim.Adam's steps (betas 0.9, 0.999, eps
+    1e-8, as train_probe's adam commands are given) on the gradients gs."""
+    t = torch.nn.Parameter(torch.from_numpy(p0.copy()))
+    opt = torch.optim.Adam([t], lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
+    for g in gs:
+        t.grad = torch.from_numpy(g.copy())
+        opt.step()
+    return t.detach().numpy()
+
+
+def probe_adam(probe_exe, tmp, mode, p0, gs, lr, wd):
+    """train_probe's adam or cuda_adam: the parameters p0 after a step on
+    each gradient of gs (betas and eps as torch_adam's)."""
+    pf, gf, of = (os.path.join(tmp, f) for f in ("p", "g", "o"))
+    write(pf, p0)
+    write(gf, gs)
+    run_ok([probe_exe, mode, lr, 0.9, 0.999, 1e-8, wd, len(gs), pf, gf, of])
+    return read(of)
+
+
+def finish(fails):
+    """The end of a test: the failures, exit status 1 if any."""
+    if fails:
+        print("FAIL:\n  " + "\n  ".join(fails))
+        sys.exit(1)
+    print("ok")

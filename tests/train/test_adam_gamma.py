@@ -1,11 +1,9 @@
 """Adam against torch.optim.Adam (several steps, with and without weight
 decay), the gamma fit (its MLE equation in float64) and the inverse of the
 regularised incomplete gamma against torch.special.gammainc."""
-import os
-import sys
 import tempfile
 
-from ssae_ref import np, torch, probe, run, write, read
+from ssae_ref import np, torch, probe, run, adam_inputs, torch_adam, probe_adam, finish
 
 P = probe()
 tmp = tempfile.mkdtemp()
@@ -13,22 +11,9 @@ fails = []
 rng = np.random.default_rng(5)
 n, steps = 1000, 4
 for lr, wd in ((1e-3, 0.0), (3e-2, 0.05)):
-    p0 = rng.normal(0, 1, n).astype(np.float32)
-    gs = (rng.normal(0, 1, (steps, n)) * np.logspace(-6, 1, n)).astype(np.float32)
-    write(os.path.join(tmp, "p"), p0)
-    write(os.path.join(tmp, "g"), gs)
-    r = run([P, "adam", lr, 0.9, 0.999, 1e-8, wd, steps, os.path.join(tmp, "p"),
-             os.path.join(tmp, "g"), os.path.join(tmp, "o")])
-    if r.returncode:
-        print(r.stderr)
-        sys.exit(1)
-    got = read(os.path.join(tmp, "o"))
-    t = torch.nn.Parameter(torch.from_numpy(p0.copy()))
-    opt = torch.optim.Adam([t], lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
-    for s in range(steps):
-        t.grad = torch.from_numpy(gs[s].copy())
-        opt.step()
-    ref = t.detach().numpy()
+    p0, gs = adam_inputs(rng, n, steps)
+    got = probe_adam(P, tmp, "adam", p0, gs, lr, wd)
+    ref = torch_adam(p0, gs, lr, wd)
     moved = np.abs(ref - p0)
     e = np.max(np.abs(got - ref) / np.maximum(moved, 1e-30))
     same = np.mean(got == ref)
@@ -63,7 +48,4 @@ for a in (0.05, 0.5, 1.0, 2.0, 7.5, 50.0, 1000.0, 40000.0):
         if not abs(back - p) <= 1e-8 * max(p, 1e-3):
             fails.append("gamma_inv(%g, %g) = %.17g gives P = %.17g" % (a, p, x, back))
 print("gamma_inv checked on 48 (a, p) pairs")
-if fails:
-    print("FAIL:\n  " + "\n  ".join(fails))
-    sys.exit(1)
-print("ok")
+finish(fails)

@@ -19,7 +19,9 @@ import subprocess
 import sys
 import tempfile
 
-from ssae_ref import np, torch, nn, SpectralShapeAutoencoder, NAMES, flat, load_flat, split, probe, run, write, read, logmel_like
+from ssae_ref import (np, torch, nn, SpectralShapeAutoencoder, NAMES, flat, split, probe, run,
+                      run_ok, write, read, logmel_like, perturbed_model, adam_inputs, torch_adam,
+                      probe_adam, finish)
 from gen_audio import auc, make_set
 
 P = probe()
@@ -40,22 +42,13 @@ def relerr(a, b):
 for case, (M, Fr, L, S, n, seed) in enumerate([(64, 5, 32, 64, 70, 1), (64, 5, 32, 64, 512, 2),
                                                (64, 5, 32, 64, 2500, 5), (13, 3, 7, 10, 37, 3),
                                                (8, 2, 5, 19, 5, 4)]):
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    m = SpectralShapeAutoencoder(M, Fr, L, S)
-    vec = flat(m)
-    vec = vec + rng.normal(0, 0.1, size=vec.shape).astype(np.float32) * (np.abs(vec) < 1e-6)
-    load_flat(m, vec)
-    x = logmel_like(rng, n, Fr, M)
+    m, vec, x = perturbed_model(M, Fr, L, S, n, seed)
     pf, xf, gf, sf = (os.path.join(tmp, f) for f in ("p", "x", "g", "s"))
     write(pf, vec)
     write(xf, x)
     outs = {}
     for be in ("cuda", "cuda2", "cpu"):
-        r = run([P, "be_grad", be.rstrip("2"), M, Fr, L, S, 2, pf, xf, gf])
-        if r.returncode:
-            print(r.stderr)
-            sys.exit(1)
+        run_ok([P, "be_grad", be.rstrip("2"), M, Fr, L, S, 2, pf, xf, gf])
         outs[be] = read(gf)
     if not np.array_equal(outs["cuda"], outs["cuda2"]):
         fails.append("case %d: two CUDA gradients of the same batch differ" % case)
@@ -88,24 +81,9 @@ for case, (M, Fr, L, S, n, seed) in enumerate([(64, 5, 32, 64, 70, 1), (64, 5, 3
 rng = np.random.default_rng(5)
 n, steps = 1000, 4
 for lr, wd in ((1e-3, 0.0), (3e-2, 0.05)):
-    p0 = rng.normal(0, 1, n).astype(np.float32)
-    gs = (rng.normal(0, 1, (steps, n)) * np.logspace(-6, 1, n)).astype(np.float32)
-    write(os.path.join(tmp, "p"), p0)
-    write(os.path.join(tmp, "g"), gs)
-    res = {}
-    for mode in ("adam", "cuda_adam"):
-        r = run([P, mode, lr, 0.9, 0.999, 1e-8, wd, steps, os.path.join(tmp, "p"),
-                 os.path.join(tmp, "g"), os.path.join(tmp, "o")])
-        if r.returncode:
-            print(r.stderr)
-            sys.exit(1)
-        res[mode] = read(os.path.join(tmp, "o"))
-    t = torch.nn.Parameter(torch.from_numpy(p0.copy()))
-    opt = torch.optim.Adam([t], lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
-    for s in range(steps):
-        t.grad = torch.from_numpy(gs[s].copy())
-        opt.step()
-    ref = t.detach().numpy()
+    p0, gs = adam_inputs(rng, n, steps)
+    res = {mode: probe_adam(P, tmp, mode, p0, gs, lr, wd) for mode in ("adam", "cuda_adam")}
+    ref = torch_adam(p0, gs, lr, wd)
     # The CPU's Adam is torch 1.13's arithmetic bit for bit (test_adam_gamma);
     # newer torch rounds a few operations differently (the GPU host has 2.11:
     # up to 48 ulp of a parameter after 4 steps with weight decay, 6e-5 of
@@ -132,10 +110,7 @@ write(xf, x)
 
 
 def train_probe(be, epochs, batch, patience, out):
-    r = run([P, "train", be, M, Fr, L, S, epochs, batch, 9, patience, pf, xf, out])
-    if r.returncode:
-        print(r.stderr)
-        sys.exit(1)
+    r = run_ok([P, "train", be, M, Fr, L, S, epochs, batch, 9, patience, pf, xf, out])
     losses = [float(v) for v in re.findall(r"^epoch \d+ loss (\S+)", r.stdout, re.M)]
     last = r.stdout.strip().splitlines()[-1]
     return read(out), losses, last
@@ -226,7 +201,4 @@ else:
     if not a_gpu >= a_cpu - 0.02:
         fails.append("AUC of the CUDA-trained model %.4f < CPU-trained %.4f - 0.02" % (a_gpu, a_cpu))
 
-if fails:
-    print("FAIL:\n  " + "\n  ".join(fails))
-    sys.exit(1)
-print("ok")
+finish(fails)

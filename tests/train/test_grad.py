@@ -3,34 +3,23 @@ float64: relative error (L2 norm of the difference over the norm) <= 1e-4
 for every tensor, several shapes (tails of the vector kernels), batches that
 are not a multiple of the chunk size, and 1 vs 3 threads bit for bit."""
 import os
-import sys
 import tempfile
 
 from ssae_ref import *  # noqa: F401,F403  (exits 77 without torch)
-from ssae_ref import np, torch, nn, SpectralShapeAutoencoder, NAMES, flat, load_flat, split, probe, run, write, read, logmel_like
+from ssae_ref import np, torch, nn, NAMES, split, probe, run, run_ok, write, read, perturbed_model, finish
 
 P = probe()
 fails = []
 tmp = tempfile.mkdtemp()
 for case, (M, Fr, L, S, n, seed) in enumerate([(64, 5, 32, 64, 70, 1), (64, 5, 32, 64, 512, 2),
                                                (13, 3, 7, 10, 37, 3), (8, 2, 5, 19, 5, 4)]):
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    m = SpectralShapeAutoencoder(M, Fr, L, S)
-    vec = flat(m)
-    # non-trivial LayerNorm parameters and a basis row of mixed scale
-    vec = vec + rng.normal(0, 0.1, size=vec.shape).astype(np.float32) * (np.abs(vec) < 1e-6)
-    load_flat(m, vec)
-    x = logmel_like(rng, n, Fr, M)
+    m, vec, x = perturbed_model(M, Fr, L, S, n, seed)
     pf, xf, gf = (os.path.join(tmp, f) for f in ("p", "x", "g"))
     write(pf, vec)
     write(xf, x)
     outs = []
     for threads in (1, 3):
-        r = run([P, "grad", M, Fr, L, S, threads, pf, xf, gf])
-        if r.returncode:
-            print(r.stderr)
-            sys.exit(1)
+        run_ok([P, "grad", M, Fr, L, S, threads, pf, xf, gf])
         outs.append(read(gf))
     if not np.array_equal(outs[0], outs[1]):
         fails.append("case %d: 1 and 3 threads differ" % case)
@@ -66,7 +55,4 @@ for case, (M, Fr, L, S, n, seed) in enumerate([(64, 5, 32, 64, 70, 1), (64, 5, 3
     if r.returncode or not se <= 1e-5:
         fails.append("case %d: scores rel err %.3g" % (case, se))
 
-if fails:
-    print("FAIL:\n  " + "\n  ".join(fails))
-    sys.exit(1)
-print("ok")
+finish(fails)

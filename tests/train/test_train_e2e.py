@@ -7,7 +7,7 @@ import subprocess
 import sys
 import tempfile
 
-from ssae_ref import np, torch, nn, NAMES, probe, write, read
+from ssae_ref import np, torch, nn, NAMES, probe, write, read, finish
 from gen_audio import auc, make_set
 
 try:
@@ -139,7 +139,4 @@ print("threads 2 vs 1: %s" % ("identical" if same else "DIFFERENT"))
 if not same:
     fails.append("same seed, other thread count: weights differ")
 
-if fails:
-    print("FAIL:\n  " + "\n  ".join(fails))
-    sys.exit(1)
-print("ok")
+finish(fails)

@@ -57,6 +57,83 @@ static int open_be(const char *name, const ssae_dims *d, int threads, ssae_train
   return ssae_err_set(err, "backend %s is not built in", name);
 }
 
+/* What the model commands read: the dimensions M F L S, the parameters
+ * and the windows (float32 files). */
+typedef struct {
+  ssae_dims d;
+  float *p, *x;
+  size_t np; /* parameters */
+  size_t fm; /* floats of a window */
+  size_t n;  /* windows */
+} inputs;
+
+static int read_inputs(char **dimv, const char *params, const char *windows, inputs *in) {
+  dims(dimv, &in->d);
+  size_t nx, off[SSAE_N_TENSORS + 1];
+  ssae_param_offsets(&in->d, off);
+  in->p = read_f32(params, &in->np);
+  in->x = read_f32(windows, &nx);
+  if (!in->p || !in->x || in->np != off[SSAE_N_TENSORS]) {
+    fprintf(stderr, "bad inputs\n");
+    return -1;
+  }
+  in->fm = (size_t)in->d.frames * (size_t)in->d.n_mels;
+  in->n = nx / in->fm;
+  return 0;
+}
+
+/* The end of a model command: frees the inputs, says why it failed. */
+static int inputs_done(inputs *in, int rc, const ssae_err *err) {
+  free(in->p);
+  free(in->x);
+  if (rc) fprintf(stderr, "failed: %s\n", err->msg);
+  return rc ? 1 : 0;
+}
+
+typedef int (*grad_fn)(void *ctx, const float *x, size_t n, double scale, double *sse,
+                       float *grad, ssae_err *err);
+typedef int (*scores_fn)(void *ctx, const float *x, size_t n, float *scores, ssae_err *err);
+
+/* Writes to OUT the gradient of the mean squared error over the windows
+ * (then the loss), or with GRAD 0 the windows' scores: of the backend
+ * table or of ssae_grad directly. */
+static int grad_or_scores(int grad, grad_fn gf, scores_fn sf, void *ctx, const inputs *in,
+                          const char *out, ssae_err *err) {
+  int rc;
+  if (grad) {
+    float *gr = malloc((in->np + 2) * sizeof(float));
+    double sse, count = (double)in->n * (double)in->fm;
+    rc = gf(ctx, in->x, in->n, 1.0 / count, &sse, gr, err);
+    gr[in->np] = (float)(sse / count);
+    if (!rc) rc = write_f32(out, gr, in->np + 1);
+    free(gr);
+  } else {
+    float *s = malloc(in->n * sizeof(float));
+    rc = sf(ctx, in->x, in->n, s, err);
+    if (!rc) rc = write_f32(out, s, in->n);
+    free(s);
+  }
+  return rc;
+}
+
+static int grad_compute(void *g, const float *x, size_t n, double scale, double *sse,
+                        float *grad, ssae_err *err) {
+  return ssae_grad_compute(g, x, n, scale, sse, grad, err);
+}
+static int grad_scores(void *g, const float *x, size_t n, float *scores, ssae_err *err) {
+  return ssae_grad_scores(g, x, n, scores, err);
+}
+
+/* adam and cuda_adam: LR B1 B2 EPS WD STEPS PARAMS GRADS(steps x P). */
+static int read_adam(char **a, ssae_adam_cfg *c, int *steps, float **p, size_t *np, float **g) {
+  *c = (ssae_adam_cfg){atof(a[0]), atof(a[1]), atof(a[2]), atof(a[3]), atof(a[4])};
+  *steps = atoi(a[5]);
+  size_t ng;
+  *p = read_f32(a[6], np);
+  *g = read_f32(a[7], &ng);
+  return *p && *g && ng == *np * (size_t)*steps ? 0 : -1;
+}
+
 int main(int argc, char **argv) {
   ssae_err err = {{0}};
   if (argc == 2 && !strcmp(argv[1], "cuda_available")) {
@@ -69,55 +146,26 @@ int main(int argc, char **argv) {
   if (argc == 11 && (!strcmp(argv[1], "be_grad") || !strcmp(argv[1], "be_scores"))) {
     /* be_grad|be_scores BACKEND M F L S THREADS PARAMS X OUT: through the
      * backend table (the CUDA backend's host-batch path) */
-    ssae_dims d;
-    dims(argv + 3, &d);
-    size_t np, nx, off[SSAE_N_TENSORS + 1];
-    ssae_param_offsets(&d, off);
-    float *p = read_f32(argv[8], &np), *x = read_f32(argv[9], &nx);
-    if (!p || !x || np != off[SSAE_N_TENSORS]) {
-      fprintf(stderr, "bad inputs\n");
-      return 1;
-    }
-    size_t fm = (size_t)d.frames * (size_t)d.n_mels, n = nx / fm;
+    inputs in;
+    if (read_inputs(argv + 3, argv[8], argv[9], &in)) return 1;
     ssae_train_backend be;
-    if (open_be(argv[2], &d, atoi(argv[7]), &be, &err) || be.set_params(be.ctx, p, &err)) {
+    if (open_be(argv[2], &in.d, atoi(argv[7]), &be, &err) ||
+        be.set_params(be.ctx, in.p, &err)) {
       fprintf(stderr, "%s\n", err.msg);
       return 1;
     }
-    int rc;
-    if (!strcmp(argv[1], "be_grad")) {
-      float *gr = malloc((np + 2) * sizeof(float));
-      double sse;
-      rc = be.grad(be.ctx, x, n, 1.0 / ((double)n * (double)fm), &sse, gr, &err);
-      gr[np] = (float)(sse / ((double)n * (double)fm));
-      if (!rc) rc = write_f32(argv[10], gr, np + 1);
-      free(gr);
-    } else {
-      float *s = malloc(n * sizeof(float));
-      rc = be.scores(be.ctx, x, n, s, &err);
-      if (!rc) rc = write_f32(argv[10], s, n);
-      free(s);
-    }
+    int rc = grad_or_scores(!strcmp(argv[1], "be_grad"), be.grad, be.scores, be.ctx, &in,
+                            argv[10], &err);
     ssae_train_backend_free(&be);
-    free(p);
-    free(x);
-    if (rc) fprintf(stderr, "failed: %s\n", err.msg);
-    return rc ? 1 : 0;
+    return inputs_done(&in, rc, &err);
   }
   if (argc == 14 && !strcmp(argv[1], "train")) {
     /* train BACKEND M F L S EPOCHS BATCH SEED PATIENCE PARAMS X OUT: the
      * training loop on windows X (the last tenth is the validation set when
      * PATIENCE > 0); OUT gets the final parameters, stdout the losses */
-    ssae_dims d;
-    dims(argv + 3, &d);
-    size_t np, nx, off[SSAE_N_TENSORS + 1];
-    ssae_param_offsets(&d, off);
-    float *p = read_f32(argv[11], &np), *x = read_f32(argv[12], &nx);
-    if (!p || !x || np != off[SSAE_N_TENSORS]) {
-      fprintf(stderr, "bad inputs\n");
-      return 1;
-    }
-    size_t fm = (size_t)d.frames * (size_t)d.n_mels, n = nx / fm;
+    inputs in;
+    if (read_inputs(argv + 3, argv[11], argv[12], &in)) return 1;
+    size_t fm = in.fm, n = in.n;
     ssae_train_cfg c;
     ssae_train_cfg_default(&c);
     c.epochs = atoi(argv[7]);
@@ -125,29 +173,25 @@ int main(int argc, char **argv) {
     c.seed = strtoull(argv[9], NULL, 10);
     c.patience = atoi(argv[10]);
     size_t nv = c.patience > 0 ? n / 10 : 0;
-    ssae_window_set tr = {x, NULL, n - nv}, va = {x + (n - nv) * fm, NULL, nv};
+    ssae_window_set tr = {in.x, NULL, n - nv}, va = {in.x + (n - nv) * fm, NULL, nv};
     ssae_train_backend be;
     ssae_train_result res;
-    int rc = open_be(argv[2], &d, 2, &be, &err);
-    if (!rc) rc = ssae_train_run(&d, &c, &be, p, &tr, &va, NULL, on_epoch, NULL, &res, &err);
-    if (!rc) rc = write_f32(argv[13], p, np);
+    int rc = open_be(argv[2], &in.d, 2, &be, &err);
+    if (!rc) rc = ssae_train_run(&in.d, &c, &be, in.p, &tr, &va, NULL, on_epoch, NULL, &res, &err);
+    if (!rc) rc = write_f32(argv[13], in.p, in.np);
     if (!rc) printf("result epochs %d loss %.17g val %.17g best %d\n", res.epochs_run, res.loss,
                     res.val_loss, res.best_epoch);
     ssae_train_backend_free(&be);
-    free(p);
-    free(x);
-    if (rc) fprintf(stderr, "failed: %s\n", err.msg);
-    return rc ? 1 : 0;
+    return inputs_done(&in, rc, &err);
   }
 #if SSAE_HAVE_CUDA
   if (argc == 11 && !strcmp(argv[1], "cuda_adam")) {
     /* cuda_adam: as adam, on the device */
-    ssae_adam_cfg c = {atof(argv[2]), atof(argv[3]), atof(argv[4]),
-                       atof(argv[5]), atof(argv[6])};
-    int steps = atoi(argv[7]);
-    size_t np, ng;
-    float *p = read_f32(argv[8], &np), *g = read_f32(argv[9], &ng);
-    if (!p || !g || ng != np * (size_t)steps) return 1;
+    ssae_adam_cfg c;
+    int steps;
+    size_t np;
+    float *p, *g;
+    if (read_adam(argv + 2, &c, &steps, &p, &np, &g)) return 1;
     int rc = ssae_cuda_adam_steps(&c, np, p, g, steps, &err);
     if (!rc) rc = write_f32(argv[10], p, np);
     else fprintf(stderr, "%s\n", err.msg);
@@ -158,50 +202,25 @@ int main(int argc, char **argv) {
 #endif
   if (argc >= 10 && (!strcmp(argv[1], "grad") || !strcmp(argv[1], "scores"))) {
     /* grad|scores M F L S THREADS PARAMS X OUT */
-    ssae_dims d;
-    dims(argv + 2, &d);
-    size_t np, nx, off[SSAE_N_TENSORS + 1];
-    ssae_param_offsets(&d, off);
-    float *p = read_f32(argv[7], &np), *x = read_f32(argv[8], &nx);
-    if (!p || !x || np != off[SSAE_N_TENSORS]) {
-      fprintf(stderr, "bad inputs\n");
-      return 1;
-    }
-    size_t fm = (size_t)d.frames * (size_t)d.n_mels, n = nx / fm;
-    ssae_grad *g = ssae_grad_new(&d, atoi(argv[6]), &err);
-    if (!g || ssae_grad_set_params(g, p, &err)) {
+    inputs in;
+    if (read_inputs(argv + 2, argv[7], argv[8], &in)) return 1;
+    ssae_grad *g = ssae_grad_new(&in.d, atoi(argv[6]), &err);
+    if (!g || ssae_grad_set_params(g, in.p, &err)) {
       fprintf(stderr, "%s\n", err.msg);
       return 1;
     }
-    int rc;
-    if (!strcmp(argv[1], "grad")) {
-      float *gr = malloc((np + 2) * sizeof(float));
-      double sse;
-      rc = ssae_grad_compute(g, x, n, 1.0 / ((double)n * (double)fm), &sse, gr,
-                             &err);
-      gr[np] = (float)(sse / ((double)n * (double)fm));
-      if (!rc) rc = write_f32(argv[9], gr, np + 1);
-      free(gr);
-    } else {
-      float *s = malloc(n * sizeof(float));
-      rc = ssae_grad_scores(g, x, n, s, &err);
-      if (!rc) rc = write_f32(argv[9], s, n);
-      free(s);
-    }
+    int rc = grad_or_scores(!strcmp(argv[1], "grad"), grad_compute, grad_scores, g, &in, argv[9],
+                            &err);
     ssae_grad_free(g);
-    free(p);
-    free(x);
-    if (rc) fprintf(stderr, "failed: %s\n", err.msg);
-    return rc ? 1 : 0;
+    return inputs_done(&in, rc, &err);
   }
   if (argc == 11 && !strcmp(argv[1], "adam")) {
     /* adam LR B1 B2 EPS WD STEPS PARAMS GRADS(steps x P) OUT */
-    ssae_adam_cfg c = {atof(argv[2]), atof(argv[3]), atof(argv[4]),
-                       atof(argv[5]), atof(argv[6])};
-    int steps = atoi(argv[7]);
-    size_t np, ng;
-    float *p = read_f32(argv[8], &np), *g = read_f32(argv[9], &ng);
-    if (!p || !g || ng != np * (size_t)steps) return 1;
+    ssae_adam_cfg c;
+    int steps;
+    size_t np;
+    float *p, *g;
+    if (read_adam(argv + 2, &c, &steps, &p, &np, &g)) return 1;
     ssae_adam *a = ssae_adam_new(&c, np, &err);
     for (int s = 0; s < steps; s++) ssae_adam_step(a, p, g + (size_t)s * np);
     int rc = write_f32(argv[10], p, np);

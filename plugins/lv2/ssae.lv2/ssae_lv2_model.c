@@ -203,6 +203,15 @@ LV2_Worker_Status ssae_lv2_work_response(LV2_Handle instance, uint32_t size,
   return LV2_WORKER_SUCCESS;
 }
 
+/* Frees a path the host's mapPath made: with its freePath where it has
+ * one, else free() (the state extension's rule). */
+static void free_host_path(LV2_State_Free_Path *free_path, char *p) {
+  if (free_path)
+    free_path->free_path(free_path->handle, p);
+  else
+    free(p);
+}
+
 LV2_State_Status ssae_lv2_save(LV2_Handle instance,
                                LV2_State_Store_Function store,
                                LV2_State_Handle handle, uint32_t flags,
@@ -236,10 +245,7 @@ LV2_State_Status ssae_lv2_save(LV2_Handle instance,
   LV2_State_Status st =
       store(handle, self->uris.model, apath, strlen(apath) + 1,
             self->uris.atom_Path, LV2_STATE_IS_POD | LV2_STATE_IS_PORTABLE);
-  if (free_path)
-    free_path->free_path(free_path->handle, apath);
-  else
-    free(apath);
+  free_host_path(free_path, apath);
   return st;
 }
 
@@ -282,10 +288,7 @@ LV2_State_Status ssae_lv2_restore(LV2_Handle instance,
       char *abs = map_path->absolute_path(map_path->handle, (const char *)value);
       if (abs) {
         path = dup_path(abs);
-        if (free_path)
-          free_path->free_path(free_path->handle, abs);
-        else
-          free(abs);
+        free_host_path(free_path, abs);
       }
     } else {
       path = dup_path((const char *)value);
