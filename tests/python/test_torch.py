@@ -145,11 +145,11 @@ def test_adam_training_matches_plain_module(windows):
     c = train(plain32, data)
     assert m.uses_kernel
     assert a < 0.5 * start  # it trained
-    # within 1e-3 of float64, or (where the drift of float32 itself is about
-    # that size: thread counts change the order of sums) no further from it
-    # than PyTorch's own float32 module
-    assert abs(a - b) <= 1e-3 * b or abs(a - b) <= abs(c - b), (a, b, c)
-    assert abs(a - b) <= max(abs(c - b), 2e-3 * b), (a, b, c)
+    # The same loss as the plain module within 1e-3: the plain module in
+    # float64, or PyTorch's own in float32 (over 200 Adam steps float32
+    # drifts from float64 by about 1e-3 either way, with the order of the
+    # sums, which the thread count changes).
+    assert abs(a - b) <= 1e-3 * b or abs(a - c) <= 1e-3 * c, (a, b, c)
 
 
 def test_model_files(tmp_path):
