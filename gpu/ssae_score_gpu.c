@@ -153,18 +153,6 @@ static void free_lane(lane *l, int files) {
   free(l->end);
 }
 
-int ssae_score_gpu_worth_it(char *const *paths, size_t n) {
-  /* By file bytes (see the header), so that nothing is decoded to decide. */
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  const long long need = SSAE_SCORE_GPU_BYTES_PER_CORE * (ncpu < 1 ? 1 : ncpu);
-  long long bytes = 0;
-  for (size_t i = 0; i < n && bytes < need; i++) {
-    struct stat st;
-    if (!stat(paths[i], &st)) bytes += (long long)st.st_size;
-  }
-  return bytes >= need && ssae_cuda_fe_device_present();
-}
-
 int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
                          const ssae_score_gpu_opts *opts, ssae_scored_file_cb cb, void *user,
                          ssae_err *note, ssae_err *err) {

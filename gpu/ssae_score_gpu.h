@@ -48,19 +48,6 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
                          const ssae_score_gpu_opts *o, ssae_scored_file_cb cb, void *user,
                          ssae_err *note, ssae_err *err);
 
-/* Whether `auto` should take this path for these files: a CUDA device is
- * present and the files hold at least SSAE_SCORE_GPU_BYTES_PER_CORE bytes
- * per online core together. Why that holds (never more than 5 % slower
- * than the CPU path): the CPU path scores about 175 MB of 16-bit 16 kHz
- * files per second per core (10,000 ten-second clips, 3.2 GB, in 1.15 s on
- * 16 cores); the GPU path pays a fixed set-up of at most about 0.3 s (CUDA
- * context, tables, page-locked buffers) and then runs at least twice as
- * fast as the CPU path. GPU <= 1.05 CPU needs 0.3 s <= bytes x (1.05 - 0.5)
- * / (175 MB/s x cores), i.e. bytes >= 95 MB per core; 128 MB per core keeps
- * a margin (2 GB on 16 cores: the 10,000-clip set takes the GPU, a few
- * hundred clips stay on the CPU). */
-#define SSAE_SCORE_GPU_BYTES_PER_CORE (128ll << 20)
-int ssae_score_gpu_worth_it(char *const *paths, size_t n);
 
 #ifdef __cplusplus
 }

@@ -446,13 +446,14 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
 }
 
 /* Everything but decoding on the GPU, many files per launch: with
- * --backend cuda, and with auto when ssae_score_gpu_worth_it. Returns the
- * exit status, or -1 when the GPU front end cannot start (the caller goes
- * on with the backend path). */
+ * --backend cuda only. `auto` takes the CPU path: on the H100 host (16
+ * cores) the GPU front end scored 10,000 ten-second clips at 0.67x the
+ * CPU path's speed (BENCHMARKS.md), and auto must never be slower than
+ * cpu. Returns the exit status, or -1 when the GPU front end cannot start
+ * (the caller goes on with the backend path). */
 static int score_on_gpu(const opts *o, const ssae_model *m, char *const *paths, size_t n,
                         FILE *of) {
-  if (strcmp(o->backend, "cuda") && (strcmp(o->backend, "auto") || !ssae_score_gpu_worth_it(paths, n)))
-    return -1;
+  if (strcmp(o->backend, "cuda")) return -1;
   /* Its decoders take no reader options: --strict goes the backend path. */
   if (o->strict) return -1;
   /* Without a device the backend path says why (and the test hook runs
@@ -507,8 +508,8 @@ static int run(const opts *o, char *const *paths, size_t n, FILE *of, ssae_shard
     ssae_model_free(m);
     return gpu_status;
   }
-  /* auto below the GPU front end's threshold: the CPU path (the CUDA
-   * backend with the front end on the CPU is slower than it, end to end). */
+  /* auto: the CPU path (the CUDA backend with the front end on the CPU is
+   * slower than it end to end, and so is the GPU front end: see above). */
   const char *backend = strcmp(o->backend, "auto") ? o->backend : "cpu";
 #else
   const char *backend = o->backend;

@@ -59,15 +59,17 @@ run_timed() { # name, command...: appends the wall seconds to $OUT/name.t
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f\n", b - a }' >> "$OUT/$name.t"
 }
 
+# The PyTorch side needs a python3 with torch and torchaudio (PYTHON).
+PY=${PYTHON:-python3}
 TORCH_OK=1
-/usr/bin/python3 -c "import torch, torchaudio, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+"$PY" -c "import torch, torchaudio, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
   2>/dev/null || TORCH_OK=0
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS ..." >&2
   run_timed cuda "$SSAE" score -q --backend cuda "$DIR"
   run_timed cpu "$SSAE" score -q --backend cpu "$DIR"
   if [ $TORCH_OK = 1 ]; then
-    run_timed torch /usr/bin/python3 "$HERE/torch_gpu_pipeline.py" "$MODEL" "$DIR"/clip*.wav
+    run_timed torch "$PY" "$HERE/torch_gpu_pipeline.py" "$MODEL" "$DIR"/clip*.wav
   fi
 done
 if grep -q "went on on the CPU" "$OUT/cuda.err"; then
