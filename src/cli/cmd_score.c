@@ -54,8 +54,9 @@ static const ssae_cli_opt options[] = {
      .help = "model file", .def = "the model built into ssae"},
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
      .choices = ssae_cli_backends,
-     .help = "where the model runs; auto: CUDA when present and its self-test passes, else "
-             "the CPU"},
+     .help = "where the model runs; cuda: the GPU front end (PCM in, scores out, many files "
+             "per launch); auto: the CPU, which scores files end to end faster than the GPU "
+             "front end does today (BENCHMARKS.md)"},
     {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
      .metavar = "N|mix", .help = "channel index from 0, or the mean of all channels",
      .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
