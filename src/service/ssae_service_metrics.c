@@ -142,10 +142,15 @@ void ssae_service_write_metrics(void *user, ssae_textbuf *b) {
         {"ssae_engine_latency_p50_seconds", "gauge", "Median window-to-score latency."},
         {"ssae_engine_latency_p99_seconds", "gauge", "99th percentile window-to-score latency."},
         {"ssae_engine_latency_max_seconds", "gauge", "Largest window-to-score latency."},
+        {"ssae_engine_xruns_total", "counter",
+         "Input overruns the audio adapter reported (JACK xruns, PortAudio overflows)."},
+        {"ssae_engine_nonfinite_samples_total", "counter",
+         "NaN or infinite input samples (taken as digital silence)."},
     };
     const double ev[] = {(double)es.windows,  (double)es.scored,  (double)es.dropped,
                          (double)es.batches,  es.audio_s,         es.lat_p50_ms * 1e-3,
-                         es.lat_p99_ms * 1e-3, es.lat_max_ms * 1e-3};
+                         es.lat_p99_ms * 1e-3, es.lat_max_ms * 1e-3, (double)es.xruns,
+                         (double)es.nonfinite};
     snprintf(labels, sizeof labels, "node=\"%s\"", node);
     write_families(b, ef, ev, sizeof ev / sizeof ev[0], labels);
   }

@@ -60,6 +60,8 @@ def main():
                      'ssae_engine_latency_seconds_bucket{node="hall-2",le="+Inf"}',
                      'ssae_engine_latency_seconds_count{node="hall-2"}',
                      'ssae_engine_dropped_windows_total{node="hall-2"} 0',
+                     'ssae_engine_xruns_total{node="hall-2"} 0',
+                     'ssae_engine_nonfinite_samples_total{node="hall-2"} 0',
                      'ssae_mqtt_connected{node="hall-2"} 0',
                      'ssae_mqtt_queue_messages{', 'ssae_mqtt_dropped_messages_total{',
                      'ssae_clips_written_total{', 'ssae_up 1'):
