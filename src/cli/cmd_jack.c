@@ -319,8 +319,13 @@ static int run(const opts *o) {
     ssae_evsink_note(sink, s.audio_s, "server_shutdown", why);
     rc = SSAE_EXIT_INPUT;
   }
-  /* The process callbacks stop before the engine goes. */
+  /* The process callbacks stop before the engine goes: the clients are
+   * closed (which joins their threads; after a server shutdown a client's
+   * thread may still be running its last callback, and deactivating is
+   * then impossible). */
   for (int k = 0; k < K; k++) ssae_io_jack_stop(jc[k]);
+  free_clients(jc, K);
+  jc = NULL;
   ssae_engine_drain(e);
   summary(e, sink);
   ssae_cli_service_detach(svc);
@@ -332,7 +337,6 @@ static int run(const opts *o) {
     ssae_stdout_check(&quiet); /* reported once, here */
     rc = SSAE_EXIT_INPUT;
   }
-  free_clients(jc, K);
   ssae_model_free(m);
   return rc;
 }
