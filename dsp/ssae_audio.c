@@ -371,7 +371,7 @@ static int refill(ssae_audio_stream *s, ssae_err *err) {
   s->pend_n = s->pend_pos = 0;
   for (;;) {
     if (s->rs && (s->sel_pos < s->sel_n || s->drain)) {
-      size_t id, od;
+      size_t id = 0, od = 0;
       if (resample_step(s, 0, &id, &od, err)) return -1;
       s->sel_pos += id;
       s->drain = od == s->pcap;
@@ -405,7 +405,7 @@ static int refill(ssae_audio_stream *s, ssae_err *err) {
       continue;
     }
     if (!s->rs || s->flushed || !s->in_frames) return 0;
-    size_t id, od;
+    size_t id = 0, od = 0;
     if (resample_step(s, 1, &id, &od, err)) return -1;
     if (!od) {
       s->flushed = 1;

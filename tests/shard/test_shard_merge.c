@@ -58,7 +58,11 @@ static void write_parts(const char *dir, const ssae_shard_list *l, size_t count,
     ssae_shard_members(l, s, count, &m, &nm, &err);
     ssae_shard_header h;
     ssae_shard_header_init(&h, l, s, count, nm);
-    snprintf(names[s], 512, "%s/part-%zu.%s", dir, s, fmt == SSAE_SHARD_JSON ? "json" : "tsv");
+    if (snprintf(names[s], 512, "%s/part-%zu.%s", dir, s,
+                 fmt == SSAE_SHARD_JSON ? "json" : "tsv") >= 512) {
+      fprintf(stderr, "%s: path too long\n", dir);
+      exit(1);
+    }
     ssae_shard_out *o = ssae_shard_out_new(names[s], fmt, &h, NULL, 0, &err);
     FILE *f = o ? ssae_shard_out_file(o) : NULL;
     for (size_t k = 0; f && k < nm; k++) {
