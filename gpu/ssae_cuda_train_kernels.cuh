@@ -63,6 +63,36 @@ __host__ __device__ inline lay_t make_lay(const dims_t &d) {
   return l;
 }
 
+/* A model's dimensions for the kernels; wb is pick_group's. */
+inline dims_t make_dims(const ssae_dims *dm) {
+  dims_t d;
+  d.M = dm->n_mels;
+  d.F = dm->frames;
+  d.L = dm->latent;
+  d.S = dm->slice_latent;
+  d.C = d.F * d.S;
+  size_t off[SSAE_N_TENSORS + 1];
+  ssae_param_offsets(dm, off);
+  for (int i = 0; i <= SSAE_N_TENSORS; i++) d.off[i] = (int)off[i];
+  d.P = (int)off[SSAE_N_TENSORS];
+  d.wb = 0;
+  return d;
+}
+
+/* Windows per group: the most of want, want/2, ..., 1 whose activations
+ * fit in `shared` bytes of shared memory, in d.wb (0: none fits); returns
+ * their bytes. Fixed per dimensions and device, so runs repeat bit for
+ * bit. */
+inline size_t pick_group(dims_t &d, int want, size_t shared) {
+  for (int wb = want; wb >= 1; wb /= 2) {
+    d.wb = wb;
+    const size_t bytes = sizeof(float) * (size_t)make_lay(d).total;
+    if (bytes <= shared) return bytes;
+  }
+  d.wb = 0;
+  return 0;
+}
+
 struct dev_w {
   float *p, *m, *v;                 /* parameters, Adam moments [P] */
   float *bn, *bnt;                  /* normalised basis [L x C], [C x L] */

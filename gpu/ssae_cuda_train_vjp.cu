@@ -209,15 +209,7 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
     return NULL;
   }
   dims_t &d = v->d;
-  d.M = dm->n_mels;
-  d.F = dm->frames;
-  d.L = dm->latent;
-  d.S = dm->slice_latent;
-  d.C = d.F * d.S;
-  size_t off[SSAE_N_TENSORS + 1];
-  ssae_param_offsets(dm, off);
-  for (int i = 0; i <= SSAE_N_TENSORS; i++) d.off[i] = (int)off[i];
-  d.P = (int)off[SSAE_N_TENSORS];
+  d = make_dims(dm);
 #define CKN(call, what)                                                        \
   do {                                                                         \
     cudaError_t e_ = (call);                                                   \
@@ -232,18 +224,7 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   CKN(cudaGetDevice(&v->dev), "reading the current device");
   cudaDeviceProp prop;
   CKN(cudaGetDeviceProperties(&prop, v->dev), "reading device properties");
-  /* Windows per group: the most of 4, 2, 1 whose activations fit in shared
-   * memory (as the trainer). */
-  d.wb = 0;
-  for (int wb = 4; wb >= 1; wb /= 2) {
-    d.wb = wb;
-    const size_t bytes = sizeof(float) * (size_t)make_lay(d).total;
-    if (bytes <= prop.sharedMemPerBlockOptin) {
-      v->smem = bytes;
-      break;
-    }
-    d.wb = 0;
-  }
+  v->smem = pick_group(d, 4, prop.sharedMemPerBlockOptin); /* as the trainer */
   if (d.wb == 0 || sizeof(double) * (size_t)d.C > 48 * 1024) {
     ssae_err_set(err, "CUDA: model dimensions too large for the GPU's shared memory");
     ssae_cuda_vjp_free(v);
