@@ -52,6 +52,7 @@ class Sub:
 
     def __init__(self, tmp, port, name, fatal):
         self.path = os.path.join(tmp, name + ".txt")
+        self.port = port
         self.fatal = fatal
         self.f = open(self.path, "wb")
         self.p = subprocess.Popen(
@@ -80,6 +81,13 @@ class Sub:
         if self.fatal:
             raise AssertionError(msg)
         return check(False, msg)
+
+    def wait_ready(self):
+        """Returns once the subscription is in place: it has seen a probe
+        (retained, so a subscriber that connects late still sees it)."""
+        subprocess.run(["mosquitto_pub", "-p", str(self.port), "-t", "ssae/probe",
+                        "-m", "x", "-r"], check=True)
+        self.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
 
     def stop(self):
         if self.p.poll() is None:

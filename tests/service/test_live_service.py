@@ -23,9 +23,8 @@ import time
 import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ssae_testlib  # noqa: E402
 from mqtt_broker import Broker, Sub  # noqa: E402
-from ssae_testlib import check, done, free_port, skip  # noqa: E402
+from ssae_testlib import check, clean_up, done, free_port, skip  # noqa: E402
 from test_monitor_service import gen, http, one_shot  # noqa: E402
 import test_monitor_service as tms  # noqa: E402
 
@@ -170,19 +169,14 @@ def main():
     sub = Sub(tmp, port, "sub", fatal=False)
     jack = Jack(tmp)
     try:
-        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe", "-m", "x", "-r"],
-                       check=True)
-        sub.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
+        sub.wait_ready()
         jack_client(jack, tmp, port, sub)
         portaudio_monitor(jack, tmp, port, sub)
     finally:
         jack.stop()
         sub.stop()
         broker.stop()
-        if not ssae_testlib.failures:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("files kept in", tmp)
+        clean_up(tmp)
     done()
 
 

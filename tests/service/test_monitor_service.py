@@ -35,9 +35,8 @@ import tempfile
 import time
 import wave
 
-import ssae_testlib
 from mqtt_broker import Broker, Sub
-from ssae_testlib import check, done, free_port, skip
+from ssae_testlib import check, clean_up, done, free_port, skip
 
 SSAE = os.environ["SSAE"]
 GEN = sys.argv[1]
@@ -375,19 +374,14 @@ def main():
     broker.start()
     sub = Sub(tmp, port, "sub", fatal=False)
     try:
-        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe", "-m", "x", "-r"],
-                       check=True)
-        sub.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
+        sub.wait_ready()
         run1(tmp, port, sub)
         run2(tmp, broker, port, sub)
         run3(tmp)
     finally:
         sub.stop()
         broker.stop()
-        if not ssae_testlib.failures:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("files kept in", tmp)
+        clean_up(tmp)
     done()
 
 

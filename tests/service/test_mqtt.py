@@ -70,10 +70,7 @@ def main():
     sub = Sub(tmp, port, "test-sub", fatal=True)
     helper = None
     try:
-        # The subscriber is in place once it sees a probe.
-        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe",
-                        "-m", "x", "-r"], check=True)
-        sub.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
+        sub.wait_ready()
 
         cfg = os.path.join(tmp, "ssae.yaml")
         with open(cfg, "w") as f:
