@@ -24,6 +24,7 @@ import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mqtt_broker import Broker, Sub  # noqa: E402
+from ssae_jack import Jack  # noqa: E402
 from ssae_testlib import check, clean_up, done, free_port, skip  # noqa: E402
 from test_monitor_service import gen, http, one_shot  # noqa: E402
 import test_monitor_service as tms  # noqa: E402
@@ -31,37 +32,6 @@ import test_monitor_service as tms  # noqa: E402
 SSAE = os.environ["SSAE"]
 GEN = sys.argv[1]
 BUILD = os.environ.get("SSAE_BUILD_ROOT", ".")
-
-
-class Jack:
-    def __init__(self, tmp):
-        self.env = dict(os.environ)
-        self.env["JACK_DEFAULT_SERVER"] = "ssae_test_live_service"
-        self.env["HOME"] = tmp
-        self.env["JACK_NO_AUDIO_RESERVATION"] = "1"
-        self.env["JACK_PROMISCUOUS_SERVER"] = ""
-        self.log = open(os.path.join(tmp, "jackd.log"), "w")
-        self.proc = subprocess.Popen(
-            ["jackd", "-n", self.env["JACK_DEFAULT_SERVER"], "-d", "dummy", "-r", "16000",
-             "-p", "256"], env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                skip("jackd did not start (see jackd.log)")
-            if subprocess.run(["jack_lsp"], env=self.env, capture_output=True).returncode == 0:
-                return
-            time.sleep(0.1)
-        self.stop()
-        skip("jackd did not answer within 10 s")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def jack_client(jack, tmp, port, sub):
@@ -167,7 +137,7 @@ def main():
     broker = Broker(tmp, port)
     broker.start()
     sub = Sub(tmp, port, "sub", fatal=False)
-    jack = Jack(tmp)
+    jack = Jack(tmp, "ssae_test_live_service")
     try:
         sub.wait_ready()
         jack_client(jack, tmp, port, sub)
