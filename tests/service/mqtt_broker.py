@@ -2,12 +2,14 @@
 for the service tests that check what the service publishes (test_mqtt.py,
 test_monitor_service.py; tests/service is on their path as the script's
 folder)."""
+import contextlib
 import os
 import socket
 import subprocess
+import tempfile
 import time
 
-from ssae_testlib import check
+from ssae_testlib import check, clean_up, free_port
 
 
 class Broker:
@@ -93,3 +95,22 @@ class Sub:
         if self.p.poll() is None:
             self.p.terminate()
             self.p.wait(5)
+
+
+@contextlib.contextmanager
+def broker_session(prefix):
+    """A test folder (kept when a check failed), a broker on a free port and
+    a recording subscriber (non-fatal waits) that is in place: yields
+    (tmp, port, broker, sub); all stopped at the end."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    port = free_port()
+    broker = Broker(tmp, port)
+    broker.start()
+    sub = Sub(tmp, port, "sub", fatal=False)
+    try:
+        sub.wait_ready()
+        yield tmp, port, broker, sub
+    finally:
+        sub.stop()
+        broker.stop()
+        clean_up(tmp)

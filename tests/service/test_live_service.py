@@ -12,20 +12,18 @@ threshold reaches the state messages; SIGINT: "offline".
 `ssae monitor --config FILE` with input.portaudio (PortAudio's JACK host
 API sees the server as a device): MQTT online, /healthz 200 while the
 device delivers audio, the summary says nothing dropped."""
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mqtt_broker import Broker, Sub  # noqa: E402
+from mqtt_broker import broker_session  # noqa: E402
 from ssae_jack import Jack  # noqa: E402
-from ssae_testlib import check, clean_up, done, free_port, skip  # noqa: E402
+from ssae_testlib import check, done, free_port, skip  # noqa: E402
 from test_monitor_service import gen, http, one_shot  # noqa: E402
 import test_monitor_service as tms  # noqa: E402
 
@@ -132,21 +130,13 @@ def main():
     if not os.path.exists(cfg) or "SSAE_HAVE_JACK 1" not in open(cfg).read():
         skip("ssae was built without JACK")
     tms.GEN = GEN
-    tmp = tempfile.mkdtemp(prefix="ssae_live_")
-    port = free_port()
-    broker = Broker(tmp, port)
-    broker.start()
-    sub = Sub(tmp, port, "sub", fatal=False)
-    jack = Jack(tmp, "ssae_test_live_service")
-    try:
-        sub.wait_ready()
-        jack_client(jack, tmp, port, sub)
-        portaudio_monitor(jack, tmp, port, sub)
-    finally:
-        jack.stop()
-        sub.stop()
-        broker.stop()
-        clean_up(tmp)
+    with broker_session("ssae_live_") as (tmp, port, _, sub):
+        jack = Jack(tmp, "ssae_test_live_service")
+        try:
+            jack_client(jack, tmp, port, sub)
+            portaudio_monitor(jack, tmp, port, sub)
+        finally:
+            jack.stop()
     done()
 
 

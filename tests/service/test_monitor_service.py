@@ -31,12 +31,11 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import wave
 
-from mqtt_broker import Broker, Sub
-from ssae_testlib import check, clean_up, done, free_port, skip
+from mqtt_broker import broker_session
+from ssae_testlib import check, done, free_port, skip
 
 SSAE = os.environ["SSAE"]
 GEN = sys.argv[1]
@@ -368,20 +367,10 @@ def main():
         import numpy  # noqa: F401
     except ImportError:
         skip("python3-numpy not installed")
-    tmp = tempfile.mkdtemp(prefix="ssae_monsvc_")
-    port = free_port()
-    broker = Broker(tmp, port)
-    broker.start()
-    sub = Sub(tmp, port, "sub", fatal=False)
-    try:
-        sub.wait_ready()
+    with broker_session("ssae_monsvc_") as (tmp, port, broker, sub):
         run1(tmp, port, sub)
         run2(tmp, broker, port, sub)
         run3(tmp)
-    finally:
-        sub.stop()
-        broker.stop()
-        clean_up(tmp)
     done()
 
 

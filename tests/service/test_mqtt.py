@@ -15,7 +15,6 @@ is away is queued and arrives after it is back (QoS 1)."""
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
