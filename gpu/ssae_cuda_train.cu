@@ -409,15 +409,7 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
     return NULL;
   }
   dims_t &d = c->d;
-  d.M = dm->n_mels;
-  d.F = dm->frames;
-  d.L = dm->latent;
-  d.S = dm->slice_latent;
-  d.C = d.F * d.S;
-  size_t off[SSAE_N_TENSORS + 1];
-  ssae_param_offsets(dm, off);
-  for (int i = 0; i <= SSAE_N_TENSORS; i++) d.off[i] = (int)off[i];
-  d.P = (int)off[SSAE_N_TENSORS];
+  d = make_dims(dm);
 
 #define CKN(call, what)          \
   do {                           \
@@ -432,22 +424,12 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
   CKN(cudaSetDevice(0), "selecting device 0");
   cudaDeviceProp prop;
   CKN(cudaGetDeviceProperties(&prop, 0), "reading device properties");
-  /* Windows per group: the most of 4, 2, 1 whose activations fit in shared
-   * memory (SSAE_CUDA_TRAIN_WB overrides, for benchmarks). Fixed per
-   * dimensions and device, so runs repeat bit for bit. */
+  /* Windows per group: 4 at most (SSAE_CUDA_TRAIN_WB overrides, for
+   * benchmarks). */
   int want = 4;
   const char *wbe = getenv("SSAE_CUDA_TRAIN_WB");
   if (wbe && atoi(wbe) >= 1 && atoi(wbe) <= 32) want = atoi(wbe);
-  d.wb = 0;
-  for (int wb = want; wb >= 1; wb /= 2) {
-    d.wb = wb;
-    const size_t bytes = sizeof(float) * (size_t)make_lay(d).total;
-    if (bytes <= prop.sharedMemPerBlockOptin) {
-      c->smem = bytes;
-      break;
-    }
-    d.wb = 0;
-  }
+  c->smem = pick_group(d, want, prop.sharedMemPerBlockOptin);
   if (d.wb == 0 || sizeof(double) * (size_t)d.C > 48 * 1024) {
     ssae_err_set(err, "CUDA: model dimensions too large for training in the GPU's shared "
                  "memory (use --backend cpu)");

@@ -63,6 +63,36 @@ __host__ __device__ inline lay_t make_lay(const dims_t &d) {
   return l;
 }
 
+/* A model's dimensions for the kernels; wb is pick_group's. */
+inline dims_t make_dims(const ssae_dims *dm) {
+  dims_t d;
+  d.M = dm->n_mels;
+  d.F = dm->frames;
+  d.L = dm->latent;
+  d.S = dm->slice_latent;
+  d.C = d.F * d.S;
+  size_t off[SSAE_N_TENSORS + 1];
+  ssae_param_offsets(dm, off);
+  for (int i = 0; i <= SSAE_N_TENSORS; i++) d.off[i] = (int)off[i];
+  d.P = (int)off[SSAE_N_TENSORS];
+  d.wb = 0;
+  return d;
+}
+
+/* Windows per group: the most of want, want/2, ..., 1 whose activations
+ * fit in `shared` bytes of shared memory, in d.wb (0: none fits); returns
+ * their bytes. Fixed per dimensions and device, so runs repeat bit for
+ * bit. */
+inline size_t pick_group(dims_t &d, int want, size_t shared) {
+  for (int wb = want; wb >= 1; wb /= 2) {
+    d.wb = wb;
+    const size_t bytes = sizeof(float) * (size_t)make_lay(d).total;
+    if (bytes <= shared) return bytes;
+  }
+  d.wb = 0;
+  return 0;
+}
+
 struct dev_w {
   float *p, *m, *v;                 /* parameters, Adam moments [P] */
   float *bn, *bnt;                  /* normalised basis [L x C], [C x L] */
@@ -139,6 +169,33 @@ __device__ void ln_fwd(int R, int n, const float *x, const float *__restrict__ g
   }
 }
 
+/* ln_fwd with x - mean in double, as the CPU's VJP (ssae_cuda_train_vjp.cu) (log-mel rows sit far
+ * from zero: the float difference would cost the output SPEC accuracy). */
+__device__ void ln_fwd_exact(int R, int n, const float *x, const float *__restrict__ gw,
+                             const float *__restrict__ gb, float *xhat, float *out,
+                             float *rstd) {
+  const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
+  for (int row = threadIdx.x >> 5; row < R; row += nwarp) {
+    const float *xi = x + row * n;
+    double s = 0;
+    for (int j = lane; j < n; j += 32) s += xi[j];
+    const double mean = warp_sum(s) / n;
+    double ss = 0;
+    for (int j = lane; j < n; j += 32) {
+      const double t = xi[j] - mean;
+      ss += t * t;
+    }
+    const double rs = 1.0 / sqrt(warp_sum(ss) / n + kLnEps);
+    const float rf = (float)rs;
+    if (lane == 0) rstd[row] = rf;
+    for (int j = lane; j < n; j += 32) {
+      const float xh = (float)(((double)xi[j] - mean) * (double)rf);
+      xhat[row * n + j] = xh;
+      out[row * n + j] = xh * gw[j] + gb[j];
+    }
+  }
+}
+
 /* Input gradient of the LayerNorm, one warp per row:
  * dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = dout * gw. */
 __device__ void ln_bwd_dx(int R, int n, const float *dout, const float *xhat, const float *rstd,
@@ -162,6 +219,201 @@ __device__ __forceinline__ void put(float *pb, int i, float v, bool first) {
   pb[i] = first ? v : pb[i] + v;
 }
 
+/* The arrays of one group of windows in shared memory (make_lay). */
+struct grp_t {
+  float *xs, *xhat, *u, *y, *h, *gd1, *rr, *dr, *rstd1, *z, *zhat, *v, *zp, *gd2, *dzp, *dv,
+      *dz, *rstd2;
+};
+
+__device__ __forceinline__ grp_t make_grp(float *sm, const lay_t &ly) {
+  grp_t s;
+  s.xs = sm + ly.xs, s.xhat = sm + ly.xhat, s.u = sm + ly.u, s.y = sm + ly.y;
+  s.h = sm + ly.h, s.gd1 = sm + ly.gd1, s.rr = sm + ly.r, s.dr = sm + ly.dr;
+  s.rstd1 = sm + ly.rstd1, s.z = sm + ly.z, s.zhat = sm + ly.zhat, s.v = sm + ly.v;
+  s.zp = sm + ly.zp, s.gd2 = sm + ly.gd2, s.dzp = sm + ly.dzp, s.dv = sm + ly.dv;
+  s.dz = sm + ly.dz, s.rstd2 = sm + ly.rstd2;
+  return s;
+}
+
+/* The forward of the nw windows in sh.xs up to the slice codes of the
+ * reconstruction in sh.rr; the decoder is the caller's (the trainer's loss,
+ * or the VJP's output). kExactMean: the LayerNorms take x - mean in double
+ * (ln_fwd_exact, the VJP's); else ln_fwd (the trainer's). */
+template <bool kExactMean>
+__device__ __forceinline__ void group_fwd(const dims_t &d, const dev_w &w, const grp_t &sh,
+                                          int nw) {
+  float *xs = sh.xs, *xhat = sh.xhat, *u = sh.u, *h = sh.h, *gd1 = sh.gd1, *rr = sh.rr;
+  float *rstd1 = sh.rstd1, *z = sh.z, *zhat = sh.zhat, *v = sh.v, *zp = sh.zp, *gd2 = sh.gd2;
+  float *rstd2 = sh.rstd2;
+  const int tid = threadIdx.x, T = blockDim.x;
+  const int M = d.M, L = d.L, S = d.S, C = d.C, R = nw * d.F;
+  const float *P = w.p;
+  if (kExactMean)
+    ln_fwd_exact(R, M, xs, P + d.off[0], P + d.off[1], xhat, u, rstd1);
+  else
+    ln_fwd(R, M, xs, P + d.off[0], P + d.off[1], xhat, u, rstd1);
+  __syncthreads();
+  /* slice encoder: a = u We^T + be, h = GELU(a) */
+  for (int i = tid; i < R * S; i += T) {
+    const int r = i / S, s = i - r * S;
+    float acc = P[d.off[3] + s];
+    const float *ur = u + r * M;
+    for (int k = 0; k < M; k++) acc = fmaf(ur[k], w.enct[k * S + s], acc);
+    gelu(acc, &h[i], &gd1[i]);
+  }
+  __syncthreads();
+  /* z = B c, c = the window's slice codes side by side */
+  for (int i = tid; i < nw * L; i += T) {
+    const int wi = i / L, l = i - wi * L;
+    const float *c = h + wi * C;
+    float acc = 0;
+    for (int k = 0; k < C; k++) acc = fmaf(c[k], w.bnt[k * L + l], acc);
+    z[i] = acc;
+  }
+  __syncthreads();
+  if (kExactMean)
+    ln_fwd_exact(nw, L, z, P + d.off[5], P + d.off[6], zhat, v, rstd2);
+  else
+    ln_fwd(nw, L, z, P + d.off[5], P + d.off[6], zhat, v, rstd2);
+  __syncthreads();
+  for (int i = tid; i < nw * L; i += T) {
+    const int wi = i / L, l = i - wi * L;
+    float acc = P[d.off[8] + l];
+    for (int k = 0; k < L; k++) acc = fmaf(v[wi * L + k], w.bnwt[k * L + l], acc);
+    gelu(acc, &zp[i], &gd2[i]);
+  }
+  __syncthreads();
+  /* reconstruction r = B^T z' */
+  for (int i = tid; i < nw * C; i += T) {
+    const int wi = i / C, c = i - wi * C;
+    float acc = 0;
+    for (int l = 0; l < L; l++) acc = fmaf(zp[wi * L + l], w.bn[l * C + c], acc);
+    rr[i] = acc;
+  }
+  __syncthreads();
+}
+
+/* The backward of the nw windows from the output gradient dy in sh.y (used
+ * as scratch) and the activations group_fwd left: the partial gradient in
+ * pb (first: written, else added to) and, with dx, the input gradient. */
+__device__ __forceinline__ void group_bwd(const dims_t &d, const dev_w &w, const grp_t &sh,
+                                          int nw, float *pb, bool first, float *dx) {
+  float *xhat = sh.xhat, *u = sh.u, *y = sh.y, *h = sh.h, *gd1 = sh.gd1, *rr = sh.rr;
+  float *dr = sh.dr, *rstd1 = sh.rstd1, *zhat = sh.zhat, *v = sh.v, *zp = sh.zp;
+  float *gd2 = sh.gd2, *dzp = sh.dzp, *dv = sh.dv, *dz = sh.dz, *rstd2 = sh.rstd2;
+  const int tid = threadIdx.x, T = blockDim.x;
+  const int M = d.M, L = d.L, S = d.S, C = d.C, R = nw * d.F;
+  const float *P = w.p;
+  /* decoder: bias, weight, dr = dy Wd */
+  for (int m = tid; m < M; m += T) {
+    float acc = 0;
+    for (int r = 0; r < R; r++) acc += y[r * M + m];
+    put(pb, d.off[10] + m, acc, first);
+  }
+  for (int i = tid; i < M * S; i += T) {
+    const int m = i / S, s = i - m * S;
+    float acc = 0;
+    for (int r = 0; r < R; r++) acc = fmaf(y[r * M + m], rr[r * S + s], acc);
+    put(pb, d.off[9] + i, acc, first);
+  }
+  for (int i = tid; i < R * S; i += T) {
+    const int r = i / S, s = i - r * S;
+    float acc = 0;
+    for (int m = 0; m < M; m++) acc = fmaf(y[r * M + m], P[d.off[9] + m * S + s], acc);
+    dr[i] = acc;
+  }
+  __syncthreads();
+  /* through r = B^T z' and the bottleneck GELU: dp = (dr B^T) * GELU' */
+  for (int i = tid; i < nw * L; i += T) {
+    const int wi = i / L, l = i - wi * L;
+    const float *dc = dr + wi * C;
+    float acc = 0;
+    for (int k = 0; k < C; k++) acc = fmaf(dc[k], w.bnt[k * L + l], acc);
+    dzp[i] = acc * gd2[i];
+  }
+  __syncthreads();
+  /* bottleneck Linear */
+  for (int l = tid; l < L; l += T) {
+    float acc = 0;
+    for (int i = 0; i < nw; i++) acc += dzp[i * L + l];
+    put(pb, d.off[8] + l, acc, first);
+  }
+  for (int i = tid; i < L * L; i += T) {
+    const int l = i / L, k = i - l * L;
+    float acc = 0;
+    for (int wi = 0; wi < nw; wi++) acc = fmaf(dzp[wi * L + l], v[wi * L + k], acc);
+    put(pb, d.off[7] + i, acc, first);
+  }
+  for (int i = tid; i < nw * L; i += T) {
+    const int wi = i / L, k = i - wi * L;
+    float acc = 0;
+    for (int l = 0; l < L; l++) acc = fmaf(dzp[wi * L + l], P[d.off[7] + l * L + k], acc);
+    dv[i] = acc;
+  }
+  __syncthreads();
+  /* bottleneck LayerNorm */
+  for (int k = tid; k < L; k += T) {
+    float gw = 0, gb = 0;
+    for (int wi = 0; wi < nw; wi++) {
+      gw = fmaf(dv[wi * L + k], zhat[wi * L + k], gw);
+      gb += dv[wi * L + k];
+    }
+    put(pb, d.off[5] + k, gw, first);
+    put(pb, d.off[6] + k, gb, first);
+  }
+  ln_bwd_dx(nw, L, dv, zhat, rstd2, P + d.off[5], dz);
+  __syncthreads();
+  /* basis (normalised) from both uses, z = B c and r = B^T z'; dc, then
+   * da = dc * GELU' into rr (r is no longer needed) */
+  for (int i = tid; i < L * C; i += T) {
+    const int l = i / C, c = i - l * C;
+    float acc = 0;
+    for (int wi = 0; wi < nw; wi++) {
+      acc = fmaf(zp[wi * L + l], dr[wi * C + c], acc);
+      acc = fmaf(dz[wi * L + l], h[wi * C + c], acc);
+    }
+    put(pb, d.off[4] + i, acc, first);
+  }
+  for (int i = tid; i < nw * C; i += T) {
+    const int wi = i / C, c = i - wi * C;
+    float acc = 0;
+    for (int l = 0; l < L; l++) acc = fmaf(dz[wi * L + l], w.bn[l * C + c], acc);
+    rr[i] = acc * gd1[i];
+  }
+  __syncthreads();
+  /* slice encoder Linear; du into y (dy is no longer needed) */
+  for (int s = tid; s < S; s += T) {
+    float acc = 0;
+    for (int r = 0; r < R; r++) acc += rr[r * S + s];
+    put(pb, d.off[3] + s, acc, first);
+  }
+  for (int i = tid; i < S * M; i += T) {
+    const int s = i / M, m = i - s * M;
+    float acc = 0;
+    for (int r = 0; r < R; r++) acc = fmaf(rr[r * S + s], u[r * M + m], acc);
+    put(pb, d.off[2] + i, acc, first);
+  }
+  for (int i = tid; i < R * M; i += T) {
+    const int r = i / M, m = i - r * M;
+    float acc = 0;
+    for (int s = 0; s < S; s++) acc = fmaf(rr[r * S + s], P[d.off[2] + s * M + m], acc);
+    y[i] = acc;
+  }
+  __syncthreads();
+  /* slice encoder LayerNorm: its parameters, and with dx the input
+   * gradient */
+  for (int m = tid; m < M; m += T) {
+    float gw = 0, gb = 0;
+    for (int r = 0; r < R; r++) {
+      gw = fmaf(y[r * M + m], xhat[r * M + m], gw);
+      gb += y[r * M + m];
+    }
+    put(pb, d.off[0] + m, gw, first);
+    put(pb, d.off[1] + m, gb, first);
+  }
+  if (dx) ln_bwd_dx(R, M, y, xhat, rstd1, P + d.off[0], dx);
+}
+
 /* Forward (+ backward in MODE_GRAD) of n windows; window i starts at
  * data + offs[i] (offs NULL: i*F*M). MODE_GRAD: partial gradient of block b
  * at part + b*P, its sse at part_sse[b]. MODE_SCORES: scores[i]. */
@@ -173,14 +425,11 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   extern __shared__ double smem_d[];
   float *sm = (float *)smem_d;
   const lay_t ly = make_lay(d);
-  float *xs = sm + ly.xs, *xhat = sm + ly.xhat, *u = sm + ly.u, *y = sm + ly.y;
-  float *h = sm + ly.h, *gd1 = sm + ly.gd1, *rr = sm + ly.r, *dr = sm + ly.dr;
-  float *rstd1 = sm + ly.rstd1, *z = sm + ly.z, *zhat = sm + ly.zhat, *v = sm + ly.v;
-  float *zp = sm + ly.zp, *gd2 = sm + ly.gd2, *dzp = sm + ly.dzp, *dv = sm + ly.dv;
-  float *dz = sm + ly.dz, *rstd2 = sm + ly.rstd2;
+  const grp_t sh = make_grp(sm, ly);
+  float *xs = sh.xs, *y = sh.y, *rr = sh.rr;
   double *wsse = (double *)(sm + ly.wsse);
   const int tid = threadIdx.x, T = blockDim.x;
-  const int M = d.M, F = d.F, L = d.L, S = d.S, C = d.C, FM = F * M;
+  const int M = d.M, F = d.F, S = d.S, FM = F * M;
   const float *P = w.p;
   const size_t ngroups = (n + d.wb - 1) / d.wb;
   float *pb = part ? part + (size_t)blockIdx.x * d.P : NULL;
@@ -197,43 +446,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
       xs[i] = data[o + j];
     }
     __syncthreads();
-    ln_fwd(R, M, xs, P + d.off[0], P + d.off[1], xhat, u, rstd1);
-    __syncthreads();
-    /* slice encoder: a = u We^T + be, h = GELU(a) */
-    for (int i = tid; i < R * S; i += T) {
-      const int r = i / S, s = i - r * S;
-      float acc = P[d.off[3] + s];
-      const float *ur = u + r * M;
-      for (int k = 0; k < M; k++) acc = fmaf(ur[k], w.enct[k * S + s], acc);
-      gelu(acc, &h[i], &gd1[i]);
-    }
-    __syncthreads();
-    /* z = B c, c = the window's slice codes side by side */
-    for (int i = tid; i < nw * L; i += T) {
-      const int wi = i / L, l = i - wi * L;
-      const float *c = h + wi * C;
-      float acc = 0;
-      for (int k = 0; k < C; k++) acc = fmaf(c[k], w.bnt[k * L + l], acc);
-      z[i] = acc;
-    }
-    __syncthreads();
-    ln_fwd(nw, L, z, P + d.off[5], P + d.off[6], zhat, v, rstd2);
-    __syncthreads();
-    for (int i = tid; i < nw * L; i += T) {
-      const int wi = i / L, l = i - wi * L;
-      float acc = P[d.off[8] + l];
-      for (int k = 0; k < L; k++) acc = fmaf(v[wi * L + k], w.bnwt[k * L + l], acc);
-      gelu(acc, &zp[i], &gd2[i]);
-    }
-    __syncthreads();
-    /* reconstruction r = B^T z' */
-    for (int i = tid; i < nw * C; i += T) {
-      const int wi = i / C, c = i - wi * C;
-      float acc = 0;
-      for (int l = 0; l < L; l++) acc = fmaf(zp[wi * L + l], w.bn[l * C + c], acc);
-      rr[i] = acc;
-    }
-    __syncthreads();
+    group_fwd<false>(d, w, sh, nw);
     /* decoder, and y - x in place of y */
     for (int i = tid; i < R * M; i += T) {
       const int r = i / M, m = i - r * M;
@@ -266,112 +479,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     for (int i = tid; i < R * M; i += T) y[i] = s2 * y[i]; /* dy */
     __syncthreads();
 
-    /* decoder: bias, weight, dr = dy Wd */
-    for (int m = tid; m < M; m += T) {
-      float acc = 0;
-      for (int r = 0; r < R; r++) acc += y[r * M + m];
-      put(pb, d.off[10] + m, acc, first);
-    }
-    for (int i = tid; i < M * S; i += T) {
-      const int m = i / S, s = i - m * S;
-      float acc = 0;
-      for (int r = 0; r < R; r++) acc = fmaf(y[r * M + m], rr[r * S + s], acc);
-      put(pb, d.off[9] + i, acc, first);
-    }
-    for (int i = tid; i < R * S; i += T) {
-      const int r = i / S, s = i - r * S;
-      float acc = 0;
-      for (int m = 0; m < M; m++) acc = fmaf(y[r * M + m], P[d.off[9] + m * S + s], acc);
-      dr[i] = acc;
-    }
-    __syncthreads();
-    /* through r = B^T z' and the bottleneck GELU: dp = (dr B^T) * GELU' */
-    for (int i = tid; i < nw * L; i += T) {
-      const int wi = i / L, l = i - wi * L;
-      const float *dc = dr + wi * C;
-      float acc = 0;
-      for (int k = 0; k < C; k++) acc = fmaf(dc[k], w.bnt[k * L + l], acc);
-      dzp[i] = acc * gd2[i];
-    }
-    __syncthreads();
-    /* bottleneck Linear */
-    for (int l = tid; l < L; l += T) {
-      float acc = 0;
-      for (int i = 0; i < nw; i++) acc += dzp[i * L + l];
-      put(pb, d.off[8] + l, acc, first);
-    }
-    for (int i = tid; i < L * L; i += T) {
-      const int l = i / L, k = i - l * L;
-      float acc = 0;
-      for (int wi = 0; wi < nw; wi++) acc = fmaf(dzp[wi * L + l], v[wi * L + k], acc);
-      put(pb, d.off[7] + i, acc, first);
-    }
-    for (int i = tid; i < nw * L; i += T) {
-      const int wi = i / L, k = i - wi * L;
-      float acc = 0;
-      for (int l = 0; l < L; l++) acc = fmaf(dzp[wi * L + l], P[d.off[7] + l * L + k], acc);
-      dv[i] = acc;
-    }
-    __syncthreads();
-    /* bottleneck LayerNorm */
-    for (int k = tid; k < L; k += T) {
-      float gw = 0, gb = 0;
-      for (int wi = 0; wi < nw; wi++) {
-        gw = fmaf(dv[wi * L + k], zhat[wi * L + k], gw);
-        gb += dv[wi * L + k];
-      }
-      put(pb, d.off[5] + k, gw, first);
-      put(pb, d.off[6] + k, gb, first);
-    }
-    ln_bwd_dx(nw, L, dv, zhat, rstd2, P + d.off[5], dz);
-    __syncthreads();
-    /* basis (normalised) from both uses, z = B c and r = B^T z'; dc, then
-     * da = dc * GELU' into rr (r is no longer needed) */
-    for (int i = tid; i < L * C; i += T) {
-      const int l = i / C, c = i - l * C;
-      float acc = 0;
-      for (int wi = 0; wi < nw; wi++) {
-        acc = fmaf(zp[wi * L + l], dr[wi * C + c], acc);
-        acc = fmaf(dz[wi * L + l], h[wi * C + c], acc);
-      }
-      put(pb, d.off[4] + i, acc, first);
-    }
-    for (int i = tid; i < nw * C; i += T) {
-      const int wi = i / C, c = i - wi * C;
-      float acc = 0;
-      for (int l = 0; l < L; l++) acc = fmaf(dz[wi * L + l], w.bn[l * C + c], acc);
-      rr[i] = acc * gd1[i];
-    }
-    __syncthreads();
-    /* slice encoder Linear; du into y (dy is no longer needed) */
-    for (int s = tid; s < S; s += T) {
-      float acc = 0;
-      for (int r = 0; r < R; r++) acc += rr[r * S + s];
-      put(pb, d.off[3] + s, acc, first);
-    }
-    for (int i = tid; i < S * M; i += T) {
-      const int s = i / M, m = i - s * M;
-      float acc = 0;
-      for (int r = 0; r < R; r++) acc = fmaf(rr[r * S + s], u[r * M + m], acc);
-      put(pb, d.off[2] + i, acc, first);
-    }
-    for (int i = tid; i < R * M; i += T) {
-      const int r = i / M, m = i - r * M;
-      float acc = 0;
-      for (int s = 0; s < S; s++) acc = fmaf(rr[r * S + s], P[d.off[2] + s * M + m], acc);
-      y[i] = acc;
-    }
-    __syncthreads();
-    /* slice encoder LayerNorm (its input gradient is not needed) */
-    for (int m = tid; m < M; m += T) {
-      float gw = 0, gb = 0;
-      for (int r = 0; r < R; r++) {
-        gw = fmaf(y[r * M + m], xhat[r * M + m], gw);
-        gb += y[r * M + m];
-      }
-      put(pb, d.off[0] + m, gw, first);
-      put(pb, d.off[1] + m, gb, first);
-    }
+    group_bwd(d, w, sh, nw, pb, first, NULL);
     __syncthreads();
     first = false;
   }

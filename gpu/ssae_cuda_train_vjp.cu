@@ -1,11 +1,11 @@
 /* Forward and vector-Jacobian product on CUDA tensors (ssae_cuda_vjp.h).
  *
- * k_vjp is the trainer's k_fwd_bwd (ssae_cuda_train_kernels.cuh, whose
- * helpers and k_update it uses; the header's kernels are file-local, so
- * this file has its own copies) with the loss taken out: the forward
- * writes the reconstruction; the backward starts from the caller's dy
- * instead of 2 (y - x) scale, and also takes the gradient through the
- * first LayerNorm to the input. Per call:
+ * k_vjp runs the trainer's group_fwd and group_bwd
+ * (ssae_cuda_train_kernels.cuh, whose k_update it uses too; the header's
+ * kernels are file-local, so this file has its own copies) without the
+ * loss: the forward writes the reconstruction; the backward starts from the
+ * caller's dy instead of 2 (y - x) scale, and also takes the gradient
+ * through the first LayerNorm to the input. Per call:
  *   k_update(UPD_PREP)      normalised basis and transposes from params
  *   k_vjp                   forward, or forward + backward (one partial
  *                           gradient per block, dx per window)
@@ -27,33 +27,6 @@ namespace {
 /* Most partial gradients per backward (as the trainer). */
 const int kVjpMaxBlocks = 256;
 
-/* ln_fwd with x - mean in double, as the CPU's VJP (log-mel rows sit far
- * from zero: the float difference would cost the output SPEC accuracy). */
-__device__ void ln_fwd_exact(int R, int n, const float *x, const float *__restrict__ gw,
-                             const float *__restrict__ gb, float *xhat, float *out,
-                             float *rstd) {
-  const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
-  for (int row = threadIdx.x >> 5; row < R; row += nwarp) {
-    const float *xi = x + row * n;
-    double s = 0;
-    for (int j = lane; j < n; j += 32) s += xi[j];
-    const double mean = warp_sum(s) / n;
-    double ss = 0;
-    for (int j = lane; j < n; j += 32) {
-      const double t = xi[j] - mean;
-      ss += t * t;
-    }
-    const double rs = 1.0 / sqrt(warp_sum(ss) / n + kLnEps);
-    const float rf = (float)rs;
-    if (lane == 0) rstd[row] = rf;
-    for (int j = lane; j < n; j += 32) {
-      const float xh = (float)(((double)xi[j] - mean) * (double)rf);
-      xhat[row * n + j] = xh;
-      out[row * n + j] = xh * gw[j] + gb[j];
-    }
-  }
-}
-
 /* Forward (dy NULL: y_out gets the reconstruction) or forward + backward
  * (dy: partial gradient of block b at part + b*P, the input gradient at dx
  * when not NULL) of n windows at x (F*M floats each). */
@@ -62,15 +35,10 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
           const float *__restrict__ dyg, float *__restrict__ y_out, float *__restrict__ dx,
           float *__restrict__ part) {
   extern __shared__ double smem_d[];
-  float *sm = (float *)smem_d;
-  const lay_t ly = make_lay(d);
-  float *xs = sm + ly.xs, *xhat = sm + ly.xhat, *u = sm + ly.u, *y = sm + ly.y;
-  float *h = sm + ly.h, *gd1 = sm + ly.gd1, *rr = sm + ly.r, *dr = sm + ly.dr;
-  float *rstd1 = sm + ly.rstd1, *z = sm + ly.z, *zhat = sm + ly.zhat, *v = sm + ly.v;
-  float *zp = sm + ly.zp, *gd2 = sm + ly.gd2, *dzp = sm + ly.dzp, *dv = sm + ly.dv;
-  float *dz = sm + ly.dz, *rstd2 = sm + ly.rstd2;
+  const grp_t sh = make_grp((float *)smem_d, make_lay(d));
+  float *y = sh.y, *rr = sh.rr;
   const int tid = threadIdx.x, T = blockDim.x;
-  const int M = d.M, F = d.F, L = d.L, S = d.S, C = d.C, FM = F * M;
+  const int M = d.M, F = d.F, S = d.S, FM = F * M;
   const float *P = w.p;
   const size_t ngroups = (n + d.wb - 1) / d.wb;
   float *pb = dyg ? part + (size_t)blockIdx.x * d.P : NULL;
@@ -81,42 +49,9 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     const int nw = (int)(n - base < (size_t)d.wb ? n - base : (size_t)d.wb);
     const int R = nw * F;
     const float *xg = x + base * (size_t)FM;
-    for (int i = tid; i < nw * FM; i += T) xs[i] = xg[i];
+    for (int i = tid; i < nw * FM; i += T) sh.xs[i] = xg[i];
     __syncthreads();
-    ln_fwd_exact(R, M, xs, P + d.off[0], P + d.off[1], xhat, u, rstd1);
-    __syncthreads();
-    for (int i = tid; i < R * S; i += T) {
-      const int r = i / S, s = i - r * S;
-      float acc = P[d.off[3] + s];
-      const float *ur = u + r * M;
-      for (int k = 0; k < M; k++) acc = fmaf(ur[k], w.enct[k * S + s], acc);
-      gelu(acc, &h[i], &gd1[i]);
-    }
-    __syncthreads();
-    for (int i = tid; i < nw * L; i += T) {
-      const int wi = i / L, l = i - wi * L;
-      const float *c = h + wi * C;
-      float acc = 0;
-      for (int k = 0; k < C; k++) acc = fmaf(c[k], w.bnt[k * L + l], acc);
-      z[i] = acc;
-    }
-    __syncthreads();
-    ln_fwd_exact(nw, L, z, P + d.off[5], P + d.off[6], zhat, v, rstd2);
-    __syncthreads();
-    for (int i = tid; i < nw * L; i += T) {
-      const int wi = i / L, l = i - wi * L;
-      float acc = P[d.off[8] + l];
-      for (int k = 0; k < L; k++) acc = fmaf(v[wi * L + k], w.bnwt[k * L + l], acc);
-      gelu(acc, &zp[i], &gd2[i]);
-    }
-    __syncthreads();
-    for (int i = tid; i < nw * C; i += T) {
-      const int wi = i / C, c = i - wi * C;
-      float acc = 0;
-      for (int l = 0; l < L; l++) acc = fmaf(zp[wi * L + l], w.bn[l * C + c], acc);
-      rr[i] = acc;
-    }
-    __syncthreads();
+    group_fwd<true>(d, w, sh, nw);
     if (!dyg) {
       float *yg = y_out + base * (size_t)FM;
       for (int i = tid; i < R * M; i += T) {
@@ -135,113 +70,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
       for (int i = tid; i < R * M; i += T) y[i] = dg[i];
     }
     __syncthreads();
-
-    /* decoder: bias, weight, dr = dy Wd */
-    for (int m = tid; m < M; m += T) {
-      float acc = 0;
-      for (int r = 0; r < R; r++) acc += y[r * M + m];
-      put(pb, d.off[10] + m, acc, first);
-    }
-    for (int i = tid; i < M * S; i += T) {
-      const int m = i / S, s = i - m * S;
-      float acc = 0;
-      for (int r = 0; r < R; r++) acc = fmaf(y[r * M + m], rr[r * S + s], acc);
-      put(pb, d.off[9] + i, acc, first);
-    }
-    for (int i = tid; i < R * S; i += T) {
-      const int r = i / S, s = i - r * S;
-      float acc = 0;
-      for (int m = 0; m < M; m++) acc = fmaf(y[r * M + m], P[d.off[9] + m * S + s], acc);
-      dr[i] = acc;
-    }
-    __syncthreads();
-    /* through r = B^T z' and the bottleneck GELU */
-    for (int i = tid; i < nw * L; i += T) {
-      const int wi = i / L, l = i - wi * L;
-      const float *dc = dr + wi * C;
-      float acc = 0;
-      for (int k = 0; k < C; k++) acc = fmaf(dc[k], w.bnt[k * L + l], acc);
-      dzp[i] = acc * gd2[i];
-    }
-    __syncthreads();
-    /* bottleneck Linear */
-    for (int l = tid; l < L; l += T) {
-      float acc = 0;
-      for (int i = 0; i < nw; i++) acc += dzp[i * L + l];
-      put(pb, d.off[8] + l, acc, first);
-    }
-    for (int i = tid; i < L * L; i += T) {
-      const int l = i / L, k = i - l * L;
-      float acc = 0;
-      for (int wi = 0; wi < nw; wi++) acc = fmaf(dzp[wi * L + l], v[wi * L + k], acc);
-      put(pb, d.off[7] + i, acc, first);
-    }
-    for (int i = tid; i < nw * L; i += T) {
-      const int wi = i / L, k = i - wi * L;
-      float acc = 0;
-      for (int l = 0; l < L; l++) acc = fmaf(dzp[wi * L + l], P[d.off[7] + l * L + k], acc);
-      dv[i] = acc;
-    }
-    __syncthreads();
-    /* bottleneck LayerNorm */
-    for (int k = tid; k < L; k += T) {
-      float gw = 0, gb = 0;
-      for (int wi = 0; wi < nw; wi++) {
-        gw = fmaf(dv[wi * L + k], zhat[wi * L + k], gw);
-        gb += dv[wi * L + k];
-      }
-      put(pb, d.off[5] + k, gw, first);
-      put(pb, d.off[6] + k, gb, first);
-    }
-    ln_bwd_dx(nw, L, dv, zhat, rstd2, P + d.off[5], dz);
-    __syncthreads();
-    /* basis (normalised) from z = B c and r = B^T z'; da = dc * GELU' into rr */
-    for (int i = tid; i < L * C; i += T) {
-      const int l = i / C, c = i - l * C;
-      float acc = 0;
-      for (int wi = 0; wi < nw; wi++) {
-        acc = fmaf(zp[wi * L + l], dr[wi * C + c], acc);
-        acc = fmaf(dz[wi * L + l], h[wi * C + c], acc);
-      }
-      put(pb, d.off[4] + i, acc, first);
-    }
-    for (int i = tid; i < nw * C; i += T) {
-      const int wi = i / C, c = i - wi * C;
-      float acc = 0;
-      for (int l = 0; l < L; l++) acc = fmaf(dz[wi * L + l], w.bn[l * C + c], acc);
-      rr[i] = acc * gd1[i];
-    }
-    __syncthreads();
-    /* slice encoder Linear; du into y (dy is no longer needed) */
-    for (int s = tid; s < S; s += T) {
-      float acc = 0;
-      for (int r = 0; r < R; r++) acc += rr[r * S + s];
-      put(pb, d.off[3] + s, acc, first);
-    }
-    for (int i = tid; i < S * M; i += T) {
-      const int s = i / M, m = i - s * M;
-      float acc = 0;
-      for (int r = 0; r < R; r++) acc = fmaf(rr[r * S + s], u[r * M + m], acc);
-      put(pb, d.off[2] + i, acc, first);
-    }
-    for (int i = tid; i < R * M; i += T) {
-      const int r = i / M, m = i - r * M;
-      float acc = 0;
-      for (int s = 0; s < S; s++) acc = fmaf(rr[r * S + s], P[d.off[2] + s * M + m], acc);
-      y[i] = acc;
-    }
-    __syncthreads();
-    /* slice encoder LayerNorm: its parameters and the input gradient */
-    for (int m = tid; m < M; m += T) {
-      float gw = 0, gb = 0;
-      for (int r = 0; r < R; r++) {
-        gw = fmaf(y[r * M + m], xhat[r * M + m], gw);
-        gb += y[r * M + m];
-      }
-      put(pb, d.off[0] + m, gw, first);
-      put(pb, d.off[1] + m, gb, first);
-    }
-    if (dx) ln_bwd_dx(R, M, y, xhat, rstd1, P + d.off[0], dx + base * (size_t)FM);
+    group_bwd(d, w, sh, nw, pb, first, dx ? dx + base * (size_t)FM : NULL);
     __syncthreads();
     first = false;
   }
@@ -380,15 +209,7 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
     return NULL;
   }
   dims_t &d = v->d;
-  d.M = dm->n_mels;
-  d.F = dm->frames;
-  d.L = dm->latent;
-  d.S = dm->slice_latent;
-  d.C = d.F * d.S;
-  size_t off[SSAE_N_TENSORS + 1];
-  ssae_param_offsets(dm, off);
-  for (int i = 0; i <= SSAE_N_TENSORS; i++) d.off[i] = (int)off[i];
-  d.P = (int)off[SSAE_N_TENSORS];
+  d = make_dims(dm);
 #define CKN(call, what)                                                        \
   do {                                                                         \
     cudaError_t e_ = (call);                                                   \
@@ -403,18 +224,7 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   CKN(cudaGetDevice(&v->dev), "reading the current device");
   cudaDeviceProp prop;
   CKN(cudaGetDeviceProperties(&prop, v->dev), "reading device properties");
-  /* Windows per group: the most of 4, 2, 1 whose activations fit in shared
-   * memory (as the trainer). */
-  d.wb = 0;
-  for (int wb = 4; wb >= 1; wb /= 2) {
-    d.wb = wb;
-    const size_t bytes = sizeof(float) * (size_t)make_lay(d).total;
-    if (bytes <= prop.sharedMemPerBlockOptin) {
-      v->smem = bytes;
-      break;
-    }
-    d.wb = 0;
-  }
+  v->smem = pick_group(d, 4, prop.sharedMemPerBlockOptin); /* as the trainer */
   if (d.wb == 0 || sizeof(double) * (size_t)d.C > 48 * 1024) {
     ssae_err_set(err, "CUDA: model dimensions too large for the GPU's shared memory");
     ssae_cuda_vjp_free(v);

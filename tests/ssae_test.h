@@ -70,6 +70,17 @@ static inline long test_read_text(const char *path, char *buf, size_t cap) {
   return (long)n;
 }
 
+/* The first 64 KiB - 1 bytes of path in a new NUL-terminated string (to
+ * free), or NULL where it cannot be read. */
+static inline char *test_slurp(const char *path) {
+  char *b = malloc(1 << 16);
+  if (b && test_read_text(path, b, 1 << 16) < 0) {
+    free(b);
+    return NULL;
+  }
+  return b;
+}
+
 /* The end of a test's main: the failure count on stderr and exit status 1,
  * or the line saying that every check passed and 0. */
 static inline int test_done(const char *passed) {

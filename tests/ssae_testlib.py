@@ -3,6 +3,7 @@ count with check() and fail() (a test reports every failed check) and
 done() (then exits 1 if any failed), run_expect() for a command's exit
 status and message, skip() (exit 77: something the test needs is absent)
 and a free loopback port."""
+import shutil
 import socket
 import subprocess
 import sys
@@ -39,6 +40,15 @@ def done():
     """The end of a test: the failure count, exit status 1 if any."""
     print("failures:", failures)
     sys.exit(1 if failures else 0)
+
+
+def clean_up(tmp):
+    """Removes the test's folder tmp when every check passed; keeps it (and
+    says so) for a look otherwise."""
+    if not failures:
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print("files kept in", tmp)
 
 
 def skip(why):

@@ -1,7 +1,7 @@
 /* Vector-Jacobian products of the SSAE forward pass on the CPU (see
- * ssae_vjp.h). The matrix products and the GELU are the trainer's kernels
- * (ssae_train_kern.h, picked at run time like ssae_grad.c does); a batch is
- * cut into chunks of CHUNK windows, each chunk's parameter gradient goes to
+ * ssae_vjp.h). The chunk's forward and backward, the kernels and the
+ * LayerNorms are the trainer's (ssae_grad_chunk.h, with the VJP's exact
+ * LayerNorm arithmetic); a batch is cut into chunks of CHUNK windows, each chunk's parameter gradient goes to
  * its own buffer and the buffers are summed in chunk order in double, so
  * the result does not depend on the number of threads. */
 #include "ssae_vjp.h"
@@ -16,53 +16,7 @@
 
 #include "ssae_train.h"
 
-#define CHUNK 32
-#define LN_EPS 1e-5
-#define NORM_EPS 1e-12
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("no-trapping-math")
-#endif
-#define KSFX(name) name##_base
-#define KV kv4
-#define KVL 4
-#include "ssae_train_kern.h"
-#undef KSFX
-#undef KV
-#undef KVL
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define HAVE_AVX2_KERNELS 1
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#pragma GCC optimize("fp-contract=fast", "no-trapping-math")
-#define KSFX(name) name##_avx2
-#define KV kv8
-#define KVL 8
-#include "ssae_train_kern.h"
-#undef KSFX
-#undef KV
-#undef KVL
-#pragma GCC pop_options
-#endif
-
-typedef struct kernels {
-  void (*mm_nn)(size_t, size_t, size_t, const float *, const float *, const float *, float *);
-  void (*mm_tn_acc)(size_t, size_t, size_t, const float *, const float *, float *);
-  void (*gelu_fwd)(size_t, const float *, float *, float *);
-} kernels;
-
-/* Activations and their gradients for one chunk. */
-typedef struct work {
-  float *buf; /* the one allocation behind the others */
-  float *xhat, *u, *a, *h, *gd1, *rstd1;           /* slice encoder */
-  float *z, *zhat, *v, *p, *zp, *gd2, *rstd2;      /* bottleneck */
-  float *r, *y, *dr, *dzp, *dv, *dz, *du;           /* decoder, gradients */
-} work;
+#include "ssae_grad_chunk.h"
 
 /* What a call asks of every chunk: the forward (dy NULL; y written, and
  * with act the activations kept there), or the backward from dy (after the
@@ -102,49 +56,8 @@ struct ssae_vjp {
   helper hp[256];
 };
 
-static void ln_fwd(size_t R, size_t n, const float *x, const float *gw, const float *gb,
-                   float *xhat, float *out, float *rstd) {
-  for (size_t i = 0; i < R; i++) {
-    const float *xi = x + i * n;
-    double s = 0;
-    for (size_t j = 0; j < n; j++) s += xi[j];
-    double mean = s / (double)n, ss = 0;
-    for (size_t j = 0; j < n; j++) {
-      double t = xi[j] - mean;
-      ss += t * t;
-    }
-    float r = (float)(1.0 / sqrt(ss / (double)n + LN_EPS));
-    rstd[i] = r;
-    float *xh = xhat + i * n, *o = out + i * n;
-    for (size_t j = 0; j < n; j++) {
-      /* x - mean in double: log-mel rows sit far from zero */
-      xh[j] = (float)((xi[j] - mean) * r);
-      o[j] = xh[j] * gw[j] + gb[j];
-    }
-  }
-}
-
-/* dgw += dout xhat, dgb += dout; with dx, the input gradient
- * dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = dout gw. */
-static void ln_bwd(size_t R, size_t n, const float *dout, const float *xhat, const float *rstd,
-                   const float *gw, float *dgw, float *dgb, float *dx) {
-  for (size_t i = 0; i < R; i++) {
-    const float *dy = dout + i * n, *xh = xhat + i * n;
-    double s1 = 0, s2 = 0;
-    for (size_t j = 0; j < n; j++) {
-      dgw[j] += dy[j] * xh[j];
-      dgb[j] += dy[j];
-      double t = (double)dy[j] * gw[j];
-      s1 += t;
-      s2 += t * xh[j];
-    }
-    if (!dx) continue;
-    double m1 = s1 / (double)n, m2 = s2 / (double)n;
-    float *o = dx + i * n;
-    for (size_t j = 0; j < n; j++)
-      o[j] = (float)(rstd[i] * ((double)dy[j] * gw[j] - m1 - xh[j] * m2));
-  }
-}
+#define GRAD_T struct ssae_vjp
+#include "ssae_grad_chunk.h"
 
 /* Floats of activations the backward needs, per window: xhat, u (F*M
  * each), h, gd1, r (F*S each), rstd1 (F), zhat, v, zp, gd2 (L each),
@@ -169,63 +82,6 @@ static work with_act(const ssae_vjp *g, const work *scratch, float *act) {
   return w;
 }
 
-/* Forward of nw windows; y: where the output goes. */
-static void chunk_forward(const ssae_vjp *g, work *w, const float *x, size_t nw, float *y) {
-  const kernels *k = &g->k;
-  size_t M = g->M, F = g->F, L = g->L, S = g->S, C = g->C, R = nw * F;
-  const float *P = g->params;
-  const size_t *off = g->off;
-
-  ln_fwd(R, M, x, P + off[0], P + off[1], w->xhat, w->u, w->rstd1);
-  k->mm_nn(R, M, S, w->u, g->enc_t, P + off[3], w->a);
-  k->gelu_fwd(R * S, w->a, w->h, w->gd1);
-  k->mm_nn(nw, C, L, w->h, g->bn_t, NULL, w->z);
-  ln_fwd(nw, L, w->z, P + off[5], P + off[6], w->zhat, w->v, w->rstd2);
-  k->mm_nn(nw, L, L, w->v, g->bnw_t, P + off[8], w->p);
-  k->gelu_fwd(nw * L, w->p, w->zp, w->gd2);
-  k->mm_nn(nw, L, C, w->zp, g->bn, NULL, w->r);
-  k->mm_nn(R, S, M, w->r, g->dec_t, P + off[10], y);
-}
-
-/* The backward of nw windows from the activations in w into grad (P
- * floats, zeroed here) and dx (or NULL). */
-static void chunk_backward(const ssae_vjp *g, work *w, size_t nw, const float *dy, float *grad,
-                           float *dx) {
-  const kernels *k = &g->k;
-  size_t M = g->M, F = g->F, L = g->L, S = g->S, C = g->C, R = nw * F;
-  const float *P = g->params;
-  const size_t *off = g->off;
-
-  memset(grad, 0, g->P * sizeof *grad);
-  float *g_bn = grad + off[4]; /* w.r.t. the normalised basis here */
-  /* decoder y = r W_d^T + b_d */
-  for (size_t i = 0; i < R; i++)
-    for (size_t j = 0; j < M; j++) grad[off[10] + j] += dy[i * M + j];
-  k->mm_tn_acc(R, M, S, dy, w->r, grad + off[9]);
-  k->mm_nn(R, M, S, dy, P + off[9], NULL, w->dr);
-  /* reconstruction r = z' B */
-  k->mm_tn_acc(nw, L, C, w->zp, w->dr, g_bn);
-  k->mm_nn(nw, C, L, w->dr, g->bn_t, NULL, w->dzp);
-  /* bottleneck GELU, Linear, LayerNorm */
-  for (size_t i = 0; i < nw * L; i++) w->dzp[i] *= w->gd2[i];
-  for (size_t i = 0; i < nw; i++)
-    for (size_t j = 0; j < L; j++) grad[off[8] + j] += w->dzp[i * L + j];
-  k->mm_tn_acc(nw, L, L, w->dzp, w->v, grad + off[7]);
-  k->mm_nn(nw, L, L, w->dzp, P + off[7], NULL, w->dv);
-  ln_bwd(nw, L, w->dv, w->zhat, w->rstd2, P + off[5], grad + off[5], grad + off[6], w->dz);
-  /* latent z = B c */
-  k->mm_tn_acc(nw, L, C, w->dz, w->h, g_bn);
-  k->mm_nn(nw, L, C, w->dz, g->bn, NULL, w->dr); /* dc, into dr */
-  /* slice encoder GELU, Linear, LayerNorm */
-  float *da = w->dr;
-  for (size_t i = 0; i < R * S; i++) da[i] *= w->gd1[i];
-  for (size_t i = 0; i < R; i++)
-    for (size_t j = 0; j < S; j++) grad[off[3] + j] += da[i * S + j];
-  k->mm_tn_acc(R, S, M, da, w->u, grad + off[2]);
-  k->mm_nn(R, S, M, da, P + off[2], NULL, w->du);
-  ln_bwd(R, M, w->du, w->xhat, w->rstd1, P + off[0], grad + off[0], grad + off[1], dx);
-}
-
 static size_t n_chunks(size_t n) { return (n + CHUNK - 1) / CHUNK; }
 
 /* Chunks are claimed one at a time; which thread runs one does not change
@@ -240,11 +96,11 @@ static void run_share(ssae_vjp *g, work *w) {
     work kept = jb->act ? with_act(g, w, jb->act + c * CHUNK * act_per_window(g)) : *w;
     if (jb->dy) {
       /* the forward again, into scratch, unless it was kept */
-      if (!jb->act) chunk_forward(g, &kept, jb->x + first * win, nw, kept.y);
+      if (!jb->act) chunk_forward(g, &kept, jb->x + first * win, nw, kept.y, 1);
       chunk_backward(g, &kept, nw, jb->dy + first * win, g->cgrad + c * g->P,
-                     jb->dx ? jb->dx + first * win : NULL);
+                     jb->dx ? jb->dx + first * win : NULL, 1);
     } else {
-      chunk_forward(g, &kept, jb->x + first * win, nw, jb->y + first * win);
+      chunk_forward(g, &kept, jb->x + first * win, nw, jb->y + first * win, 1);
     }
   }
 }
@@ -315,25 +171,6 @@ void ssae_vjp_free(ssae_vjp *g) {
   free(g);
 }
 
-static int work_alloc(work *w, const ssae_vjp *g) {
-  size_t R = (size_t)CHUNK * g->F, N = CHUNK, M = g->M, S = g->S, L = g->L;
-  size_t len[] = {R * M, R * M, R * S, R * S, R * S, R, N * L, N * L, N * L, N * L,
-                  N * L, N * L, N, R * S, R * M, R * S, N * L, N * L, N * L, R * M};
-  float **dst[] = {&w->xhat, &w->u,  &w->a,   &w->h,  &w->gd1, &w->rstd1, &w->z,
-                   &w->zhat, &w->v,  &w->p,   &w->zp, &w->gd2, &w->rstd2, &w->r,
-                   &w->y,    &w->dr, &w->dzp, &w->dv, &w->dz,  &w->du};
-  size_t total = 0;
-  for (size_t i = 0; i < sizeof len / sizeof *len; i++) total += len[i];
-  w->buf = xcalloc(total, sizeof(float));
-  if (!w->buf) return -1;
-  float *p = w->buf;
-  for (size_t i = 0; i < sizeof len / sizeof *len; i++) {
-    *dst[i] = p;
-    p += len[i];
-  }
-  return 0;
-}
-
 ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
   if (ssae_dims_check(d, err)) return NULL;
   ssae_vjp *g = calloc(1, sizeof *g);
@@ -348,13 +185,7 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
   g->C = g->F * g->S;
   ssae_param_offsets(d, g->off);
   g->P = g->off[SSAE_N_TENSORS];
-  g->k = (kernels){mm_nn_base, mm_tn_acc_base, gelu_fwd_base};
-#ifdef HAVE_AVX2_KERNELS
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      !getenv("SSAE_NO_AVX2"))
-    g->k = (kernels){mm_nn_avx2, mm_tn_acc_avx2, gelu_fwd_avx2};
-#endif
+  g->k = pick_kernels();
   if (threads <= 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     threads = n > 0 ? (int)n : 1;
@@ -403,33 +234,12 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
 size_t ssae_vjp_param_count(const ssae_vjp *g) { return g->P; }
 
 int ssae_vjp_set_params(ssae_vjp *g, const float *params, ssae_err *err) {
-  size_t M = g->M, L = g->L, S = g->S, C = g->C;
   for (size_t t = 0; t < SSAE_N_TENSORS; t++)
     for (size_t i = g->off[t]; i < g->off[t + 1]; i++)
       if (!isfinite(params[i]))
         return ssae_err_set(err, "parameter %s[%zu] is not finite", ssae_tensor_names[t],
                             i - g->off[t]);
-  memcpy(g->params, params, g->P * sizeof(float));
-  const float *G = params + g->off[4];
-  for (size_t l = 0; l < L; l++) {
-    double s = 0;
-    for (size_t c = 0; c < C; c++) s += (double)G[l * C + c] * G[l * C + c];
-    double n = sqrt(s);
-    g->gnorm[l] = n;
-    double div = n > NORM_EPS ? n : NORM_EPS;
-    for (size_t c = 0; c < C; c++) {
-      float b = (float)(G[l * C + c] / div);
-      g->bn[l * C + c] = b;
-      g->bn_t[c * L + l] = b;
-    }
-  }
-  const float *we = params + g->off[2], *wb = params + g->off[7], *wd = params + g->off[9];
-  for (size_t s = 0; s < S; s++)
-    for (size_t m = 0; m < M; m++) g->enc_t[m * S + s] = we[s * M + m];
-  for (size_t i = 0; i < L; i++)
-    for (size_t j = 0; j < L; j++) g->bnw_t[j * L + i] = wb[i * L + j];
-  for (size_t m = 0; m < M; m++)
-    for (size_t s = 0; s < S; s++) g->dec_t[s * M + m] = wd[m * S + s];
+  set_derived(g, params);
   return 0;
 }
 

@@ -63,6 +63,15 @@ void ssae_cli_service_note_given(ssae_cli_service_args *a, const ssae_cli_args *
   a->given_status = ssae_cli_given(args, "--status");
 }
 
+void ssae_cli_service_engine_cfg(const ssae_cli_service_cmdvals *v, ssae_engine_cfg *c) {
+  c->backend = v->backend;
+  c->status_every_s = v->status_s;
+  c->params.threshold = v->threshold;
+  c->params.smoothing_s = v->smoothing_s;
+  c->params.on_count = v->on_count;
+  c->params.off_count = v->off_count;
+}
+
 int ssae_cli_service_wanted(const ssae_cli_service_args *a) {
   return a->config || a->node || a->names || a->mqtt || a->metrics || a->clips;
 }

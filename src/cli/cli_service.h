@@ -75,6 +75,25 @@ typedef struct ssae_cli_service_args {
    .help = "with --input and a service: after the end of FILE keep the outputs up "  \
            "(MQTT online, /healthz 503: no audio) until Ctrl-C or SIGTERM"}
 
+/* The detector's options of the live commands (monitor, jack): the ones a
+ * service's config goes under when given (ssae_cli_service_note_given,
+ * ssae_cli_service_cmdvals). `type` has the fields threshold, smoothing,
+ * on, off, status and backend. */
+#define SSAE_CLI_DETECTOR_OPTIONS(type)                                              \
+  {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", .offset = offsetof(type, threshold), \
+   .metavar = "X", .min = SSAE_CLI_THRESHOLD_MIN, .max = SSAE_CLI_THRESHOLD_MAX,     \
+   .help = "(above 0) alarm threshold", .def = "the model's"},                        \
+  {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", .offset = offsetof(type, smoothing), \
+   .metavar = "S", .min = 0, .max = 3600, .help = "smoothing time constant in seconds"}, \
+  {.kind = SSAE_CLI_INT, .name = "--on", .offset = offsetof(type, on), .metavar = "K",  \
+   .min = 1, .max = 100000, .help = "alarm on after K smoothed scores above the threshold"}, \
+  {.kind = SSAE_CLI_INT, .name = "--off", .offset = offsetof(type, off), .metavar = "M", \
+   .min = 1, .max = 100000, .help = "alarm off after M smoothed scores below it"},    \
+  {.kind = SSAE_CLI_DOUBLE, .name = "--status", .offset = offsetof(type, status),     \
+   .metavar = "S", .min = 0, .max = 1e9, .help = "status event every S seconds of audio"}, \
+  {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(type, backend),   \
+   .choices = ssae_cli_backends, .help = "where the model runs"}
+
 typedef struct ssae_cli_service ssae_cli_service;
 
 /* Records which of the command's own options were given. */
@@ -89,6 +108,10 @@ typedef struct ssae_cli_service_cmdvals {
   double threshold, smoothing_s, status_s;
   int on_count, off_count;
 } ssae_cli_service_cmdvals;
+
+/* The engine's backend, status period and detector from the command's
+ * values (a service's config goes over them in ssae_cli_service_start). */
+void ssae_cli_service_engine_cfg(const ssae_cli_service_cmdvals *v, ssae_engine_cfg *c);
 
 /* Reads the config (or the defaults) and applies the flags; installs the
  * SIGHUP handler. `prog` ("ssae monitor") starts log lines. NULL after

@@ -54,19 +54,7 @@ static const ssae_cli_opt options[] = {
      .help = "client name"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--duration", O(duration), .metavar = "S", .min = 0.001,
      .max = 1e9, .help = "stop after S seconds", .def = "until stopped"},
-    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", O(threshold), .metavar = "X",
-     .min = SSAE_CLI_THRESHOLD_MIN, .max = SSAE_CLI_THRESHOLD_MAX,
-     .help = "(above 0) alarm threshold", .def = "the model's"},
-    {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", O(smoothing), .metavar = "S", .min = 0,
-     .max = 3600, .help = "smoothing time constant in seconds"},
-    {.kind = SSAE_CLI_INT, .name = "--on", O(on), .metavar = "K", .min = 1, .max = 100000,
-     .help = "alarm on after K smoothed scores above the threshold"},
-    {.kind = SSAE_CLI_INT, .name = "--off", O(off), .metavar = "M", .min = 1, .max = 100000,
-     .help = "alarm off after M smoothed scores below it"},
-    {.kind = SSAE_CLI_DOUBLE, .name = "--status", O(status), .metavar = "S", .min = 0,
-     .max = 1e9, .help = "status event every S seconds of audio"},
-    {.kind = SSAE_CLI_CHOICE, .name = "--backend", O(backend), .choices = ssae_cli_backends,
-     .help = "where the model runs"},
+    SSAE_CLI_DETECTOR_OPTIONS(opts),
     SSAE_CLI_SERVICE_OPTIONS(opts, svc),
     {0}};
 
@@ -118,6 +106,14 @@ static int check(const opts *o) {
 #if SSAE_HAVE_JACK
 /* The plant service (--config and its flags); NULL without one. */
 static ssae_cli_service *svc;
+
+/* The values a service's config goes under when given. */
+static ssae_cli_service_cmdvals cmdvals(const opts *o) {
+  ssae_cli_service_cmdvals v = {o->model,     o->backend, o->events, o->threshold,
+                                o->smoothing, o->status,  o->on,     o->off};
+  return v;
+}
+
 static volatile sig_atomic_t interrupted;
 static void on_sig(int sig) {
   (void)sig;
@@ -269,12 +265,8 @@ static int run(const opts *o) {
     ecfg.channels = o->inputs;
     ecfg.groups = K;
     ecfg.input_rate = ssae_io_jack_rate(jc[0]);
-    ecfg.backend = o->backend;
-    ecfg.status_every_s = o->status;
-    ecfg.params.threshold = o->threshold;
-    ecfg.params.smoothing_s = o->smoothing;
-    ecfg.params.on_count = o->on;
-    ecfg.params.off_count = o->off;
+    const ssae_cli_service_cmdvals v = cmdvals(o);
+    ssae_cli_service_engine_cfg(&v, &ecfg);
     ecfg.on_event = ssae_evsink_on_event;
     ecfg.user = sink;
     if (ssae_cli_service_start(svc, o->inputs, ecfg.input_rate, &ecfg, ssae_evsink_on_event,
@@ -352,8 +344,7 @@ int ssae_cmd_jack(int argc, char **argv) {
   ssae_cli_service_note_given(&o.svc, &args);
 #if SSAE_HAVE_JACK
   if (ssae_cli_service_wanted(&o.svc)) {
-    ssae_cli_service_cmdvals v = {o.model, o.backend, o.events, o.threshold, o.smoothing,
-                                  o.status, o.on, o.off};
+    ssae_cli_service_cmdvals v = cmdvals(&o);
     if (!(svc = ssae_cli_service_load("ssae jack", &o.svc, &v, &rc)) ||
         ssae_cli_service_jack_input(svc, &o.inputs, ssae_cli_given(&args, "--inputs"),
                                     &o.connect)) {

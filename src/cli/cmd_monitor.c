@@ -69,19 +69,7 @@ static const ssae_cli_opt options[] = {
      .help = "every window's score: path, window, time, score", .def = ""},
     {.kind = SSAE_CLI_DOUBLE, .name = "--duration", O(duration), .metavar = "S", .min = 0.001,
      .max = 1e9, .help = "stop after S seconds of audio", .def = "until the end or Ctrl-C"},
-    {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", O(threshold), .metavar = "X",
-     .min = SSAE_CLI_THRESHOLD_MIN, .max = SSAE_CLI_THRESHOLD_MAX,
-     .help = "(above 0) alarm threshold", .def = "the model's"},
-    {.kind = SSAE_CLI_DOUBLE, .name = "--smoothing", O(smoothing), .metavar = "S", .min = 0,
-     .max = 3600, .help = "smoothing time constant in seconds"},
-    {.kind = SSAE_CLI_INT, .name = "--on", O(on), .metavar = "K", .min = 1, .max = 100000,
-     .help = "alarm on after K smoothed scores above the threshold"},
-    {.kind = SSAE_CLI_INT, .name = "--off", O(off), .metavar = "M", .min = 1, .max = 100000,
-     .help = "alarm off after M smoothed scores below it"},
-    {.kind = SSAE_CLI_DOUBLE, .name = "--status", O(status), .metavar = "S", .min = 0,
-     .max = 1e9, .help = "status event every S seconds of audio"},
-    {.kind = SSAE_CLI_CHOICE, .name = "--backend", O(backend), .choices = ssae_cli_backends,
-     .help = "where the model runs"},
+    SSAE_CLI_DETECTOR_OPTIONS(opts),
     {.kind = SSAE_CLI_INT, .name = "--block", O(block), .metavar = "N", .min = 1, .max = 65536,
      .help = "samples per block for --input"},
     {.kind = SSAE_CLI_FLAG, .name = "--no-meter", O(no_meter),
@@ -103,6 +91,13 @@ static const ssae_cli_cmd command = {
                 "error.",
     .opts = options,
 };
+
+/* The values a service's config goes under when given. */
+static ssae_cli_service_cmdvals cmdvals(const opts *o) {
+  ssae_cli_service_cmdvals v = {o->model,     o->backend, o->events, o->threshold,
+                                o->smoothing, o->status,  o->on,     o->off};
+  return v;
+}
 
 /* What the summary says besides the engine's counters. */
 typedef struct run_totals {
@@ -494,12 +489,8 @@ static int run(const opts *o) {
                     "given (--threshold): no alarms, scores only\n");
   ssae_engine_cfg ecfg;
   ssae_engine_cfg_default(&ecfg);
-  ecfg.backend = o->backend;
-  ecfg.status_every_s = o->status;
-  ecfg.params.threshold = o->threshold;
-  ecfg.params.smoothing_s = o->smoothing;
-  ecfg.params.on_count = o->on;
-  ecfg.params.off_count = o->off;
+  const ssae_cli_service_cmdvals v = cmdvals(o);
+  ssae_cli_service_engine_cfg(&v, &ecfg);
   ssae_evsink_cfg scfg;
   memset(&scfg, 0, sizeof scfg);
   scfg.events_path = ssae_cli_service_owns_events(svc) ? NULL : o->events;
@@ -535,8 +526,7 @@ int ssae_cmd_monitor(int argc, char **argv) {
   if (rc != SSAE_CLI_CONTINUE) return rc;
   ssae_cli_service_note_given(&o.svc, &args);
   if (ssae_cli_service_wanted(&o.svc) && !o.list) {
-    ssae_cli_service_cmdvals v = {o.model, o.backend, o.events, o.threshold, o.smoothing,
-                                  o.status, o.on, o.off};
+    ssae_cli_service_cmdvals v = cmdvals(&o);
     if (!(svc = ssae_cli_service_load("ssae monitor", &o.svc, &v, &rc)) ||
         ssae_cli_service_monitor_input(svc, &o.input, &o.realtime, &o.device, &o.channels,
                                        ssae_cli_given(&args, "--channels"), &o.channel,

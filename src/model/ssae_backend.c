@@ -404,10 +404,10 @@ int ssae_backend_spans_direct(const ssae_backend *b) {
   return b && !b->fell_back && b->ops->submit_spans != NULL;
 }
 
-int ssae_backend_submit_spans(ssae_backend *b, int slot, const ssae_span *sp, int nsp,
-                              size_t n, ssae_err *err) {
-  if (!b || slot < 0 || slot >= SSAE_BACKEND_SLOTS || nsp < 0 || (!sp && nsp))
-    return ssae_err_set(err, "backend: bad arguments to submit_spans");
+/* Spans that do not overlap themselves and hold n windows in all; -1
+ * with the reason otherwise. */
+static int check_spans(const ssae_backend *b, const ssae_span *sp, int nsp, size_t n,
+                       ssae_err *err) {
   const size_t wf = (size_t)b->m->d.frames * (size_t)b->m->d.n_mels;
   size_t total = 0;
   for (int i = 0; i < nsp; i++) {
@@ -417,6 +417,14 @@ int ssae_backend_submit_spans(ssae_backend *b, int slot, const ssae_span *sp, in
     total += sp[i].n;
   }
   if (total != n) return ssae_err_set(err, "backend: spans hold %zu windows, not %zu", total, n);
+  return 0;
+}
+
+int ssae_backend_submit_spans(ssae_backend *b, int slot, const ssae_span *sp, int nsp,
+                              size_t n, ssae_err *err) {
+  if (!b || slot < 0 || slot >= SSAE_BACKEND_SLOTS || nsp < 0 || (!sp && nsp))
+    return ssae_err_set(err, "backend: bad arguments to submit_spans");
+  if (check_spans(b, sp, nsp, n, err)) return -1;
   backend_slot *s = &b->slot[slot];
   s->x = NULL;
   s->sp = sp;
@@ -467,16 +475,9 @@ int ssae_backend_stream_submit(ssae_backend *b, int slot, const ssae_span *sp, i
   if (!b || !b->streams || slot < 0 || slot >= SSAE_BACKEND_SLOTS || nsp < 0 || (!sp && nsp) ||
       (n && (!channel || !cont)))
     return ssae_err_set(err, "backend: bad arguments to stream_submit");
+  if (check_spans(b, sp, nsp, n, err)) return -1;
   const size_t wf = (size_t)b->m->d.frames * (size_t)b->m->d.n_mels;
   const uint32_t nc = (uint32_t)ssae_cpu_streams_channels(b->streams);
-  size_t total = 0;
-  for (int i = 0; i < nsp; i++) {
-    if ((!sp[i].x && sp[i].n) || (sp[i].n > 1 && sp[i].pitch < wf))
-      return ssae_err_set(err, "backend: span %d overlaps itself (pitch %zu < %zu floats)", i,
-                          sp[i].pitch, wf);
-    total += sp[i].n;
-  }
-  if (total != n) return ssae_err_set(err, "backend: spans hold %zu windows, not %zu", total, n);
   for (size_t i = 0; i < n; i++)
     if (channel[i] >= nc)
       return ssae_err_set(err, "backend: channel %u of a stream of %u", channel[i], nc);

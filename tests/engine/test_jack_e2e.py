@@ -25,6 +25,7 @@ import tempfile
 import time
 import wave
 
+from ssae_jack import Jack
 from ssae_testlib import skip
 
 SSAE = os.environ["SSAE"]
@@ -113,47 +114,6 @@ def window_scores(tmp, model, wav):
     return [(float(t), float(s)) for _, _, t, s in rows]
 
 
-class Jack:
-    def __init__(self, tmp):
-        self.env = dict(os.environ)
-        # A fixed name of its own: JACK's registry (8 server slots) frees the
-        # slot of a server that died without unregistering (the server-gone
-        # case below may end in SIGKILL) only when a server of the same name
-        # starts; a name per run would leak a slot each time.
-        self.env["JACK_DEFAULT_SERVER"] = "ssae_test_jack_e2e"
-        self.env["HOME"] = tmp
-        self.env["JACK_NO_AUDIO_RESERVATION"] = "1"
-        self.env["JACK_PROMISCUOUS_SERVER"] = ""
-        self.log = open(os.path.join(tmp, "jackd.log"), "w")
-        self.proc = subprocess.Popen(
-            ["jackd", "-n", self.env["JACK_DEFAULT_SERVER"], "-d", "dummy",
-             "-r", str(RATE), "-p", "256"],
-            env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                skip("jackd did not start (see jackd.log)")
-            if subprocess.run(["jack_lsp"], env=self.env, capture_output=True).returncode == 0:
-                return
-            time.sleep(0.1)
-        self.stop()
-        skip("jackd did not answer within 10 s")
-
-    def ports(self):
-        r = subprocess.run(["jack_lsp"], env=self.env, capture_output=True, text=True)
-        return r.stdout.split()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
 def start_client(jack, tmp, model, thr, name, events, extra=("--inputs", "1", "--passthrough")):
     p = subprocess.Popen(
         [SSAE, "jack", "--model", model, "--backend", "cpu", "--name", name,
@@ -206,7 +166,7 @@ def main():
         print(f"normal max window score {top:.3g}, anomaly min {min(inside):.3g}, "
               f"threshold {thr:.3g}")
 
-        jack = Jack(tmp)
+        jack = Jack(tmp, "ssae_test_jack_e2e", RATE)
         try:
             for wav, is_anomaly in ((normal, False), (anomal, True)):
                 name = "ssae_t%d" % int(is_anomaly)

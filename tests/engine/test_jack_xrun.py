@@ -9,16 +9,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
+from ssae_jack import Jack
+from ssae_testlib import skip
+
 SSAE = os.environ["SSAE"]
-
-
-def skip(msg):
-    print("SKIP:", msg)
-    sys.exit(77)
 
 
 def main():
@@ -26,21 +23,9 @@ def main():
         if not shutil.which(prog):
             skip(f"{prog} not installed")
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, JACK_DEFAULT_SERVER="ssae_test_jack_xrun", HOME=tmp,
-                   JACK_NO_AUDIO_RESERVATION="1", JACK_PROMISCUOUS_SERVER="")
-        log = open(os.path.join(tmp, "jackd.log"), "w")
-        jackd = subprocess.Popen(["jackd", "-n", env["JACK_DEFAULT_SERVER"], "-d", "dummy",
-                                  "-r", "16000", "-p", "256"], env=env, stdout=log,
-                                 stderr=subprocess.STDOUT)
+        jack = Jack(tmp, "ssae_test_jack_xrun")
+        env = jack.env
         try:
-            for _ in range(100):
-                if jackd.poll() is not None:
-                    skip("jackd did not start")
-                if subprocess.run(["jack_lsp"], env=env, capture_output=True).returncode == 0:
-                    break
-                time.sleep(0.1)
-            else:
-                skip("jackd did not answer within 10 s")
             results = {}
             for stop in (False, True):
                 ev = os.path.join(tmp, f"ev{int(stop)}.jsonl")
@@ -70,13 +55,7 @@ def main():
             # its own): the summary says what the events say.
             assert f"{n0} xrun(s)" in e0, e0
         finally:
-            jackd.send_signal(signal.SIGTERM)
-            try:
-                jackd.wait(10)
-            except subprocess.TimeoutExpired:
-                jackd.kill()
-                jackd.wait()
-            log.close()
+            jack.stop()
     print("ok")
 
 

@@ -17,16 +17,10 @@ import array
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from evalref import auc_pairs, pauc_mcclish  # noqa: E402
+import ssae_testlib  # noqa: E402
+from ssae_testlib import check  # noqa: E402
 
 ssae, gen = os.environ["SSAE"], sys.argv[1]
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL", msg)
-        failures += 1
 
 
 def run(*args):
@@ -188,5 +182,6 @@ with tempfile.TemporaryDirectory() as d:
     r = run("info", model)
     check(r.returncode == 0, "info: %s" % r.stderr)
 
+failures = ssae_testlib.failures
 print("reference: %s" % ("pass" if not failures else "%d failures" % failures))
 sys.exit(1 if failures else 0)

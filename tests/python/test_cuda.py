@@ -32,6 +32,15 @@ def runtime_warnings(rec):
     return [str(r.message) for r in rec if issubclass(r.category, RuntimeWarning)]
 
 
+def score_twice(m, x):
+    """Two scores of x by m and the runtime warnings they gave."""
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        a = m.score(x)
+        b = m.score(x)
+    return a, b, runtime_warnings(rec)
+
+
 def check_scores(got, x):
     """SPEC section 2 against the float64 module with the built-in model's
     weights."""
@@ -199,11 +208,7 @@ def test_model_fallback_cuda_fail_after(monkeypatch, windows):
     monkeypatch.setenv("SSAE_CUDA_FAIL_AFTER", "1")
     m = ssae.Model(backend="cuda")
     x = torch.from_numpy(windows).cuda()
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        a = m.score(x)
-        b = m.score(x)
-    msgs = runtime_warnings(rec)
+    a, b, msgs = score_twice(m, x)
     assert len(msgs) == 1 and "CUDA" in msgs[0], msgs
     assert m.backend == "cpu" and torch.equal(a, b)
     check_scores(a, windows)
@@ -258,11 +263,7 @@ def test_without_entry_points_copies_once(monkeypatch, windows):
     monkeypatch.setattr(ssae, "_cuda_copy_warned", False)
     m = ssae.Model()
     x = torch.from_numpy(windows).cuda()
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        a = m.score(x)
-        b = m.score(x)
-    msgs = runtime_warnings(rec)
+    a, b, msgs = score_twice(m, x)
     assert len(msgs) == 1 and "copied to the host" in msgs[0], msgs
     assert a.device == x.device and torch.equal(a, b)
     check_scores(a, windows)

@@ -12,60 +12,24 @@ threshold reaches the state messages; SIGINT: "offline".
 `ssae monitor --config FILE` with input.portaudio (PortAudio's JACK host
 API sees the server as a device): MQTT online, /healthz 200 while the
 device delivers audio, the summary says nothing dropped."""
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_monitor_service import Broker, Sub, check, free_port, gen, http, one_shot  # noqa: E402
+from mqtt_broker import broker_session  # noqa: E402
+from ssae_jack import Jack  # noqa: E402
+from ssae_testlib import check, done, free_port, skip  # noqa: E402
+from test_monitor_service import gen, http, one_shot  # noqa: E402
 import test_monitor_service as tms  # noqa: E402
 
 SSAE = os.environ["SSAE"]
 GEN = sys.argv[1]
 BUILD = os.environ.get("SSAE_BUILD_ROOT", ".")
-
-
-def skip(why):
-    print("SKIP:", why)
-    sys.exit(77)
-
-
-class Jack:
-    def __init__(self, tmp):
-        self.env = dict(os.environ)
-        self.env["JACK_DEFAULT_SERVER"] = "ssae_test_live_service"
-        self.env["HOME"] = tmp
-        self.env["JACK_NO_AUDIO_RESERVATION"] = "1"
-        self.env["JACK_PROMISCUOUS_SERVER"] = ""
-        self.log = open(os.path.join(tmp, "jackd.log"), "w")
-        self.proc = subprocess.Popen(
-            ["jackd", "-n", self.env["JACK_DEFAULT_SERVER"], "-d", "dummy", "-r", "16000",
-             "-p", "256"], env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                skip("jackd did not start (see jackd.log)")
-            if subprocess.run(["jack_lsp"], env=self.env, capture_output=True).returncode == 0:
-                return
-            time.sleep(0.1)
-        self.stop()
-        skip("jackd did not answer within 10 s")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def jack_client(jack, tmp, port, sub):
@@ -166,28 +130,14 @@ def main():
     if not os.path.exists(cfg) or "SSAE_HAVE_JACK 1" not in open(cfg).read():
         skip("ssae was built without JACK")
     tms.GEN = GEN
-    tmp = tempfile.mkdtemp(prefix="ssae_live_")
-    port = free_port()
-    broker = Broker(tmp, port)
-    broker.start()
-    sub = Sub(tmp, port, "sub")
-    jack = Jack(tmp)
-    try:
-        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe", "-m", "x", "-r"],
-                       check=True)
-        sub.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
-        jack_client(jack, tmp, port, sub)
-        portaudio_monitor(jack, tmp, port, sub)
-    finally:
-        jack.stop()
-        sub.stop()
-        broker.stop()
-        if not tms.failures:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("files kept in", tmp)
-    print("failures:", tms.failures)
-    sys.exit(1 if tms.failures else 0)
+    with broker_session("ssae_live_") as (tmp, port, _, sub):
+        jack = Jack(tmp, "ssae_test_live_service")
+        try:
+            jack_client(jack, tmp, port, sub)
+            portaudio_monitor(jack, tmp, port, sub)
+        finally:
+            jack.stop()
+    done()
 
 
 if __name__ == "__main__":

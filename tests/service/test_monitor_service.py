@@ -28,107 +28,19 @@ import re
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import wave
+
+from mqtt_broker import broker_session
+from ssae_testlib import check, done, free_port, skip
 
 SSAE = os.environ["SSAE"]
 GEN = sys.argv[1]
 SRC = os.environ.get("SSAE_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
 RATE = 16000
-failures = 0
-
-
-def skip(why):
-    print("SKIP:", why)
-    sys.exit(77)
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        print("FAIL", msg)
-        failures += 1
-    return cond
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-class Broker:
-    def __init__(self, tmp, port):
-        self.conf = os.path.join(tmp, "mosquitto.conf")
-        self.log = open(os.path.join(tmp, "mosquitto.log"), "ab")
-        with open(self.conf, "w") as f:
-            f.write(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
-                    f"persistence true\npersistence_location {tmp}/\n"
-                    "autosave_interval 1\n")
-            if os.geteuid() == 0:
-                f.write("user root\n")
-        self.port = port
-        self.p = None
-
-    def start(self):
-        self.p = subprocess.Popen(["mosquitto", "-c", self.conf],
-                                  stdout=self.log, stderr=self.log)
-        t0 = time.time()
-        while time.time() - t0 < 10:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("mosquitto did not start")
-
-    def stop(self):
-        if self.p and self.p.poll() is None:
-            self.p.terminate()
-            self.p.wait(10)
-
-
-class Sub:
-    """mosquitto_sub, persistent QoS 1 session: (topic, retained, payload)."""
-
-    def __init__(self, tmp, port, name):
-        self.path = os.path.join(tmp, name + ".txt")
-        self.f = open(self.path, "wb")
-        self.p = subprocess.Popen(
-            ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-q", "1",
-             "-c", "-i", "ssae-" + name, "-v", "-F", "%t\t%r\t%p",
-             "-t", "ssae/#", "-t", "homeassistant/#"],
-            stdout=self.f, stderr=subprocess.STDOUT)
-
-    def lines(self):
-        with open(self.path, "rb") as f:
-            out = []
-            for raw in f.read().decode("utf-8", "replace").splitlines():
-                parts = raw.split("\t", 2)
-                if len(parts) == 3:
-                    out.append((parts[0], parts[1] == "1", parts[2]))
-            return out
-
-    def wait(self, pred, timeout, what):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            if pred(self.lines()):
-                return True
-            time.sleep(0.1)
-        return check(False, f"timed out waiting for {what}; last lines:\n" +
-                     "\n".join(map(str, self.lines()[-20:])))
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            self.p.wait(5)
 
 
 def one_shot(port, topic):
@@ -455,27 +367,11 @@ def main():
         import numpy  # noqa: F401
     except ImportError:
         skip("python3-numpy not installed")
-    tmp = tempfile.mkdtemp(prefix="ssae_monsvc_")
-    port = free_port()
-    broker = Broker(tmp, port)
-    broker.start()
-    sub = Sub(tmp, port, "sub")
-    try:
-        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe", "-m", "x", "-r"],
-                       check=True)
-        sub.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
+    with broker_session("ssae_monsvc_") as (tmp, port, broker, sub):
         run1(tmp, port, sub)
         run2(tmp, broker, port, sub)
         run3(tmp)
-    finally:
-        sub.stop()
-        broker.stop()
-        if not failures:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("files kept in", tmp)
-    print("failures:", failures)
-    sys.exit(1 if failures else 0)
+    done()
 
 
 if __name__ == "__main__":

@@ -15,82 +15,14 @@ is away is queued and arrives after it is back (QoS 1)."""
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
 
+from mqtt_broker import Broker, Sub
 from ssae_testlib import free_port, skip
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class Broker:
-    def __init__(self, tmp, port):
-        self.conf = os.path.join(tmp, "mosquitto.conf")
-        self.log = open(os.path.join(tmp, "mosquitto.log"), "ab")
-        with open(self.conf, "w") as f:
-            f.write(f"listener {port} 127.0.0.1\nallow_anonymous true\n"
-                    f"persistence true\npersistence_location {tmp}/\n"
-                    "autosave_interval 1\n")
-            if os.geteuid() == 0:
-                f.write("user root\n")
-        self.port = port
-        self.p = None
-
-    def start(self):
-        self.p = subprocess.Popen(["mosquitto", "-c", self.conf],
-                                  stdout=self.log, stderr=self.log)
-        t0 = time.time()
-        while time.time() - t0 < 10:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("mosquitto did not start")
-
-    def stop(self):
-        if self.p and self.p.poll() is None:
-            self.p.terminate()
-            self.p.wait(10)
-
-
-class Sub:
-    """mosquitto_sub with a persistent session: topic, retained flag, payload."""
-
-    def __init__(self, tmp, port):
-        self.path = os.path.join(tmp, "sub.txt")
-        self.f = open(self.path, "wb")
-        self.p = subprocess.Popen(
-            ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-q", "1",
-             "-c", "-i", "ssae-test-sub", "-v", "-F", "%t\t%r\t%p",
-             "-t", "ssae/#", "-t", "homeassistant/#"],
-            stdout=self.f, stderr=subprocess.STDOUT)
-
-    def lines(self):
-        with open(self.path, "rb") as f:
-            out = []
-            for raw in f.read().decode("utf-8", "replace").splitlines():
-                parts = raw.split("\t", 2)
-                if len(parts) == 3:
-                    out.append((parts[0], parts[1] == "1", parts[2]))
-            return out
-
-    def wait(self, pred, timeout, what):
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            if pred(self.lines()):
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}; got:\n" +
-                             "\n".join(map(str, self.lines()[-30:])))
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            self.p.wait(5)
 
 
 class Helper:
@@ -134,13 +66,10 @@ def main():
     port = free_port()
     broker = Broker(tmp, port)
     broker.start()
-    sub = Sub(tmp, port)
+    sub = Sub(tmp, port, "test-sub", fatal=True)
     helper = None
     try:
-        # The subscriber is in place once it sees a probe.
-        subprocess.run(["mosquitto_pub", "-p", str(port), "-t", "ssae/probe",
-                        "-m", "x", "-r"], check=True)
-        sub.wait(lambda ls: any(t == "ssae/probe" for t, _, _ in ls), 10, "probe")
+        sub.wait_ready()
 
         cfg = os.path.join(tmp, "ssae.yaml")
         with open(cfg, "w") as f:

@@ -276,15 +276,6 @@ static void test_digest(void) {
   ssae_shard_list_free(m);
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *b = calloc(1, 1 << 16);
-  if (b) fread(b, 1, (1 << 16) - 1, f);
-  fclose(f);
-  return b;
-}
-
 static void test_resume(void) {
   char *p[] = {"r/a.wav", "r/b.wav", "r/c.wav", "r/d.wav", "r/e.wav", "r/f.wav"};
   uint64_t sz[] = {10, 10, 10, 10, 10, 10};
@@ -332,7 +323,7 @@ static void test_resume(void) {
   ssae_shard_out_free(o);
   ssae_shard_resume_release(&r);
   CHECK(access(out, F_OK) == 0 && access(partial, F_OK) != 0, "renamed into place");
-  char *text = slurp(out);
+  char *text = test_slurp(out);
   CHECK(text && !strncmp(text, "# ssae-shard 0/2 inputs=6 files=3 digest=", 41) &&
             strstr(text, want) && strstr(text, "\t0.7\t10\tnormal\n"), "final: %s", text);
   free(text);

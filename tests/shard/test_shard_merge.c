@@ -20,15 +20,6 @@ static void on_note(void *user, const char *msg) {
   snprintf(notes + n, sizeof notes - n, "%s\n", msg);
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *b = calloc(1, 1 << 16);
-  if (b) fread(b, 1, (1 << 16) - 1, f);
-  fclose(f);
-  return b;
-}
-
 /* The result line of list input i, as a part holds it. */
 static void result_line(char *buf, size_t cap, const ssae_shard_list *l, size_t i,
                         ssae_shard_format fmt) {
@@ -121,7 +112,7 @@ int test_merge(const char *dir) {
     unlink(out);
     CHECK(merge(rev, C, out, f == 0 ? l : NULL, &err) == 0, "merge %d: %s\n%s", f, err.msg,
           notes);
-    char *got = slurp(out);
+    char *got = test_slurp(out);
     CHECK(got && !strcmp(got, expect), "merged %d:\n%s\nwanted:\n%s", f, got, expect);
     free(got);
   }
@@ -173,7 +164,7 @@ int test_merge(const char *dir) {
   unlink(out);
   CHECK(merge(names, C, out, l, &err) == 1 && strstr(notes, l->paths[6]) &&
             strstr(notes, "failed"), "failed input: %s / %s", err.msg, notes);
-  char *got = slurp(out);
+  char *got = test_slurp(out);
   CHECK(got && !strstr(got, l->paths[6]) && strstr(got, l->paths[7]), "rest written: %s", got);
   free(got);
 

@@ -1,0 +1,245 @@
+/* The CPU forward and backward of a chunk of windows, shared by the
+ * trainer's gradient (ssae_grad.c, for the MSE loss) and the vector-Jacobian
+ * products (src/api/ssae_vjp.c, from an upstream gradient). Included twice
+ * by each: first for the kernels, the chunk's scratch and the LayerNorms,
+ * then, after the object's type is complete and GRAD_T names it, for the
+ * functions on it; that type has the fields k (kernels), M, F, L, S, C, P,
+ * off, params, bn, bn_t, gnorm, enc_t, bnw_t and dec_t. `exact` picks the VJP's LayerNorm arithmetic
+ * (x - mean and the input gradient's means in double) over the trainer's
+ * (those in float); the trainer's results stay as they were. */
+#ifndef SSAE_GRAD_CHUNK_H
+#define SSAE_GRAD_CHUNK_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK 32
+#define LN_EPS 1e-5
+#define NORM_EPS 1e-12
+
+/* The kernels do not use floating-point exception flags; without
+ * -ftrapping-math GCC if-converts the selects in the GELU loop and
+ * vectorises it. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math")
+#endif
+#define KSFX(name) name##_base
+#define KV kv4
+#define KVL 4
+#include "ssae_train_kern.h"
+#undef KSFX
+#undef KV
+#undef KVL
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define HAVE_AVX2_KERNELS 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#pragma GCC optimize("fp-contract=fast", "no-trapping-math")
+#define KSFX(name) name##_avx2
+#define KV kv8
+#define KVL 8
+#include "ssae_train_kern.h"
+#undef KSFX
+#undef KV
+#undef KVL
+#pragma GCC pop_options
+#endif
+
+typedef struct kernels {
+  void (*mm_nn)(size_t, size_t, size_t, const float *, const float *, const float *, float *);
+  void (*mm_tn_acc)(size_t, size_t, size_t, const float *, const float *, float *);
+  void (*gelu_fwd)(size_t, const float *, float *, float *);
+} kernels;
+
+/* The AVX2 kernels where the CPU has AVX2 and FMA (and SSAE_NO_AVX2 is
+ * unset), else the portable ones. */
+static kernels pick_kernels(void) {
+  kernels k = {mm_nn_base, mm_tn_acc_base, gelu_fwd_base};
+#ifdef HAVE_AVX2_KERNELS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      !getenv("SSAE_NO_AVX2"))
+    k = (kernels){mm_nn_avx2, mm_tn_acc_avx2, gelu_fwd_avx2};
+#endif
+  return k;
+}
+
+/* Activations and their gradients for one chunk. */
+typedef struct work {
+  float *buf; /* the one allocation behind the others */
+  float *xhat, *u, *a, *h, *gd1, *rstd1;      /* slice encoder: [R x M], [R x S], [R] */
+  float *z, *zhat, *v, *p, *zp, *gd2, *rstd2; /* bottleneck: [CHUNK x L], [CHUNK] */
+  float *r, *y, *dr, *dzp, *dv, *dz, *du;     /* decoder, gradients */
+} work;
+
+/* Layer normalisation of R rows of length n; statistics in double because
+ * log-mel inputs sit far from zero (about -100 ... +20 dB). */
+static void ln_fwd(size_t R, size_t n, const float *x, const float *gw, const float *gb,
+                   float *xhat, float *out, float *rstd, int exact) {
+  for (size_t i = 0; i < R; i++) {
+    const float *xi = x + i * n;
+    double s = 0;
+    for (size_t j = 0; j < n; j++) s += xi[j];
+    double mean = s / (double)n, ss = 0;
+    for (size_t j = 0; j < n; j++) {
+      double t = xi[j] - mean;
+      ss += t * t;
+    }
+    double rs = 1.0 / sqrt(ss / (double)n + LN_EPS);
+    float m = (float)mean, r = (float)rs;
+    rstd[i] = r;
+    float *xh = xhat + i * n, *o = out + i * n;
+    for (size_t j = 0; j < n; j++) {
+      xh[j] = exact ? (float)((xi[j] - mean) * r) : (xi[j] - m) * r;
+      o[j] = xh[j] * gw[j] + gb[j];
+    }
+  }
+}
+
+/* dgw += dout xhat, dgb += dout; with dx, the input gradient
+ * dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = dout gw. */
+static void ln_bwd(size_t R, size_t n, const float *dout, const float *xhat, const float *rstd,
+                   const float *gw, float *dgw, float *dgb, float *dx, int exact) {
+  for (size_t i = 0; i < R; i++) {
+    const float *dy = dout + i * n, *xh = xhat + i * n;
+    for (size_t j = 0; j < n; j++) {
+      dgw[j] += dy[j] * xh[j];
+      dgb[j] += dy[j];
+    }
+    if (!dx) continue;
+    double s1 = 0, s2 = 0;
+    for (size_t j = 0; j < n; j++) {
+      double t = (double)dy[j] * gw[j];
+      s1 += t;
+      s2 += t * xh[j];
+    }
+    float *o = dx + i * n;
+    if (exact) {
+      double m1 = s1 / (double)n, m2 = s2 / (double)n;
+      for (size_t j = 0; j < n; j++)
+        o[j] = (float)(rstd[i] * ((double)dy[j] * gw[j] - m1 - xh[j] * m2));
+    } else {
+      float m1 = (float)(s1 / (double)n), m2 = (float)(s2 / (double)n);
+      for (size_t j = 0; j < n; j++) o[j] = rstd[i] * (dy[j] * gw[j] - m1 - xh[j] * m2);
+    }
+  }
+}
+
+#endif /* SSAE_GRAD_CHUNK_H */
+
+#if defined(GRAD_T) && !defined(SSAE_GRAD_CHUNK_FUNCS)
+#define SSAE_GRAD_CHUNK_FUNCS
+
+static int work_alloc(work *w, const GRAD_T *g) {
+  size_t R = (size_t)CHUNK * g->F, N = CHUNK, M = g->M, S = g->S, L = g->L;
+  size_t len[] = {R * M, R * M, R * S, R * S, R * S, R, N * L, N * L, N * L, N * L,
+                  N * L, N * L, N, R * S, R * M, R * S, N * L, N * L, N * L, R * M};
+  float **dst[] = {&w->xhat, &w->u,  &w->a,   &w->h,  &w->gd1, &w->rstd1, &w->z,
+                   &w->zhat, &w->v,  &w->p,   &w->zp, &w->gd2, &w->rstd2, &w->r,
+                   &w->y,    &w->dr, &w->dzp, &w->dv, &w->dz,  &w->du};
+  size_t total = 0;
+  for (size_t i = 0; i < sizeof len / sizeof *len; i++) total += len[i];
+  w->buf = calloc(total ? total : 1, sizeof(float));
+  if (!w->buf) return -1;
+  float *p = w->buf;
+  for (size_t i = 0; i < sizeof len / sizeof *len; i++) {
+    *dst[i] = p;
+    p += len[i];
+  }
+  return 0;
+}
+
+/* params copied, and what the products use derived from them: the
+ * normalised basis, its row norms and transpose, the weights transposed. */
+static void set_derived(GRAD_T *g, const float *params) {
+  size_t M = g->M, L = g->L, S = g->S, C = g->C;
+  memcpy(g->params, params, g->P * sizeof(float));
+  const float *G = params + g->off[4];
+  for (size_t l = 0; l < L; l++) {
+    double s = 0;
+    for (size_t c = 0; c < C; c++) s += (double)G[l * C + c] * G[l * C + c];
+    double n = sqrt(s);
+    g->gnorm[l] = n;
+    double div = n > NORM_EPS ? n : NORM_EPS;
+    for (size_t c = 0; c < C; c++) {
+      float b = (float)(G[l * C + c] / div);
+      g->bn[l * C + c] = b;
+      g->bn_t[c * L + l] = b;
+    }
+  }
+  const float *we = params + g->off[2], *wb = params + g->off[7], *wd = params + g->off[9];
+  for (size_t s = 0; s < S; s++)
+    for (size_t m = 0; m < M; m++) g->enc_t[m * S + s] = we[s * M + m];
+  for (size_t i = 0; i < L; i++)
+    for (size_t j = 0; j < L; j++) g->bnw_t[j * L + i] = wb[i * L + j];
+  for (size_t m = 0; m < M; m++)
+    for (size_t s = 0; s < S; s++) g->dec_t[s * M + m] = wd[m * S + s];
+}
+
+/* Forward of nw windows at x; y: where the output goes. */
+static void chunk_forward(const GRAD_T *g, work *w, const float *x, size_t nw, float *y,
+                          int exact) {
+  const kernels *k = &g->k;
+  size_t M = g->M, F = g->F, L = g->L, S = g->S, C = g->C, R = nw * F;
+  const float *P = g->params;
+  const size_t *off = g->off;
+
+  ln_fwd(R, M, x, P + off[0], P + off[1], w->xhat, w->u, w->rstd1, exact);
+  k->mm_nn(R, M, S, w->u, g->enc_t, P + off[3], w->a);
+  k->gelu_fwd(R * S, w->a, w->h, w->gd1);
+  /* h is also c: [nw x C] */
+  k->mm_nn(nw, C, L, w->h, g->bn_t, NULL, w->z);
+  ln_fwd(nw, L, w->z, P + off[5], P + off[6], w->zhat, w->v, w->rstd2, exact);
+  k->mm_nn(nw, L, L, w->v, g->bnw_t, P + off[8], w->p);
+  k->gelu_fwd(nw * L, w->p, w->zp, w->gd2);
+  k->mm_nn(nw, L, C, w->zp, g->bn, NULL, w->r);
+  k->mm_nn(R, S, M, w->r, g->dec_t, P + off[10], y);
+}
+
+/* The backward of nw windows from the output gradient dy and the
+ * activations in w into grad (P floats, zeroed here) and dx (or NULL). */
+static void chunk_backward(const GRAD_T *g, work *w, size_t nw, const float *dy, float *grad,
+                           float *dx, int exact) {
+  const kernels *k = &g->k;
+  size_t M = g->M, F = g->F, L = g->L, S = g->S, C = g->C, R = nw * F;
+  const float *P = g->params;
+  const size_t *off = g->off;
+
+  memset(grad, 0, g->P * sizeof *grad);
+  float *g_bn = grad + off[4]; /* w.r.t. the normalised basis here */
+  /* decoder y = r W_d^T + b_d */
+  for (size_t i = 0; i < R; i++)
+    for (size_t j = 0; j < M; j++) grad[off[10] + j] += dy[i * M + j];
+  k->mm_tn_acc(R, M, S, dy, w->r, grad + off[9]);
+  k->mm_nn(R, M, S, dy, P + off[9], NULL, w->dr);
+  /* reconstruction r = z' B */
+  k->mm_tn_acc(nw, L, C, w->zp, w->dr, g_bn);
+  k->mm_nn(nw, C, L, w->dr, g->bn_t, NULL, w->dzp);
+  /* bottleneck GELU, Linear, LayerNorm */
+  for (size_t i = 0; i < nw * L; i++) w->dzp[i] *= w->gd2[i];
+  for (size_t i = 0; i < nw; i++)
+    for (size_t j = 0; j < L; j++) grad[off[8] + j] += w->dzp[i * L + j];
+  k->mm_tn_acc(nw, L, L, w->dzp, w->v, grad + off[7]);
+  k->mm_nn(nw, L, L, w->dzp, P + off[7], NULL, w->dv);
+  ln_bwd(nw, L, w->dv, w->zhat, w->rstd2, P + off[5], grad + off[5], grad + off[6], w->dz,
+         exact);
+  /* latent z = B c */
+  k->mm_tn_acc(nw, L, C, w->dz, w->h, g_bn);
+  k->mm_nn(nw, L, C, w->dz, g->bn, NULL, w->dr); /* dc, into dr */
+  /* slice encoder GELU, Linear, LayerNorm */
+  float *da = w->dr;
+  for (size_t i = 0; i < R * S; i++) da[i] *= w->gd1[i];
+  for (size_t i = 0; i < R; i++)
+    for (size_t j = 0; j < S; j++) grad[off[3] + j] += da[i * S + j];
+  k->mm_tn_acc(R, S, M, da, w->u, grad + off[2]);
+  k->mm_nn(R, S, M, da, P + off[2], NULL, w->du);
+  ln_bwd(R, M, w->du, w->xhat, w->rstd1, P + off[0], grad + off[0], grad + off[1], dx, exact);
+}
+
+#endif
