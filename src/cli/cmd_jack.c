@@ -182,6 +182,7 @@ static int wait_for_end(const opts *o, ssae_io_jack **jc, ssae_engine *e, ssae_e
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sig;
+  sa.sa_flags = SA_RESTART; /* writes under way finish; the waits check the flag */
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   struct timespec t0, now;

@@ -504,6 +504,7 @@ static int run(const opts *o) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
+  sa.sa_flags = SA_RESTART; /* writes under way finish; the waits check the flag */
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
 

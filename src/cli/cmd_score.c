@@ -722,6 +722,8 @@ int ssae_cmd_score(int argc, char **argv) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
+    /* Writes under way finish: a line is never cut by the signal. */
+    sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     rc = o.shard || o.resume ? run_shard(&o, args.pos, args.n_pos)

@@ -159,6 +159,8 @@ static void catch_signals(void) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
+  /* Writes under way finish (the model's save above all). */
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
 }
