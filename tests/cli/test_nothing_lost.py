@@ -257,12 +257,16 @@ def test_score_interrupt(d):
     for i in range(120):
         wav(os.path.join(many, f"f{i:03d}.wav"), 16000, tone(i % 7, 48000))
     wt = os.path.join(d, "win.tsv")
+    # Unbuffered bytes: a buffered readline may take more than the first
+    # line from the pipe, and communicate() reads the pipe itself (what the
+    # buffer took would be lost from the count).
     p = subprocess.Popen([SSAE, "score", "--backend", "cpu", "--jobs", "1", "--windows", wt,
-                          many], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          many], stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     first = p.stdout.readline()
     p.send_signal(signal.SIGINT)
     out, e = p.communicate(timeout=120)
-    lines = (first + out).splitlines()
+    e = e.decode(errors="replace")
+    lines = (first + out).decode(errors="replace").splitlines()
     with open(wt, "rb") as f:
         w = f.read()
     whole = w.endswith(b"\n") and all(len(x.split(b"\t")) == 4 for x in w.splitlines())
