@@ -680,7 +680,7 @@ static int run_shard(const opts *o, char *const *args, int n_args) {
   }
   int rc = SSAE_EXIT_OK;
   size_t n;
-  char *const *todo = ssae_shard_job_todo(sj, &n);
+  char *const *pending = ssae_shard_job_pending(sj, &n);
   const ssae_shard_spec *spec = ssae_shard_job_spec(sj);
   if (!ssae_shard_job_list(sj)->n) {
     ssae_cli_error(CMD, "no audio files found");
@@ -690,7 +690,7 @@ static int run_shard(const opts *o, char *const *args, int n_args) {
       ssae_cli_error(CMD, "shard %zu/%zu: %zu of %zu files done already", spec->index,
                      spec->count, ssae_shard_job_done_before(sj), ssae_shard_job_files(sj));
     if (n) {
-      rc = run(o, todo, n, ssae_shard_job_out(sj), sj);
+      rc = run(o, pending, n, ssae_shard_job_out(sj), sj);
     } else if (ssae_shard_job_finish(sj, &err)) { /* nothing (left) to do */
       ssae_cli_error(CMD, "%s", err.msg);
       rc = SSAE_EXIT_INPUT;

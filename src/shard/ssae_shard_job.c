@@ -7,8 +7,8 @@ struct ssae_shard_job {
   ssae_shard_list *list;
   ssae_shard_spec spec;
   size_t *members, n_members, done_before;
-  char **todo; /* into list->paths */
-  size_t n_todo;
+  char **pending; /* into list->paths */
+  size_t n_pending;
   ssae_shard_out *out, *win;
   FILE *out_f; /* stdout when no output file */
   int json;
@@ -18,7 +18,7 @@ void ssae_shard_job_free(ssae_shard_job *j) {
   if (!j) return;
   ssae_shard_out_free(j->win);
   ssae_shard_out_free(j->out);
-  free(j->todo);
+  free(j->pending);
   free(j->members);
   ssae_shard_list_free(j->list);
   free(j);
@@ -83,12 +83,12 @@ ssae_shard_job *ssae_shard_job_new(const ssae_shard_job_opts *o, ssae_err *err) 
     }
     j->done_before = r.n_done;
   }
-  if (!(j->todo = malloc((j->n_members + 1) * sizeof *j->todo))) {
+  if (!(j->pending = malloc((j->n_members + 1) * sizeof *j->pending))) {
     ssae_err_set(err, "out of memory");
     goto fail;
   }
   for (size_t k = 0; k < j->n_members; k++)
-    if (!r.done || !r.done[k]) j->todo[j->n_todo++] = j->list->paths[j->members[k]];
+    if (!r.done || !r.done[k]) j->pending[j->n_pending++] = j->list->paths[j->members[k]];
   /* The windows output first: a result line in the main output then
    * always has its windows written. */
   if (o->windows && !(j->win = ssae_shard_out_new(o->windows, SSAE_SHARD_WINDOWS, &h, rw.kept,
@@ -112,9 +112,9 @@ fail:
   return NULL;
 }
 
-char *const *ssae_shard_job_todo(const ssae_shard_job *j, size_t *n) {
-  *n = j->n_todo;
-  return j->todo;
+char *const *ssae_shard_job_pending(const ssae_shard_job *j, size_t *n) {
+  *n = j->n_pending;
+  return j->pending;
 }
 size_t ssae_shard_job_files(const ssae_shard_job *j) { return j->n_members; }
 const ssae_shard_spec *ssae_shard_job_spec(const ssae_shard_job *j) { return &j->spec; }

@@ -2,7 +2,7 @@
  * input list (--files-from and arguments, directories expanded), the
  * shard (I/N or from the scheduler), the files still to do (--resume),
  * and the outputs (header first, written to PATH.partial as it goes,
- * renamed when complete). The caller scores the files of todo in order
+ * renamed when complete). The caller scores the files of pending in order
  * and writes each one's lines, in this order:
  *   its windows to ssae_shard_job_windows() (when asked for),
  *   its result line to ssae_shard_job_out(), or ssae_shard_job_failed(),
@@ -36,7 +36,7 @@ typedef struct ssae_shard_job ssae_shard_job;
 ssae_shard_job *ssae_shard_job_new(const ssae_shard_job_opts *o, ssae_err *err);
 
 /* The files to score, in order, and how many the shard has in all. */
-char *const *ssae_shard_job_todo(const ssae_shard_job *j, size_t *n);
+char *const *ssae_shard_job_pending(const ssae_shard_job *j, size_t *n);
 size_t ssae_shard_job_files(const ssae_shard_job *j);
 /* Which shard and what a resume kept (for a progress message). */
 const ssae_shard_spec *ssae_shard_job_spec(const ssae_shard_job *j);

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
     return fail(err.msg);
   }
   size_t n;
-  char *const *todo = ssae_shard_job_todo(j, &n);
+  char *const *pending = ssae_shard_job_pending(j, &n);
   if (o.resume && ssae_shard_job_done_before(j))
     fprintf(stderr, "shard_list: shard %zu/%zu: %zu of %zu files done already\n",
             ssae_shard_job_spec(j)->index, ssae_shard_job_spec(j)->count,
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
   FILE *out = ssae_shard_job_out(j), *win = ssae_shard_job_windows(j);
   int status = 0;
   for (size_t k = 0; k < n; k++) {
-    const char *p = todo[k];
+    const char *p = pending[k];
     FILE *in = fopen(p, "rb");
     unsigned long long h = 0xcbf29ce484222325ull;
     int c;

@@ -41,14 +41,14 @@ int test_job(const char *dir) {
   CHECK(j != NULL, "job: %s", err.msg);
   if (!j) return failures;
   size_t n;
-  char *const *todo = ssae_shard_job_todo(j, &n);
+  char *const *pending = ssae_shard_job_pending(j, &n);
   CHECK(n == 5 && ssae_shard_job_files(j) == 5 && !ssae_shard_job_done_before(j), "5 to do");
   for (size_t k = 0; k < 2 && k < n; k++) {
-    fprintf(ssae_shard_job_windows(j), "%s\t0\t0.1\t1\n", todo[k]);
-    fprintf(ssae_shard_job_out(j), "%s\t1\t1\tnormal\n", todo[k]);
+    fprintf(ssae_shard_job_windows(j), "%s\t0\t0.1\t1\n", pending[k]);
+    fprintf(ssae_shard_job_out(j), "%s\t1\t1\tnormal\n", pending[k]);
     CHECK(ssae_shard_job_next(j, &err) == 0, "next");
   }
-  fprintf(ssae_shard_job_windows(j), "%s\t0\t0.1\t1\n", todo[2]); /* killed before its line */
+  fprintf(ssae_shard_job_windows(j), "%s\t0\t0.1\t1\n", pending[2]); /* killed before its line */
   ssae_shard_job_next(j, &err);
   ssae_shard_job_free(j);
   CHECK(access(out, F_OK) != 0 && access(partial, F_OK) == 0, "killed: only .partial");
@@ -57,12 +57,12 @@ int test_job(const char *dir) {
   j = ssae_shard_job_new(&o, &err);
   CHECK(j != NULL, "resume: %s", err.msg);
   if (!j) return failures;
-  todo = ssae_shard_job_todo(j, &n);
+  pending = ssae_shard_job_pending(j, &n);
   CHECK(n == 3 && ssae_shard_job_done_before(j) == 2, "3 left, not %zu", n);
   for (size_t k = 0; k < n; k++) {
-    fprintf(ssae_shard_job_windows(j), "%s\t0\t0.1\t1\n", todo[k]);
-    if (k == 1) ssae_shard_job_failed(j, todo[k], "broken");
-    else fprintf(ssae_shard_job_out(j), "%s\t1\t1\tnormal\n", todo[k]);
+    fprintf(ssae_shard_job_windows(j), "%s\t0\t0.1\t1\n", pending[k]);
+    if (k == 1) ssae_shard_job_failed(j, pending[k], "broken");
+    else fprintf(ssae_shard_job_out(j), "%s\t1\t1\tnormal\n", pending[k]);
     ssae_shard_job_next(j, &err);
   }
   CHECK(ssae_shard_job_finish(j, &err) == 0, "finish: %s", err.msg);
@@ -75,8 +75,8 @@ int test_job(const char *dir) {
 
   /* Again: the failed file only. */
   j = ssae_shard_job_new(&o, &err);
-  todo = j ? ssae_shard_job_todo(j, &n) : NULL;
-  CHECK(j && n == 1 && strstr(todo[0], "c3.wav"), "only the failed file again");
+  pending = j ? ssae_shard_job_pending(j, &n) : NULL;
+  CHECK(j && n == 1 && strstr(pending[0], "c3.wav"), "only the failed file again");
   ssae_shard_job_free(j);
 
   /* Windows from another run (none), resume refused. */
