@@ -88,9 +88,10 @@ struct ssae_cli_service {
   ssae_config *cfg;     /* the running config */
   ssae_config *loaded;  /* the first reading: the command's input settings
                            point into it, so it lives to the end */
-  ssae_model **models; /* cfg->n_machines, shared: models[i] == models[0] */
-  struct stat model_st; /* the running model's file (reload: changed?) */
-  int have_model_st;
+  ssae_model **models; /* cfg->n_machines (machines naming one file share
+                          one model) */
+  struct stat *model_st; /* per machine its model's file (reload: changed?) */
+  int *have_model_st;
   int channels;
   ssae_service *svc;
   ssae_engine *engine;
@@ -170,44 +171,6 @@ static ssae_config *build_config(const ssae_cli_service *s, int channels, ssae_e
     return NULL;
   }
   return c;
-}
-
-/* One model per engine: every machine's model file must be machines[0]'s
- * (the same path, or another path to the same file). */
-static int one_model(const ssae_config *c, ssae_err *err) {
-  const char *p0 = c->machines[0].model;
-  struct stat s0, si;
-  int have0 = p0 && stat(p0, &s0) == 0;
-  for (int i = 1; i < c->n_machines; i++) {
-    const char *pi = c->machines[i].model;
-    if (!p0 && !pi) continue;
-    if (p0 && pi && (strcmp(p0, pi) == 0 ||
-                     (have0 && stat(pi, &si) == 0 && si.st_dev == s0.st_dev &&
-                      si.st_ino == s0.st_ino)))
-      continue;
-    char key[64];
-    snprintf(key, sizeof key, "machines[%d].model", i);
-    int line = ssae_config_line(c, key);
-    char where[600];
-    if (c->path && line > 0)
-      snprintf(where, sizeof where, "%s:%d: ", c->path, line);
-    else if (c->path)
-      snprintf(where, sizeof where, "%s: ", c->path);
-    else
-      where[0] = 0;
-    return ssae_err_set(err,
-                        "%s%s: machine '%s' names model %s but machine '%s' %s: this "
-                        "ssae runs one model per engine, shared by all machines (give "
-                        "every machine the same model file, or run one ssae per model)",
-                        where, key, c->machines[i].name, pi ? pi : "(built-in)",
-                        c->machines[0].name, p0 ? p0 : "the built-in one");
-  }
-  return 0;
-}
-
-static int check_all_models(const ssae_config *c, ssae_model **out, ssae_err *err) {
-  if (one_model(c, err)) return -1;
-  return ssae_config_check_models(c, out, err);
 }
 
 ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service_args *a,
@@ -324,9 +287,26 @@ const char *ssae_cli_service_model_path(const ssae_cli_service *s) {
   return s && s->cfg->n_machines > 0 ? s->cfg->machines[0].model : NULL;
 }
 
-static void remember_model_file(ssae_cli_service *s) {
-  const char *p = s->cfg->machines[0].model;
-  s->have_model_st = p && stat(p, &s->model_st) == 0;
+/* Each machine's model file as loaded (a reload swaps the models whose
+ * files changed). */
+static int remember_model_files(ssae_cli_service *s) {
+  const int n = s->cfg->n_machines;
+  struct stat *st = calloc((size_t)n, sizeof *st);
+  int *have = calloc((size_t)n, sizeof *have);
+  if (!st || !have) {
+    free(st);
+    free(have);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    const char *p = s->cfg->machines[i].model;
+    have[i] = p && stat(p, &st[i]) == 0;
+  }
+  free(s->model_st);
+  free(s->have_model_st);
+  s->model_st = st;
+  s->have_model_st = have;
+  return 0;
 }
 
 /* The machine names for the journal's alarm lines (start, reload). */
@@ -393,7 +373,7 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
   ssae_err err = {{0}};
   ssae_config *c = build_config(s, channels, &err);
   ssae_model **models = c ? calloc((size_t)c->n_machines, sizeof *models) : NULL;
-  if (!c || !models || check_all_models(c, models, &err)) {
+  if (!c || !models || ssae_config_check_models(c, models, &err)) {
     if (c && !models) ssae_err_set(&err, "out of memory");
     ssae_cli_log(3, s->prog, "%s", err.msg);
     free(models);
@@ -405,7 +385,11 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
   s->cfg = c;
   s->models = models;
   s->channels = channels;
-  remember_model_file(s);
+  if (remember_model_files(s)) {
+    ssae_cli_log(3, s->prog, "out of memory");
+    block_sighup(0);
+    return -1;
+  }
   s->next = next;
   s->next_user = next_user;
   s->journal = stderr_is_journal();
@@ -428,6 +412,8 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
     return -1;
   }
   ec->backend = c->backend;
+  /* One model per machine: machines that name one file share it. */
+  ec->channel_models = (const ssae_model *const *)models;
   char outs[1024];
   int n = snprintf(outs, sizeof outs, "node %s, %d machine%s (%s%s)", c->node,
                    c->n_machines, c->n_machines == 1 ? "" : "s", c->machines[0].name,
@@ -476,17 +462,17 @@ void ssae_cli_service_hook(void *user, int first, int count, const float *const 
 
 /* ---- SIGHUP ---- */
 
-static int same_model_file(const ssae_cli_service *s, const char *path) {
-  const char *old = s->cfg->machines[0].model;
+/* Whether machine i's model is path's, the file unchanged since it was
+ * loaded (a retrained model written over the old one is a new model). */
+static int same_model_file(const ssae_cli_service *s, int i, const char *path) {
+  const char *old = s->cfg->machines[i].model;
   if (!old && !path) return 1;
-  if (!old || !path || !s->have_model_st) return 0;
+  if (!old || !path || !s->have_model_st[i]) return 0;
   struct stat st;
-  /* The same file, unchanged since it was loaded (a retrained model
-   * written over the old one is a new model). */
-  return stat(path, &st) == 0 && st.st_dev == s->model_st.st_dev &&
-         st.st_ino == s->model_st.st_ino && st.st_size == s->model_st.st_size &&
-         st.st_mtim.tv_sec == s->model_st.st_mtim.tv_sec &&
-         st.st_mtim.tv_nsec == s->model_st.st_mtim.tv_nsec;
+  const struct stat *was = &s->model_st[i];
+  return stat(path, &st) == 0 && st.st_dev == was->st_dev && st.st_ino == was->st_ino &&
+         st.st_size == was->st_size && st.st_mtim.tv_sec == was->st_mtim.tv_sec &&
+         st.st_mtim.tv_nsec == was->st_mtim.tv_nsec;
 }
 
 static void reject(ssae_cli_service *s, const char *why) {
@@ -500,60 +486,79 @@ static void reload(ssae_cli_service *s) {
   ssae_cli_log(6, s->prog, "reload: reading %s", s->args.config ? s->args.config
                                                                 : "the command line");
   ssae_config *c = build_config(s, s->channels, &err);
-  ssae_model **m = c ? calloc((size_t)c->n_machines, sizeof *m) : NULL;
-  if (!c || !m || check_all_models(c, m, &err)) {
-    if (c && !m) ssae_err_set(&err, "out of memory");
+  const int n = c ? c->n_machines : 0;
+  ssae_model **m = c ? calloc((size_t)n, sizeof *m) : NULL;
+  ssae_engine_params *p = c ? calloc((size_t)n, sizeof *p) : NULL;
+  if (!c || !m || !p || ssae_config_check_models(c, m, &err)) {
+    if (c && (!m || !p)) ssae_err_set(&err, "out of memory");
     reject(s, err.msg);
     free(m);
+    free(p);
     ssae_config_free(c);
     return;
   }
-  /* The model first: a swap that fails (features that differ from the
-   * running model's) changes nothing; the service's reload, which may
+  /* The machines whose model changed, named for the log. */
+  char swapped[512] = "";
+  size_t used = 0;
+  for (int i = 0; i < n; i++)
+    if (!same_model_file(s, i, c->machines[i].model) && used < sizeof swapped)
+      used += (size_t)snprintf(swapped + used, sizeof swapped - used, "%s%s (%s)",
+                               used ? ", " : "", c->machines[i].name,
+                               c->machines[i].model ? c->machines[i].model : "built-in");
+  const int swap = used > 0;
+  /* The models first: a swap that fails (features that differ from the
+   * running models') changes nothing; the service's reload, which may
    * still refuse, is undone by swapping back. */
-  int swap = !same_model_file(s, c->machines[0].model);
-  if (swap && ssae_engine_swap_model(s->engine, m[0], &err)) {
-    ssae_err_prefix(&err, "machines[0].model");
+  if (swap && ssae_engine_swap_models(s->engine, (const ssae_model *const *)m, &err)) {
     reject(s, err.msg);
-    ssae_config_free_models(m, c->n_machines);
+    ssae_config_free_models(m, n);
     free(m);
+    free(p);
     ssae_config_free(c);
     return;
   }
-  ssae_engine_params p;
-  if (ssae_service_reload(s->svc, c, m, &p, &err)) {
+  if (ssae_service_reload(s->svc, c, m, p, &err)) {
     ssae_err e2 = {{0}};
-    if (swap && ssae_engine_swap_model(s->engine, s->models[0], &e2))
-      ssae_cli_log(3, s->prog, "reload: the old model could not be restored: %s", e2.msg);
+    if (swap &&
+        ssae_engine_swap_models(s->engine, (const ssae_model *const *)s->models, &e2))
+      ssae_cli_log(3, s->prog, "reload: the old models could not be restored: %s", e2.msg);
     reject(s, err.msg);
-    ssae_config_free_models(m, c->n_machines);
+    ssae_config_free_models(m, n);
     free(m);
+    free(p);
     ssae_config_free(c);
     return;
   }
-  ssae_engine_set_params(s->engine, &p);
+  for (int i = 0; i < n; i++) ssae_engine_set_channel_params(s->engine, i, &p[i]);
   if (set_names(s, c)) ssae_cli_log(4, s->prog, "reload: out of memory for the log's names");
-  if (swap) {
-    ssae_config_free_models(s->models, s->cfg->n_machines);
-    free(s->models);
-    s->models = m;
-  } else {
-    ssae_config_free_models(m, c->n_machines);
-    free(m);
-  }
+  ssae_model **keep = swap ? m : s->models, **drop = swap ? s->models : m;
+  ssae_config_free_models(drop, n);
+  free(drop);
+  s->models = keep;
   if (s->cfg != s->loaded) ssae_config_free(s->cfg);
   s->cfg = c;
-  if (swap) remember_model_file(s);
+  if (swap && remember_model_files(s))
+    ssae_cli_log(4, s->prog, "reload: out of memory: the next reload swaps every model");
+  /* One line for the detector settings when the machines share them (the
+   * usual case), else machine 0's and a word that they differ. */
+  int same = 1;
+  for (int i = 1; i < n; i++)
+    same &= memcmp(&p[i], &p[0], sizeof p[0]) == 0 ||
+            (isnan(p[i].threshold) && isnan(p[0].threshold) &&
+             p[i].smoothing_s == p[0].smoothing_s && p[i].on_count == p[0].on_count &&
+             p[i].off_count == p[0].off_count);
   char thr[32];
-  if (isfinite(p.threshold) && p.threshold > 0)
-    snprintf(thr, sizeof thr, "%.6g", p.threshold);
+  if (isfinite(p[0].threshold) && p[0].threshold > 0)
+    snprintf(thr, sizeof thr, "%.6g", p[0].threshold);
   else
     snprintf(thr, sizeof thr, "the model's (%.6g)", (double)s->models[0]->threshold);
   ssae_cli_log(6, s->prog,
-               "reload: config applied%s%s, threshold %s, smoothing %.3g s, on %d, off %d",
-               swap ? ", model swapped to " : "",
-               swap ? (c->machines[0].model ? c->machines[0].model : "the built-in one") : "",
-               thr, p.smoothing_s, p.on_count, p.off_count);
+               "reload: config applied%s%s, %s%s: threshold %s, smoothing %.3g s, on %d, "
+               "off %d",
+               swap ? ", model swapped for " : "", swapped, same ? "every machine" : "machine ",
+               same ? "" : c->machines[0].name, thr, p[0].smoothing_s, p[0].on_count,
+               p[0].off_count);
+  free(p);
   ssae_service_note(s->svc, "config_reloaded", NULL);
 }
 
@@ -600,6 +605,8 @@ void ssae_cli_service_free(ssae_cli_service *s) {
   ssae_config_free(s->loaded);
   for (int i = 0; i < s->n_names; i++) free(s->names[i]);
   free(s->names);
+  free(s->model_st);
+  free(s->have_model_st);
   if (s->names_mu_ok) pthread_mutex_destroy(&s->names_mu);
   free(s);
 }

@@ -229,6 +229,7 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     ssae_cli_error(CMD, "warning: %s", ssae_audio_stream_warning(as));
   scfg->label = o->input;
   scfg->channel_offset = o->channel >= 0 ? o->channel : 0;
+  scfg->channels = C;
   ssae_evsink *sink = ssae_evsink_new(scfg, &err);
   if (!sink) {
     ssae_cli_error(CMD, "%s", err.msg);
@@ -373,6 +374,7 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   const char *name = ssae_io_pa_name(pa);
   const double rate = ssae_io_pa_rate(pa);
   scfg->label = name;
+  scfg->channels = o->channels;
   ssae_evsink *sink = ssae_evsink_new(scfg, &err);
   ssae_engine *e = NULL;
   if (sink) {

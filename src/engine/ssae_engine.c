@@ -58,36 +58,38 @@ void ssae_engine_get_params(const ssae_engine *e, ssae_engine_params *p) {
   p->enabled = atomic_load_explicit(&m->sh.p_enabled, memory_order_relaxed);
 }
 
+void ssae_engine_set_channel_params(ssae_engine *e, int ch, const ssae_engine_params *p) {
+  if (ch < 0 || ch >= e->C) return;
+  chan_params *cp = &e->sh.cp[ch];
+  if (!p) {
+    atomic_store_explicit(&cp->own, 0, memory_order_release);
+    return;
+  }
+  atomic_store_explicit(&cp->threshold, p->threshold, memory_order_relaxed);
+  atomic_store_explicit(&cp->smoothing, p->smoothing_s < 0 ? 0 : p->smoothing_s,
+                        memory_order_relaxed);
+  atomic_store_explicit(&cp->on, p->on_count < 1 ? 1 : p->on_count, memory_order_relaxed);
+  atomic_store_explicit(&cp->off, p->off_count < 1 ? 1 : p->off_count, memory_order_relaxed);
+  atomic_store_explicit(&cp->own, 1, memory_order_release);
+}
+
+void ssae_engine_get_channel_params(const ssae_engine *e, int ch, ssae_engine_params *p) {
+  ssae_engine_get_params(e, p);
+  if (ch < 0 || ch >= e->C) return;
+  chan_params *cp = &((ssae_engine *)e)->sh.cp[ch];
+  if (!atomic_load_explicit(&cp->own, memory_order_acquire)) return;
+  p->threshold = atomic_load_explicit(&cp->threshold, memory_order_relaxed);
+  p->smoothing_s = atomic_load_explicit(&cp->smoothing, memory_order_relaxed);
+  p->on_count = atomic_load_explicit(&cp->on, memory_order_relaxed);
+  p->off_count = atomic_load_explicit(&cp->off, memory_order_relaxed);
+}
+
 int ssae_engine_channels(const ssae_engine *e) { return e->C; }
 int ssae_engine_model_rate(const ssae_engine *e) { return e->feat.sample_rate; }
 int ssae_engine_window_floats(const ssae_engine *e) { return e->wf; }
 
 /* ------------------------------------------------------------------ */
 /* life cycle                                                          */
-
-static int same_features(const ssae_feat_cfg *a, const ssae_feat_cfg *b) {
-  return a->sample_rate == b->sample_rate && a->n_fft == b->n_fft &&
-         a->hop_length == b->hop_length && a->center == b->center &&
-         a->pad_mode == b->pad_mode && a->n_mels == b->n_mels &&
-         a->fmin == b->fmin && a->fmax == b->fmax &&
-         a->mel_scale == b->mel_scale && a->mel_norm == b->mel_norm &&
-         a->power == b->power &&
-         a->frames == b->frames;
-}
-
-/* A backend for the engine's worker: its fall back reported as an event,
- * a stream of the engine's channels open (the CPU's code caches made). */
-static ssae_backend *engine_backend_new(ssae_engine *e, const ssae_model *m, ssae_err *err) {
-  ssae_backend *b = ssae_backend_new_threads(m, e->cfg.backend, e->w.max_batch,
-                                             e->cfg.cpu_threads, err);
-  if (!b) return NULL;
-  ssae_backend_set_fallback_cb(b, engine_on_fallback, e);
-  if (ssae_backend_stream_open(b, e->C, err)) {
-    ssae_backend_free(b);
-    return NULL;
-  }
-  return b;
-}
 
 /* The audio side: groups, channels' front ends, rings; warmed. */
 static int fronts_new(ssae_engine *e, ssae_err *err) {
@@ -179,9 +181,7 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   e->G = cfg->groups > 0 ? cfg->groups : 1;
   e->wf = m->feat.n_mels * m->feat.frames;
   e->max_block = cfg->max_block ? cfg->max_block : 8192;
-  e->w.model = m;
   e->w.max_batch = cfg->max_batch ? cfg->max_batch : 256;
-  e->w.model_threshold = m->threshold;
   e->w.next_status_t = cfg->status_every_s > 0 ? cfg->status_every_s : 0;
   atomic_init(&e->sh.pause_req, 0);
   atomic_init(&e->sh.stop, 0);
@@ -193,8 +193,17 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   atomic_init(&e->sh.t_publish, 0);
   atomic_init(&e->sh.backend_name, "");
   atomic_init(&e->sh.audio_s, 0.0);
-  atomic_init(&e->swap.pending_backend, NULL);
+  atomic_init(&e->swap.pending, NULL);
   ssae_engine_set_params(e, &cfg->params);
+  e->sh.cp = calloc((size_t)e->C, sizeof *e->sh.cp);
+  if (!e->sh.cp) {
+    ssae_err_set(err, "engine: out of memory");
+    goto fail;
+  }
+  for (int c = 0; c < e->C; c++) {
+    atomic_init(&e->sh.cp[c].own, 0);
+    if (cfg->channel_params) ssae_engine_set_channel_params(e, c, &cfg->channel_params[c]);
+  }
   if (pthread_mutex_init(&e->lat.mu, NULL) == 0) e->mu_ok |= 1;
   if (pthread_mutex_init(&e->swap.mu, NULL) == 0) e->mu_ok |= 2;
   if (pthread_cond_init(&e->swap.cv, NULL) == 0) e->mu_ok |= 4;
@@ -207,10 +216,10 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
     ssae_err_set(err, "engine: out of memory");
     goto fail;
   }
-  engine_publish_init(e, m->threshold);
+  if (!(e->w.sc = engine_scorer_new(e, cfg->channel_models, m, err))) goto fail;
+  engine_publish_init(e);
   if (fronts_new(e, err)) goto fail;
-  if (!(e->w.backend = engine_backend_new(e, m, err))) goto fail;
-  atomic_store_explicit(&e->sh.backend_name, ssae_backend_name(e->w.backend),
+  atomic_store_explicit(&e->sh.backend_name, engine_scorer_name(e->w.sc),
                         memory_order_relaxed);
   if (engine_worker_setup(e, err)) goto fail;
 
@@ -257,6 +266,7 @@ void ssae_engine_free(ssae_engine *e) {
     }
   free(e->fr);
   free(e->pub);
+  free(e->sh.cp);
   if (e->g)
     for (int g = 0; g < e->G; g++) {
       group *gr = &e->g[g];
@@ -277,23 +287,39 @@ void ssae_engine_free(ssae_engine *e) {
 /* ------------------------------------------------------------------ */
 /* model swap and input rate (control thread)                          */
 
-int ssae_engine_swap_model(ssae_engine *e, const ssae_model *m, ssae_err *err) {
-  if (!m) return ssae_err_set(err, "engine: no model to swap in");
-  if (!same_features(&m->feat, &e->feat) || m->d.n_mels != e->feat.n_mels ||
-      m->d.frames != e->feat.frames)
-    return ssae_err_set(err,
-                        "engine: the new model's features differ from the "
-                        "running one's (rate, FFT, mels or frames); restart "
-                        "with it instead");
-  ssae_backend *nb = engine_backend_new(e, m, err);
-  if (!nb) return -1;
+/* The new models' backends, built here, go to the worker, which takes
+ * them between batches (take_swap in ssae_engine_worker.c). */
+static int swap_in(ssae_engine *e, const ssae_model *const *chan_models, const ssae_model *m,
+                   ssae_err *err) {
+  for (int c = 0; c < e->C; c++) {
+    const ssae_model *mc = chan_models ? chan_models[c] : m;
+    if (!mc) return ssae_err_set(err, "engine: no model to swap in for channel %d", c);
+    const char *d = engine_feature_diff(mc, e->w.sc->model[0]);
+    if (*d)
+      return ssae_err_set(err,
+                          "engine: the new model%s computes other features than the "
+                          "running one (%s differs); restart with it instead",
+                          chan_models ? " of a channel" : "", d);
+  }
+  engine_scorer *nsc = engine_scorer_new(e, chan_models, m, err);
+  if (!nsc) return -1;
   pthread_mutex_lock(&e->swap.mu);
-  e->swap.pending_model = m;
-  atomic_store(&e->swap.pending_backend, nb);
-  while (atomic_load(&e->swap.pending_backend) && e->w.thread_started)
+  atomic_store(&e->swap.pending, nsc);
+  while (atomic_load(&e->swap.pending) && e->w.thread_started)
     pthread_cond_wait(&e->swap.cv, &e->swap.mu);
   pthread_mutex_unlock(&e->swap.mu);
   return 0;
+}
+
+int ssae_engine_swap_model(ssae_engine *e, const ssae_model *m, ssae_err *err) {
+  if (!m) return ssae_err_set(err, "engine: no model to swap in");
+  return swap_in(e, NULL, m, err);
+}
+
+int ssae_engine_swap_models(ssae_engine *e, const ssae_model *const *channel_models,
+                            ssae_err *err) {
+  if (!channel_models) return ssae_err_set(err, "engine: no models to swap in");
+  return swap_in(e, channel_models, NULL, err);
 }
 
 int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err) {

@@ -27,7 +27,10 @@
  * scores above the threshold, off after off_count below). Windows that
  * touch digital silence (a run of at least 64 exact zeros at the model's
  * rate: an unconnected port, the end of a stream, a muted device) are
- * scored but not judged: they reset the detector and end an alarm. Per-channel results are published lock-free,
+ * scored but not judged: they reset the detector and end an alarm. Each
+ * channel may have its own model (cfg.channel_models: one per machine,
+ * features shared) and its own detector parameters
+ * (ssae_engine_set_channel_params). Per-channel results are published lock-free,
  * one consistent set per window (ssae_engine_channel_get, audio-thread safe),
  * and as events through a callback that runs on the worker thread. */
 #ifndef SSAE_ENGINE_H
@@ -157,6 +160,20 @@ typedef struct ssae_engine_cfg {
   /* 1: the worker starts cold (no warm-up batch at creation); for
    * comparison only. */
   int no_warm;
+  /* Several models on one engine (one per machine, e.g. a plant config):
+   * channel c is scored by channel_models[c] (a NULL entry: the model given
+   * to ssae_engine_new). Channels that share a model share its backend.
+   * The models must compute the same features (rate, FFT, hop, mels,
+   * frames...: one front end makes every channel's windows; else
+   * ssae_engine_new fails naming the setting); latent sizes and thresholds
+   * may differ, and each channel's default threshold is its model's. Read
+   * during ssae_engine_new only; the models are borrowed like the main one.
+   * NULL: every channel the main model. */
+  const ssae_model *const *channel_models;
+  /* NULL, or per channel its own detector parameters (as
+   * ssae_engine_set_channel_params; `enabled` is the engine's, from
+   * params). Read during ssae_engine_new only. */
+  const ssae_engine_params *channel_params;
 } ssae_engine_cfg;
 
 /* channels 1, input_rate 0, defaults above. */
@@ -231,6 +248,16 @@ SSAE_REALTIME void ssae_engine_channel_get(const ssae_engine *e, int ch,
  * applies it at its next batch. */
 SSAE_REALTIME void ssae_engine_set_params(ssae_engine *e, const ssae_engine_params *p);
 SSAE_REALTIME void ssae_engine_get_params(const ssae_engine *e, ssae_engine_params *p);
+/* Channel ch's own detector parameters (threshold, smoothing, on/off
+ * counts), used instead of the engine's from its next window on; p NULL:
+ * the channel follows the engine's (ssae_engine_set_params) again.
+ * `enabled` stays the engine's. Lock-free, any thread, the audio thread
+ * included; a channel out of range is ignored. */
+SSAE_REALTIME void ssae_engine_set_channel_params(ssae_engine *e, int ch,
+                                                  const ssae_engine_params *p);
+/* The parameters channel ch uses now (its own, or the engine's). */
+SSAE_REALTIME void ssae_engine_get_channel_params(const ssae_engine *e, int ch,
+                                                  ssae_engine_params *p);
 
 /* ---- other threads (never the audio thread) ---- */
 
@@ -248,6 +275,13 @@ void ssae_engine_stats_get(ssae_engine *e, ssae_engine_stats *out);
  * audio thread's front end and windows are unchanged; else -1 with a
  * message); its latent sizes may differ. */
 int ssae_engine_swap_model(ssae_engine *e, const ssae_model *m, ssae_err *err);
+/* The same for an engine of several models: channel c is scored by
+ * channel_models[c] from the swap on (C entries, none NULL; the models must
+ * compute the running features). All channels' streams restart in the new
+ * backends, between two batches: no window is lost. The old models may be
+ * freed once this returns. */
+int ssae_engine_swap_models(ssae_engine *e, const ssae_model *const *channel_models,
+                            ssae_err *err);
 
 /* Changes the input rate (JACK sample-rate callback): briefly pauses the
  * audio-thread path (process() returns without analysing while this runs;

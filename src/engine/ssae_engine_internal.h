@@ -10,6 +10,9 @@
  *   ssae_engine_worker.c    worker thread: take from the rings, batch,
  *                           submit to the backend, collect; model swap
  *                           taking effect
+ *   ssae_engine_scorer.c    worker thread: the channels' models, one
+ *                           backend per distinct model (built by the
+ *                           control thread)
  *   ssae_engine_publish.c   worker thread, writer side of what others
  *                           read: detector, lock-free per-channel
  *                           results, events, latency statistics; and
@@ -131,14 +134,32 @@ typedef struct chan_work {
 #define LAT_FINE 10000  /* 1 us buckets up to 10 ms */
 #define LAT_COARSE 9900 /* 100 us buckets from 10 ms to 1 s */
 
+/* ---- worker: the models, one backend per distinct model
+ * (ssae_engine_scorer.c). Built by the control thread, then the worker's
+ * alone (handed over at a swap). */
+typedef struct engine_scorer {
+  int K;                     /* distinct models */
+  const ssae_model **model;  /* K (borrowed) */
+  ssae_backend **b;          /* K, a stream each over its channels */
+  int *chan_model;           /* C: channel -> k */
+  uint32_t *chan_local;      /* C: channel -> its number in model k's stream */
+  /* K > 1, per slot: the batch laid out by model (model k's windows at
+   * [off[k-1], off[k]) of px once submitted), their stream channels,
+   * continuity, place in the batch and scores; psp: the span of each. */
+  float *px[2], *psc[2];
+  uint32_t *pch[2], *ppos[2];
+  unsigned char *pcont[2];
+  size_t *off[2];
+  ssae_span *psp[2];
+  size_t n[2];
+} engine_scorer;
+
 /* ---- worker: the batches and the backend. Written and read by the
  * worker only, except where a field says otherwise. */
 typedef struct worker_state {
   pthread_t thread;
   int thread_started; /* control thread */
-  ssae_backend *backend;
-  const ssae_model *model;
-  double model_threshold;
+  engine_scorer *sc;
   chan_work *ch;
   /* Two batches, so that the GPU scores one while the worker takes the
    * next out of the rings. bx[s]: where batch s is laid out: the backend's
@@ -185,6 +206,9 @@ typedef struct shared_state {
    * threads (enabled). */
   _Atomic double p_threshold, p_smoothing;
   _Atomic int p_on, p_off, p_enabled;
+  /* A channel's own detector parameters (ssae_engine_set_channel_params),
+   * C of them: used instead of the ones above while own is 1. */
+  struct chan_params *cp;
   /* Counters written by the worker, read by stats readers and drain. */
   _Atomic uint64_t scored_total;
   _Atomic uint64_t batches;
@@ -198,6 +222,11 @@ typedef struct shared_state {
   _Atomic(const char *) backend_name;
 } shared_state;
 
+typedef struct chan_params {
+  _Atomic double threshold, smoothing;
+  _Atomic int on, off, own;
+} chan_params;
+
 /* ---- latency histogram: written by the worker, read by stats readers,
  * both under mu. */
 typedef struct lat_stats {
@@ -207,13 +236,13 @@ typedef struct lat_stats {
   double max_ms;
 } lat_stats;
 
-/* ---- model swap: the swapping thread hands a backend to the worker
- * under mu; the worker takes it between batches and signals cv. */
+/* ---- model swap: the swapping thread hands the new models' backends to
+ * the worker under mu; the worker takes them between batches and signals
+ * cv. */
 typedef struct swap_state {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  _Atomic(ssae_backend *) pending_backend;
-  const ssae_model *pending_model;
+  _Atomic(engine_scorer *) pending;
 } swap_state;
 
 struct ssae_engine {
@@ -270,8 +299,25 @@ void *engine_worker_main(void *arg);
 int engine_worker_setup(ssae_engine *e, ssae_err *err);
 void engine_worker_free(ssae_engine *e);
 
+/* ---- ssae_engine_scorer.c: new/free on the control thread, the rest on
+ * the worker. chan_models: C models (NULL entries, or NULL: m). */
+const char *engine_feature_diff(const ssae_model *a, const ssae_model *b);
+engine_scorer *engine_scorer_new(ssae_engine *e, const ssae_model *const *chan_models,
+                                 const ssae_model *m, ssae_err *err);
+void engine_scorer_free(engine_scorer *sc);
+int engine_scorer_async(const engine_scorer *sc, size_t n);
+int engine_scorer_spans_direct(const engine_scorer *sc);
+float *engine_scorer_input_buffer(engine_scorer *sc, int slot);
+const char *engine_scorer_name(const engine_scorer *sc);
+void engine_scorer_warm(engine_scorer *sc, const float *x, size_t n, float *scores);
+int engine_scorer_submit(engine_scorer *sc, int slot, const ssae_span *sp, int nsp, size_t n,
+                         const uint32_t *chan, const unsigned char *cont, size_t wf,
+                         ssae_err *err);
+int engine_scorer_collect(engine_scorer *sc, int slot, float *scores, ssae_err *err);
+double engine_scorer_threshold(const engine_scorer *sc, int ch);
+
 /* ---- ssae_engine_publish.c (worker thread) ---- */
-void engine_publish_init(ssae_engine *e, double threshold);
+void engine_publish_init(ssae_engine *e);
 void engine_publish_batch(ssae_engine *e, int b, size_t n, int rc, const ssae_err *err);
 void engine_clear_alarms(ssae_engine *e);
 void engine_emit_counters(ssae_engine *e, ssae_event_type type, double t);

@@ -50,8 +50,9 @@ static void publish(chan_pub *k, const ssae_channel_state *v) {
 
 /* Control thread, at creation: every channel's results before its first
  * window. */
-void engine_publish_init(ssae_engine *e, double threshold) {
+void engine_publish_init(ssae_engine *e) {
   for (int c = 0; c < e->C; c++) {
+    const double threshold = engine_scorer_threshold(e->w.sc, c);
     atomic_init(&e->pub[c].seq, 0);
     for (int k = 0; k < 2; k++) {
       pub *p = &e->pub[c].copy[k];
@@ -167,7 +168,8 @@ void engine_emit_counters(ssae_engine *e, ssae_event_type type, double t) {
   ev.t = t;
   ev.score = NAN;
   ev.raw_score = NAN;
-  ev.threshold = isfinite(e->w.model_threshold) ? e->w.model_threshold : NAN;
+  const double mt = engine_scorer_threshold(e->w.sc, 0);
+  ev.threshold = isfinite(mt) ? mt : NAN;
   double ut = atomic_load_explicit(&e->sh.p_threshold, memory_order_relaxed);
   if (isfinite(ut) && ut > 0) ev.threshold = ut;
   ev.stats = &s;
@@ -214,11 +216,19 @@ static void judge(ssae_engine *e, const item_hdr *h, float score, double lat) {
     e->w.last_t = t;
     atomic_store_explicit(&e->sh.audio_s, t, memory_order_relaxed);
   }
-  double thr = atomic_load_explicit(&e->sh.p_threshold, memory_order_relaxed);
-  if (!(isfinite(thr) && thr > 0)) thr = e->w.model_threshold;
-  double tau = atomic_load_explicit(&e->sh.p_smoothing, memory_order_relaxed);
-  int on = atomic_load_explicit(&e->sh.p_on, memory_order_relaxed);
-  int off = atomic_load_explicit(&e->sh.p_off, memory_order_relaxed);
+  /* The channel's own parameters, else the engine's; its model's
+   * threshold unless one is given. */
+  const chan_params *cp = &e->sh.cp[h->channel];
+  const int own = atomic_load_explicit(&cp->own, memory_order_acquire);
+  double thr = own ? atomic_load_explicit(&cp->threshold, memory_order_relaxed)
+                   : atomic_load_explicit(&e->sh.p_threshold, memory_order_relaxed);
+  if (!(isfinite(thr) && thr > 0)) thr = engine_scorer_threshold(e->w.sc, (int)h->channel);
+  double tau = own ? atomic_load_explicit(&cp->smoothing, memory_order_relaxed)
+                   : atomic_load_explicit(&e->sh.p_smoothing, memory_order_relaxed);
+  int on = own ? atomic_load_explicit(&cp->on, memory_order_relaxed)
+               : atomic_load_explicit(&e->sh.p_on, memory_order_relaxed);
+  int off = own ? atomic_load_explicit(&cp->off, memory_order_relaxed)
+                : atomic_load_explicit(&e->sh.p_off, memory_order_relaxed);
   int en = atomic_load_explicit(&e->sh.p_enabled, memory_order_relaxed);
   double dt = (double)e->feat.hop_length / e->feat.sample_rate;
   const int change = ssae_detector_step(&k->det, score, (h->flags & ITEM_GAP) != 0,

@@ -7,7 +7,8 @@
  * in place, only their headers, the windows staying in the page-locked
  * rings), tell the backend each window's channel and whether it follows
  * the channel's previous window (ssae_span), submit the batch to a slot
- * (ssae_backend_stream_submit), collect its scores (ssae_backend_collect),
+ * (ssae_backend_stream_submit, through ssae_engine_scorer.c: each
+ * channel's windows to its model's backend), collect its scores,
  * hand them to ssae_engine_publish.c. With a backend that scores while the
  * worker goes on (the GPU) one batch is in flight while the next is taken;
  * on the CPU the collect does the scoring, through the CPU's per-channel
@@ -28,23 +29,22 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* A model swap (ssae_engine_swap_model) takes effect: between batches,
- * none in flight (the pending windows may sit in the old backend's
- * buffers). The new backend's stream starts every channel afresh. */
+/* A model swap (ssae_engine_swap_model[s]) takes effect: between
+ * batches, none in flight (the pending windows may sit in the old
+ * backends' buffers). The new backends' streams start every channel
+ * afresh. */
 static void take_swap(ssae_engine *e) {
-  ssae_backend *nb = atomic_load(&e->swap.pending_backend);
-  if (!nb) return;
+  engine_scorer *nsc = atomic_load(&e->swap.pending);
+  if (!nsc) return;
   pthread_mutex_lock(&e->swap.mu);
-  ssae_backend *old = e->w.backend;
-  e->w.backend = nb;
-  e->w.model = e->swap.pending_model;
-  e->w.model_threshold = e->w.model->threshold;
-  atomic_store_explicit(&e->sh.backend_name, ssae_backend_name(nb),
+  engine_scorer *old = e->w.sc;
+  e->w.sc = nsc;
+  atomic_store_explicit(&e->sh.backend_name, engine_scorer_name(nsc),
                         memory_order_relaxed);
-  atomic_store(&e->swap.pending_backend, NULL);
+  atomic_store(&e->swap.pending, NULL);
   pthread_cond_broadcast(&e->swap.cv);
   pthread_mutex_unlock(&e->swap.mu);
-  ssae_backend_free(old);
+  engine_scorer_free(old);
 }
 
 /* Whether the window follows its channel's previous one by one frame
@@ -69,8 +69,8 @@ static void submit_batch(ssae_engine *e, int b, size_t n, int in_place) {
   }
   /* Only bad arguments fail here; a backend failure comes out of collect. */
   w->submit_err[b].msg[0] = 0;
-  w->submit_rc[b] = ssae_backend_stream_submit(w->backend, b, w->spans[b], w->nsp[b], n,
-                                                w->chan[b], w->cont[b], &w->submit_err[b]);
+  w->submit_rc[b] = engine_scorer_submit(w->sc, b, w->spans[b], w->nsp[b], n, w->chan[b],
+                                         w->cont[b], (size_t)e->wf, &w->submit_err[b]);
   add_ns(&e->sh.t_score, now_ns() - t0);
 }
 
@@ -83,7 +83,7 @@ static void finish_batch(ssae_engine *e, int b, size_t n) {
   if (w->submit_rc[b])
     err = w->submit_err[b];
   else
-    rc = ssae_backend_collect(w->backend, b, w->batch_scores[b], &err);
+    rc = engine_scorer_collect(w->sc, b, w->batch_scores[b], &err);
   /* Scored (or scored again on the CPU, in place): the slots may go. */
   for (int g = 0; w->rel[b] && g < e->G; g++)
     if (w->rel[b][g]) {
@@ -174,18 +174,16 @@ void *engine_worker_main(void *arg) {
       /* Between batches only (the pending windows may sit in the old
        * backend's buffers). */
       if (fly < 0) take_swap(e);
-      const int can = ssae_backend_stream_async(w->backend, w->max_batch);
+      const int can = engine_scorer_async(w->sc, w->max_batch);
       if (fly < 0) {
         async = can;
         /* Every slot released (no batch in flight, none being filled). */
-        in_place = async && w->in_place && ssae_backend_spans_direct(w->backend);
+        in_place = async && w->in_place && engine_scorer_spans_direct(w->sc);
       }
       /* A batch is laid out in the slot's own buffer (the GPU's pinned
        * memory: no staging copy) when the backend has one. */
-      for (int s = 0; s < 2; s++) {
-        size_t cap = 0;
-        w->bx[s] = can ? ssae_backend_input_buffer(w->backend, s, &cap) : w->batch_x[s];
-      }
+      for (int s = 0; s < 2; s++)
+        w->bx[s] = can ? engine_scorer_input_buffer(w->sc, s) : w->batch_x[s];
     }
     int stopping = atomic_load(&e->sh.stop);
     size_t n0 = n;
@@ -197,7 +195,7 @@ void *engine_worker_main(void *arg) {
     if (++first >= e->G) first = 0;
     if (n > n0) add_ns(&e->sh.t_take, now_ns() - tt);
     if (n > n0 && spin) last_item = now_ns();
-    if (fly >= 0 && (n == 0 || atomic_load(&e->swap.pending_backend))) {
+    if (fly >= 0 && (n == 0 || atomic_load(&e->swap.pending))) {
       /* Nothing new (or a model swap waits for a moment with no batch in
        * flight): the batch in flight is the next thing to publish. */
       finish_batch(e, fly, fly_n);
@@ -256,7 +254,7 @@ void *engine_worker_main(void *arg) {
 static int setup_in_place(ssae_engine *e) {
   worker_state *w = &e->w;
   w->in_place = 0;
-  if (!ssae_backend_spans_direct(w->backend) || e->cfg.no_in_place) return 0;
+  if (!engine_scorer_spans_direct(w->sc) || e->cfg.no_in_place) return 0;
   w->taken = calloc((size_t)e->G, sizeof *w->taken);
   w->rel[0] = calloc((size_t)e->G, sizeof *w->rel[0]);
   w->rel[1] = calloc((size_t)e->G, sizeof *w->rel[1]);
@@ -265,7 +263,7 @@ static int setup_in_place(ssae_engine *e) {
   for (int g = 0; g < e->G; g++) {
     size_t bytes = 0;
     void *mem = ssae_ring_memory(e->g[g].ring, &bytes, NULL);
-    if (ssae_backend_host_register(w->backend, mem, bytes, &w->pin_ops[g])) return 0;
+    if (ssae_backend_host_register(w->sc->b[0], mem, bytes, &w->pin_ops[g])) return 0;
   }
   w->in_place = 1;
   return 0;
@@ -288,7 +286,7 @@ static void warm_worker(ssae_engine *e) {
     memset(w->cont[b], 0, w->max_batch);
     memset(w->spans[b], 0, w->max_batch * sizeof *w->spans[b]);
   }
-  ssae_backend_warm(w->backend, w->batch_x[0], w->max_batch, w->batch_scores[0]);
+  engine_scorer_warm(w->sc, w->batch_x[0], w->max_batch, w->batch_scores[0]);
 }
 
 int engine_worker_setup(ssae_engine *e, ssae_err *err) {
@@ -333,6 +331,6 @@ void engine_worker_free(ssae_engine *e) {
     free(w->spans[b]);
   }
   free(w->ch);
-  ssae_backend_free(w->backend);
-  ssae_backend_free(atomic_load(&e->swap.pending_backend));
+  engine_scorer_free(w->sc);
+  engine_scorer_free(atomic_load(&e->swap.pending));
 }

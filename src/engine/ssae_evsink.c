@@ -55,7 +55,8 @@ ssae_evsink *ssae_evsink_new(const ssae_evsink_cfg *cfg, ssae_err *err) {
       ssae_evsink_free(s);
       return NULL;
     }
-    ssae_outfile_printf(s->windows, "path\twindow\ttime\tscore\n");
+    ssae_outfile_printf(s->windows, cfg->channels > 1 ? "path\twindow\ttime\tscore\tchannel\n"
+                                                      : "path\twindow\ttime\tscore\n");
   }
   return s;
 }
@@ -118,9 +119,13 @@ void ssae_evsink_on_event(void *user, const ssae_event *ev) {
                      ? (double)(ev->window + (uint64_t)(s->cfg.frames / 2)) *
                            s->cfg.hop_length / s->cfg.sample_rate
                      : 0;
-      if (ssae_outfile_printf(s->windows, "%s\t%llu\t%.6f\t%.9g\n", s->cfg.label,
-                              (unsigned long long)ev->window, t, ev->raw_score))
-        s->windows_failed = 1;
+      int rc = s->cfg.channels > 1
+                   ? ssae_outfile_printf(s->windows, "%s\t%llu\t%.6f\t%.9g\t%d\n", s->cfg.label,
+                                         (unsigned long long)ev->window, t, ev->raw_score,
+                                         ev->channel + s->cfg.channel_offset)
+                   : ssae_outfile_printf(s->windows, "%s\t%llu\t%.6f\t%.9g\n", s->cfg.label,
+                                         (unsigned long long)ev->window, t, ev->raw_score);
+      if (rc) s->windows_failed = 1;
     }
     pthread_mutex_unlock(&s->mu);
     return;

@@ -32,6 +32,10 @@ typedef struct ssae_evsink_cfg {
   int channel_offset;       /* added to the events' channel numbers: the
                                input's channel when the engine runs on one
                                channel picked from a file (--channel 7) */
+  int channels;             /* the engine's channels: above 1, the TSV gets
+                               a fifth column, the window's channel (with
+                               channel_offset added); with one it is the
+                               same four columns as `ssae score` */
 } ssae_evsink_cfg;
 
 ssae_evsink *ssae_evsink_new(const ssae_evsink_cfg *cfg, ssae_err *err);

@@ -304,9 +304,9 @@ ssae_service *ssae_service_new(const ssae_config *c, const ssae_service_opts *o,
                                       5};
   ssae_prom_hist_init(&s->latency, lat_bounds,
                       (int)(sizeof lat_bounds / sizeof lat_bounds[0]));
-  ssae_err perr = {{0}};
-  s->params_uniform = ssae_service_detector_params(c, &s->params, &perr) == 0;
-  snprintf(s->params_diff, sizeof s->params_diff, "%s", perr.msg);
+  s->params = calloc((size_t)s->n, sizeof *s->params);
+  if (!s->params) goto oom;
+  for (int i = 0; i < s->n; i++) ssae_service_machine_params(c, i, &s->params[i]);
   for (int i = 0; i < s->n; i++) {
     const ssae_config_machine *cm = &c->machines[i];
     svc_machine *m = &s->m[i];
@@ -377,12 +377,14 @@ fail:
 
 int ssae_service_engine_cfg(ssae_service *s, ssae_engine_cfg *ec,
                             ssae_err *err) {
-  if (!s->params_uniform) return ssae_err_set(err, "%s", s->params_diff);
+  (void)err;
   ec->on_event = ssae_service_on_event;
   ec->user = s;
   ec->emit_windows = 1;
   ec->status_every_s = s->status_every_s;
-  ec->params = s->params;
+  /* Machine 0's for the engine as a whole; every machine its own. */
+  ec->params = s->params[0];
+  ec->channel_params = s->params;
   return 0;
 }
 
@@ -455,6 +457,7 @@ void ssae_service_free(ssae_service *s) {
   /* HTTP first (it reads the rest), clips next (their reports go to the
    * file and MQTT), MQTT last but one (drains, says offline). */
   ssae_metrics_http_free(s->http);
+  free(s->params);
   ssae_clips_free(s->clips);
   ssae_mqtt_free(s->mqtt);
   if (s->events && !s->events_is_stdout) fclose(s->events);

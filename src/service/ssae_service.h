@@ -13,16 +13,19 @@
  *   ssae_engine_cfg_default(&ec); ...;
  *   ssae_service_engine_cfg(s, &ec);            sets on_event, user,
  *                                                emit_windows, status period,
- *                                                detector parameters
+ *                                                each machine's detector
+ *                                                parameters
+ *   ec.channel_models = models;                 one per machine
  *   e = ssae_engine_new(models[0], &ec);
  *   ssae_service_attach(s, e);                  metrics read e; READY=1
  *   audio thread: ssae_engine_process(e, in, n); ssae_service_audio(s, in, n);
  *   main thread, about once a second: ssae_service_tick(s);
  *   SIGHUP (main thread): load + apply flags + check models into cfg2;
  *     on error ssae_service_note(s, "config_rejected", err.msg); else
- *     ssae_service_reload(s, cfg2, models2, &params, &err) (on error: note
- *     it, keep running), ssae_engine_set_params(e, &params), swap changed
- *     models with ssae_engine_swap_model, ssae_service_note(s,
+ *     ssae_service_reload(s, cfg2, models2, params, &err) (on error: note
+ *     it, keep running), ssae_engine_set_channel_params(e, i, &params[i])
+ *     per machine, swap changed models with ssae_engine_swap_models,
+ *     ssae_service_note(s,
  *     "config_reloaded", NULL);
  *   on exit: ssae_service_detach(s); ssae_engine_free(e); ssae_service_free(s);
  *
@@ -107,12 +110,12 @@ void ssae_service_tick(ssae_service *s);
 /* SIGHUP: a new config (loaded, flags applied, models checked by the
  * caller) for the running service. Machine names follow (topics, discovery,
  * metrics labels, clip names; the broker forgets the old names' retained
- * messages), model info is taken from `models` (may be NULL), and the
- * detector parameters for ssae_engine_set_params come back in *params.
- * Changes that need a restart (node, machine count, inputs, outputs) and
- * machines with different detector settings are refused: -1 with the
- * reason, nothing changed. Swapping changed models is the caller's
- * (ssae_engine_swap_model). Main thread. */
+ * messages), model info is taken from `models` (may be NULL), and each
+ * machine's detector parameters for ssae_engine_set_channel_params come
+ * back in params[i] (NULL: not wanted; else one per machine). Changes that
+ * need a restart (node, machine count, inputs, outputs) are refused: -1
+ * with the reason, nothing changed. Swapping changed models is the
+ * caller's (ssae_engine_swap_models). Main thread. */
 int ssae_service_reload(ssae_service *s, const ssae_config *c,
                         ssae_model *const *models, ssae_engine_params *params,
                         ssae_err *err);

@@ -61,17 +61,15 @@ struct ssae_service {
   atomic_llong audio_ns;  /* last ssae_service_audio (monotonic) */
   atomic_ullong n_events, n_alarms, write_errors;
   double status_every_s;
-  ssae_engine_params params;
-  int params_uniform;
-  char params_diff[SSAE_ERR_LEN];
+  /* Per machine (channel) its detector parameters: the engine's
+   * channel_params at creation. */
+  ssae_engine_params *params;
 };
 
 /* Sends the discovery configs of the current names (ssae_service.c). */
 int ssae_service_births(ssae_service *s, ssae_err *err);
-/* The engine's detector parameters from a config; -1 when the machines
- * differ (ssae_service_reload.c). */
-int ssae_service_detector_params(const ssae_config *c, ssae_engine_params *p,
-                                 ssae_err *err);
+/* Machine i's detector parameters from a config (ssae_service_reload.c). */
+void ssae_service_machine_params(const ssae_config *c, int i, ssae_engine_params *p);
 /* The settings a reload cannot change, as one text (ssae_service_reload.c). */
 char *ssae_service_restart_signature(const ssae_config *c);
 

@@ -79,27 +79,13 @@ static void first_change(const char *a, const char *b, char *out, size_t len) {
   snprintf(out, len, "the inputs or outputs");
 }
 
-int ssae_service_detector_params(const ssae_config *c, ssae_engine_params *p,
-                                 ssae_err *err) {
+void ssae_service_machine_params(const ssae_config *c, int i, ssae_engine_params *p) {
   ssae_engine_params_default(p);
-  const ssae_config_machine *m0 = &c->machines[0];
-  p->threshold = m0->threshold;
-  p->smoothing_s = m0->smoothing_s;
-  p->on_count = m0->on_count;
-  p->off_count = m0->off_count;
-  for (int i = 1; i < c->n_machines; i++) {
-    const ssae_config_machine *m = &c->machines[i];
-    int same_thr = (isnan(m->threshold) && isnan(m0->threshold)) ||
-                   m->threshold == m0->threshold;
-    if (!same_thr || m->smoothing_s != m0->smoothing_s ||
-        m->on_count != m0->on_count || m->off_count != m0->off_count)
-      return ssae_err_set(err,
-                          "machines '%s' and '%s' have different detector "
-                          "settings (threshold, smoothing, hysteresis): the "
-                          "engine has one set for all channels",
-                          m0->name, m->name);
-  }
-  return 0;
+  const ssae_config_machine *m = &c->machines[i];
+  p->threshold = m->threshold;
+  p->smoothing_s = m->smoothing_s;
+  p->on_count = m->on_count;
+  p->off_count = m->off_count;
 }
 
 void ssae_service_note(ssae_service *s, const char *event, const char *msg) {
@@ -159,8 +145,6 @@ int ssae_service_reload(ssae_service *s, const ssae_config *c,
                         key);
   }
   free(sig);
-  ssae_engine_params p;
-  if (ssae_service_detector_params(c, &p, err)) return -1;
   names *nv = calloc((size_t)s->n, sizeof *nv);
   int oom = !nv;
   for (int i = 0; !oom && i < s->n; i++) {
@@ -212,7 +196,7 @@ int ssae_service_reload(ssae_service *s, const ssae_config *c,
     }
   }
   int r = ssae_service_births(s, err);
-  s->params = p;
+  for (int i = 0; i < s->n; i++) ssae_service_machine_params(c, i, &s->params[i]);
   pthread_mutex_unlock(&s->names_mu);
   names_free(nv, s->n);
   for (int i = 0; i < n_gone; i++) {
@@ -228,6 +212,7 @@ int ssae_service_reload(ssae_service *s, const ssae_config *c,
     pthread_mutex_unlock(&s->names_mu);
     free(nm);
   }
-  if (params) *params = p;
+  if (params)
+    for (int i = 0; i < s->n; i++) params[i] = s->params[i];
   return r;
 }

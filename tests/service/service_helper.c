@@ -182,22 +182,24 @@ int main(int argc, char **argv) {
     } else if (strncmp(line, "reload ", 7) == 0) {
       ssae_config *c2 = ssae_config_load(line + 7, &err);
       ssae_model **m2 = calloc((size_t)h.channels, sizeof *m2);
-      ssae_engine_params params;
-      int r = !c2 || !m2 || ssae_config_apply(c2, &o, &err);
+      ssae_engine_params *params = calloc((size_t)h.channels, sizeof *params);
+      int r = !c2 || !m2 || !params || ssae_config_apply(c2, &o, &err);
       if (!r && c2->n_machines != h.channels)
         r = ssae_err_set(&err, "the machine count changed: restart ssae");
       if (!r) r = ssae_config_check_models(c2, m2, &err) != 0;
-      if (!r) r = ssae_service_reload(h.svc, c2, m2, &params, &err) != 0;
+      if (!r) r = ssae_service_reload(h.svc, c2, m2, params, &err) != 0;
       if (r) {
         ssae_service_note(h.svc, "config_rejected", err.msg);
         printf("reload rejected: %s\n", err.msg);
       } else {
-        ssae_engine_set_params(h.eng, &params);
+        for (int i = 0; i < h.channels; i++)
+          ssae_engine_set_channel_params(h.eng, i, &params[i]);
         ssae_service_note(h.svc, "config_reloaded", NULL);
         printf("reloaded\n");
       }
       ssae_config_free_models(m2, h.channels);
       free(m2);
+      free(params);
       ssae_config_free(c2);
     } else if (strcmp(line, "quit") == 0) {
       break;
