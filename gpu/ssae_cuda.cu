@@ -244,8 +244,17 @@ static int cuda_collect(void *impl, int s, float *scores, ssae_err *err) {
   return 0;
 }
 
+static int cuda_set_math(void *impl, const char *math, ssae_err *err) {
+  cuda_impl *c = (cuda_impl *)impl;
+  if (!strcmp(math, "fp32") || !strcmp(math, "3xtf32")) {
+    c->math_3xtf32 = !strcmp(math, "3xtf32");
+    return 0;
+  }
+  return ssae_err_set(err, "CUDA: math '%s': fp32 or 3xtf32", math);
+}
+
 extern "C" const ssae_backend_ops ssae_backend_cuda = {
     "cuda", cuda_available, cuda_create, cuda_run, cuda_destroy,
     cuda_input_buffer, cuda_submit, cuda_collect, cuda_submit_spans, cuda_host_register,
-    cuda_host_unregister, run_device,
+    cuda_host_unregister, run_device, cuda_set_math,
 };

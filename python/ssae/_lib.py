@@ -17,7 +17,7 @@ import glob
 import os
 import threading
 
-API_VERSION = 1
+API_VERSION = 2
 ERR_LEN = 512
 
 OK, EARG, EIO, EBACKEND, ENOMEM, ENODEV = 0, -1, -2, -3, -4, -5
@@ -63,6 +63,8 @@ def _declare(lib):
         "ssae_api_backends": (c_size_t, [c_char_p, c_size_t]),
         "ssae_api_model_open": (c_void_p, [c_char_p, c_char_p, c_char_p]),
         "ssae_api_model_free": (None, [c_void_p]),
+        "ssae_api_model_from_params": (c_void_p, [ip, fp, c_size_t, c_char_p, c_char_p]),
+        "ssae_api_model_set_math": (c_int, [c_void_p, c_char_p, c_char_p]),
         "ssae_api_model_dims": (None, [c_void_p, ip]),
         "ssae_api_model_threshold": (c_double, [c_void_p]),
         "ssae_api_model_feature": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t]),

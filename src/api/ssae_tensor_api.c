@@ -58,6 +58,9 @@ struct ssae_api_model {
   char fallback[SSAE_ERR_LEN + 64];
 };
 
+static void flat_to_model(const float *p, ssae_model *m);
+static int dims_from(const int dims[4], ssae_dims *d, ssae_err *err);
+
 static void on_fallback(void *user, const char *msg) {
   ssae_api_model *am = user;
   snprintf(am->fallback, sizeof am->fallback, "%s", msg);
@@ -76,6 +79,38 @@ ssae_api_model *ssae_api_model_open(const char *path, const char *backend, ssae_
   }
   ssae_backend_set_fallback_cb(am->b, on_fallback, am);
   return am;
+}
+
+ssae_api_model *ssae_api_model_from_params(const int dims[4], const float *params, size_t n,
+                                           const char *backend, ssae_err *err) {
+  ssae_dims d;
+  if (dims_from(dims, &d, err)) return NULL;
+  const size_t want = ssae_model_param_count(&d);
+  if (!params || n != want) {
+    ssae_err_set(err, "parameters: %zu floats given, the model has %zu", n, want);
+    return NULL;
+  }
+  ssae_api_model *am = calloc(1, sizeof *am);
+  if (!am) {
+    ssae_err_set(err, "out of memory");
+    return NULL;
+  }
+  if (!(am->m = ssae_model_new(&d, err))) {
+    ssae_api_model_free(am);
+    return NULL;
+  }
+  flat_to_model(params, am->m);
+  if (ssae_model_update(am->m, err) ||
+      !(am->b = ssae_backend_new(am->m, backend ? backend : "auto", 0, err))) {
+    ssae_api_model_free(am);
+    return NULL;
+  }
+  ssae_backend_set_fallback_cb(am->b, on_fallback, am);
+  return am;
+}
+
+int ssae_api_model_set_math(ssae_api_model *am, const char *math, ssae_err *err) {
+  return ssae_backend_set_math(am->b, math, err) ? SSAE_API_EARG : SSAE_API_OK;
 }
 
 void ssae_api_model_free(ssae_api_model *am) {

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* Bumped when a signature here changes; callers check it at load. */
-#define SSAE_API_VERSION 1
+#define SSAE_API_VERSION 2
 int ssae_api_version(void);
 
 #define SSAE_API_OK 0
@@ -48,6 +48,18 @@ typedef struct ssae_api_model ssae_api_model;
  * self-test passes, else CPU), "cpu" or "cuda". */
 ssae_api_model *ssae_api_model_open(const char *path, const char *backend, ssae_err *err);
 void ssae_api_model_free(ssae_api_model *m);
+/* A model from a flat parameter vector (state_dict order, as
+ * ssae_api_net_set_params; n = ssae_api_dims_param_count(dims)) with the
+ * default feature settings and no threshold, on backend (as above): how
+ * the PyTorch module's evaluation forward reaches the inference kernels.
+ * NULL with the reason. */
+ssae_api_model *ssae_api_model_from_params(const int dims[4], const float *params, size_t n,
+                                           const char *backend, ssae_err *err);
+/* The arithmetic of the matrix products (ssae_backend_set_math): "fp32"
+ * (default) or "3xtf32" (CUDA: tensor cores, fp32-level accuracy, higher
+ * throughput; the CPU computes as it does). 0, or SSAE_API_EARG for
+ * another value. */
+int ssae_api_model_set_math(ssae_api_model *m, const char *math, ssae_err *err);
 
 /* n_mels, frames, latent_dim, slice_latent_dim. */
 void ssae_api_model_dims(const ssae_api_model *m, int dims[4]);

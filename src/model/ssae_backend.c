@@ -558,6 +558,13 @@ int ssae_backend_cpu_direct(const ssae_backend *b) {
   return (b->fell_back || b->ops == &ssae_backend_cpu) && !b->fail_next && !b->fail_at;
 }
 
+int ssae_backend_set_math(ssae_backend *b, const char *math, ssae_err *err) {
+  if (!b || !math || (strcmp(math, "fp32") && strcmp(math, "3xtf32")))
+    return ssae_err_set(err, "math '%s': fp32 or 3xtf32", math ? math : "(null)");
+  if (b->ops->set_math) return b->ops->set_math(b->impl, math, err);
+  return 0;
+}
+
 const char *ssae_backend_name(const ssae_backend *b) {
   return b->fell_back ? "cpu" : b->ops->name;
 }

@@ -60,6 +60,10 @@ typedef struct ssae_backend_ops {
    * (nothing ran; nothing to fall back from). */
   int (*run_device)(void *impl, const float *x_dev, size_t n, float *scores_dev,
                     float *recon_dev, void *stream, ssae_err *err);
+  /* Optional: the arithmetic of the products ("fp32", or "3xtf32": the
+   * CUDA tensor cores in 3xTF32, fp32-level accuracy); -1 with the reason
+   * for a value the backend does not know. */
+  int (*set_math)(void *impl, const char *math, ssae_err *err);
 } ssae_backend_ops;
 
 #define SSAE_BACKEND_DEVICE_EARG (-2)
@@ -202,6 +206,16 @@ int ssae_backend_run_device(ssae_backend *b, const float *x_dev, size_t n, float
 int ssae_backend_host_register(ssae_backend *b, void *p, size_t bytes,
                                const ssae_backend_ops **ops);
 void ssae_backend_host_unregister(const ssae_backend_ops *ops, void *p);
+
+/* The arithmetic of the model's matrix products on the backend: "fp32"
+ * (the default: every product an fp32 FMA, as the CPU's reference) or
+ * "3xtf32" (CUDA: the throughput kernel's products on the tensor cores,
+ * each operand split into two TF32 halves: relative L2 error against
+ * float64 within 1e-6, about 1.4x the windows per second on an H100; the
+ * same as SSAE_CUDA_MATH=3xtf32). Backends without the choice (the CPU)
+ * accept both and compute as they do. -1 with the reason for another
+ * value. Not during a run (same thread as the runs). */
+int ssae_backend_set_math(ssae_backend *b, const char *math, ssae_err *err);
 
 /* Name of the backend now in use ("cuda", "cpu"). */
 const char *ssae_backend_name(const ssae_backend *b);

@@ -153,3 +153,12 @@ def test_bad_input(tmp_path):
     m.close()
     with pytest.raises(ValueError, match="closed"):
         m.score(x)
+
+
+def test_math_option_on_the_cpu(windows):
+    """math="3xtf32" is CUDA's; the CPU takes it and computes as it does."""
+    a = ssae.Model(backend="cpu").score(windows)
+    b = ssae.Model(backend="cpu", math="3xtf32").score(windows)
+    assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="math"):
+        ssae.Model(backend="cpu", math="fp16")

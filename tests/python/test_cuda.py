@@ -116,6 +116,59 @@ def test_in_place_on_callers_stream(windows):
     assert torch.isfinite(rec).all()
 
 
+@needs_entry_points
+def test_model_math_3xtf32(windows):
+    """The tensor-core kernel (math="3xtf32") at a throughput batch: SPEC
+    section 2's tolerances like fp32."""
+    xs = np.ascontiguousarray(np.tile(windows, (max(1, 8192 // len(windows) + 1), 1))[:8192])
+    x = torch.from_numpy(xs).cuda()
+    m = ssae.Model(backend="cuda", math="3xtf32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s, y = m.score_reconstruct(x)
+    assert m.math == "3xtf32" and m.backend == "cuda"
+    y_ref = check_scores(s, xs)
+    assert rel_l2(y.cpu(), y_ref) <= 1e-6
+    with pytest.raises(ValueError, match="math"):
+        ssae.Model(backend="cuda", math="bf16")
+
+
+@needs_entry_points
+def test_module_eval_forward_on_inference_kernels(windows):
+    """An evaluation forward whose parameters came before runs the
+    inference kernels (a model made from the parameters), in place, within
+    SPEC section 2 of float64; new parameters go back to the trainer's
+    kernel until they come twice."""
+    m = st.SpectralShapeAutoencoder.from_file(DEFAULT_MODEL).cuda()
+    ref = oracle(DEFAULT_MODEL)
+    x = torch.from_numpy(windows).cuda()
+    net = st._Net.get(m._dims())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            y1 = m(x)
+            y2 = m(x)
+            y3 = m(x)
+    assert net._infer is not None and net._infer_off is None
+    assert ssae._lib.load().ssae_api_last_device_input() == x.data_ptr()
+    with torch.no_grad():
+        x64 = x.cpu().double()
+        y_ref = ref(x64)
+    for y in (y1, y2):
+        assert rel_l2(y.cpu(), y_ref) <= 1e-6
+        s = ((y.cpu().double() - x64) ** 2).mean(1)
+        s_ref = ((y_ref - x64) ** 2).mean(1)
+        assert float(((s - s_ref).abs() / s_ref).max()) <= 1e-5
+    assert torch.equal(y2, y3)
+    # the inference kernels' reconstruction is ssae.Model's
+    assert rel_l2(y2, ssae.Model(backend="cuda").reconstruct(x)) <= 1e-7
+    with torch.no_grad():
+        m.slice_decoder[0].bias.add_(0.01)
+        y4 = m(x)  # first sight of these parameters: the trainer's kernel
+    assert not torch.equal(y4, y2)
+    assert rel_l2(y4, y2) < 1e-2
+
+
 def pair(seed):
     torch.manual_seed(seed)
     m = st.SpectralShapeAutoencoder()

@@ -23,7 +23,10 @@
 #     adds up their sizes. Shown next to the same list cut into equal
 #     file counts.
 #
-# usage: tools/bench/bench_cluster.sh [--copies N] [--repeat R] [--no-slurm]
+# usage: tools/bench/bench_cluster.sh [--copies N] [--repeat R] [--tasks T] [--no-slurm]
+#   --tasks: shards of the array and of the in-turn run (default 4); with
+#   as many tasks as cores every task has a core of its own from start to
+#   end, as on a cluster where each task gets its cores
 #   SSAE, SSAE_GEN: the programs (default build-h/ssae, build-h/tools/ssae-gen)
 # Needs root for (a)'s Slurm (slurmd runs jobs as their user); without it,
 # or with --no-slurm, (a) runs without the array.
@@ -35,16 +38,17 @@ SSAE_GEN=$(realpath "${SSAE_GEN:-$ROOT/build-h/tools/ssae-gen}")
 COPIES=40
 REPEAT=2
 SLURM=1
+TASKS=4
 while [ $# -gt 0 ]; do
   case $1 in
     --copies) COPIES=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
+    --tasks) TASKS=$2; shift 2 ;;
     --no-slurm) SLURM=0; shift ;;
-    *) echo "usage: $0 [--copies N] [--repeat R] [--no-slurm]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--copies N] [--repeat R] [--tasks T] [--no-slurm]" >&2; exit 2 ;;
   esac
 done
 [ "$(id -u)" = 0 ] || SLURM=0
-TASKS=4
 T=""
 LOG_NAME=bench_cluster
 # shellcheck source=../../tests/cluster/slurm_lib.sh
@@ -123,7 +127,13 @@ slurm_array() {
   first=$(grep -h '^start ' "$T"/arr/task_*.log | cut -d' ' -f2 | sort -g | head -n 1)
   last=$(grep -h '^end ' "$T"/arr/task_*.log | cut -d' ' -f2 | sort -g | tail -n 1)
   grep -h '^cpu ' "$T"/arr/task_*.log "$T/arr/merge.log" | cut -d' ' -f2- >"$T/cpu"
-  echo "$(secs "$t0" "$t1")/$(cpu_sum "$T/cpu") $(secs "$t0" "$first") $(secs "$first" "$last") $(secs "$last" "$t1")"
+  local k s e spans=""
+  for k in $(seq 0 $((TASKS - 1))); do
+    s=$(grep -h '^start ' "$T/arr/task_$k.log" | cut -d' ' -f2)
+    e=$(grep -h '^end ' "$T/arr/task_$k.log" | cut -d' ' -f2)
+    spans+="$(secs "$first" "$s")-$(secs "$first" "$e"),"
+  done
+  echo "$(secs "$t0" "$t1")/$(cpu_sum "$T/cpu") $(secs "$t0" "$first") $(secs "$first" "$last") $(secs "$last" "$t1") ${spans%,}"
 }
 
 bench_overhead() {
@@ -162,8 +172,9 @@ bench_overhead() {
     printf '    Slurm array of %d (1 core each) + merge job: %7.2f / %7.2f   %s / %s\n' "$TASKS" \
       "$aw" "$ac" "$(pct "$aw" "$sw")" "$(pct "$ac" "$sc")"
     for x in "${arr[@]}"; do
-      read -r _ first span tail <<<"$x"
+      read -r _ first span tail each <<<"$x"
       echo "      run: submit to first task $first s, tasks $span s, last task to merged $tail s"
+      echo "      each task from the first start (s): $each"
     done
   fi
   echo "    (runs: one ${single[*]}; in turn ${inturn[*]}${arr:+; array ${arr[*]}})"
