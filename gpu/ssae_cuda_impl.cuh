@@ -27,6 +27,8 @@ const int kGraphSlots = 40;
 const size_t kAsyncGraphMax = 16;
 /* Default buffer capacity in windows when the caller gives no bound. */
 const size_t kDefaultCap = 65536;
+/* Most windows per launch on device memory (run_device). */
+const size_t kDeviceLaunchMax = (size_t)1 << 20;
 /* Room for the rows of the kernel table (ssae_cuda_kernel_table.cu). */
 const int kMaxKernels = 16;
 

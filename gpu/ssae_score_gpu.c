@@ -13,10 +13,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ssae_audio.h"
 #include "ssae_cuda_frontend.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 typedef struct {
   long long file; /* index into paths, -1: free */
@@ -157,6 +164,8 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
                          const ssae_score_gpu_opts *opts, ssae_scored_file_cb cb, void *user,
                          ssae_err *note, ssae_err *err) {
   ssae_score_gpu_opts o = *opts;
+  ssae_score_gpu_stats st = {0};
+  const double t_start = now_s();
   if (note) note->msg[0] = 0;
   if (o.channel == SSAE_CHANNEL_ALL)
     return ssae_err_set(err, "scoring needs one stream: a channel index or mix");
@@ -222,7 +231,10 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
     proto.l = other;
     if (other_busy) fill_start(f, proto);
     ssae_err rerr = {{0}};
+    const double t_run = now_s();
     int run_rc = busy ? ssae_cuda_fe_run(l->fe, l->n, l->end, &rerr) : 0;
+    st.gpu_s += now_s() - t_run;
+    st.runs += busy != 0;
     if (note && !note->msg[0] && *ssae_cuda_fe_note(l->fe))
       ssae_err_set(note, "%s", ssae_cuda_fe_note(l->fe));
     for (int c = 0; busy && c < o.files; c++) {
@@ -267,7 +279,9 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
       memset(s, 0, sizeof *s);
       s->file = next < n ? (long long)next++ : -1;
     }
+    const double t_wait = now_s();
     fill_wait(f);
+    st.wait_s += now_s() - t_wait;
     if (run_rc) {
       /* Not even the CPU path could go on (no memory): every file not yet
        * scored fails with the reason. */
@@ -296,5 +310,12 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
   free_lane(&lanes[0], o.files);
   free_lane(&lanes[1], o.files);
   free(res);
+  if (o.stats) {
+    st.wall_s = now_s() - t_start;
+    st.files = o.files;
+    st.jobs = jobs;
+    st.block = o.block;
+    *o.stats = st;
+  }
   return 0;
 }

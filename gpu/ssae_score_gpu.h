@@ -32,7 +32,19 @@ typedef struct ssae_scored_file {
 /* Called on the calling thread, in input order. */
 typedef void (*ssae_scored_file_cb)(void *user, const ssae_scored_file *f);
 
+/* Where the time went (ssae score --stats): the main thread runs one set of
+ * files on the GPU while the decoding threads fill the other; gpu_s is the
+ * main thread in ssae_cuda_fe_run (upload, front end, model, scores back),
+ * wait_s waiting for the decoding threads after that. */
+typedef struct ssae_score_gpu_stats {
+  unsigned long long runs;
+  double gpu_s, wait_s, wall_s;
+  int files, jobs;
+  size_t block;
+} ssae_score_gpu_stats;
+
 typedef struct ssae_score_gpu_opts {
+  ssae_score_gpu_stats *stats; /* NULL, or filled on return */
   int channel; /* an index or SSAE_CHANNEL_MIX (ssae_audio.h) */
   int jobs;    /* decoding threads (0: all cores) */
   int device;  /* CUDA device */

@@ -17,10 +17,14 @@ so state_dicts load either way. Where the forward runs:
   (ssae's vector-Jacobian kernels) starts from them instead of running the
   forward again; it gives the gradients of every parameter and, when it
   requires them, of the input;
-- CUDA tensors (eval and training): the CUDA trainer's fused kernels on the
+- CUDA tensors in training: the CUDA trainer's fused kernels on the
   tensors' own memory and the parameters where they lie, on the current
   stream, with the input gradient and per-block parameter partials summed
-  in a fixed order (libssae's device-pointer entry points).
+  in a fixed order (libssae's device-pointer entry points);
+- CUDA tensors, no gradient wanted: the same kernel the first time a set
+  of parameters comes, then (the same parameters again: an evaluation
+  loop) the inference kernels of ssae.Model on a model made from them,
+  in place on the current stream.
 
 Plain PyTorch (the SPEC module's own operations) runs instead, with one
 RuntimeWarning:

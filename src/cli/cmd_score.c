@@ -41,7 +41,7 @@ static const char *const CMD = "score";
 
 typedef struct opts {
   const char *model, *backend, *windows, *format;
-  int channel, jobs, quiet, strict, device;
+  int channel, jobs, quiet, strict, device, stats;
   /* Archives in shards (ssae_shard_job.h). */
   const char *output, *files_from, *shard;
   int shard_count, resume;
@@ -74,6 +74,10 @@ static const ssae_cli_opt options[] = {
      .help = "decoding threads, which on the CPU also run the model", .def = "all cores"},
     {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', .offset = offsetof(opts, quiet),
      .help = "no progress line"},
+    {.kind = SSAE_CLI_FLAG, .name = "--stats", .offset = offsetof(opts, stats),
+     .help = "at the end, where the time went on stderr (the GPU front end: its runs, the "
+             "time on the GPU and waiting for the decoding threads; the CPU: files, wall "
+             "time, threads)"},
     {.kind = SSAE_CLI_FLAG, .name = "--strict", .offset = offsetof(opts, strict),
      .help = "a file whose data chunk is shorter than its header says is an error, not a "
              "warning"},
@@ -474,13 +478,21 @@ static int score_on_gpu(const opts *o, const ssae_model *m, char *const *paths, 
     out.wfp = ssae_outfile_fp(out.wf);
   }
   gpu_out g = {.out = &out, .m = m};
-  ssae_score_gpu_opts go = {.channel = o->channel, .jobs = o->jobs, .device = o->device};
+  ssae_score_gpu_stats st = {0};
+  ssae_score_gpu_opts go = {.channel = o->channel, .jobs = o->jobs, .device = o->device,
+                            .stats = &st};
   if (ssae_score_files_gpu(m, paths, n, &go, on_gpu_file, &g, &note, &err)) {
     ssae_cli_error(CMD, "GPU front end unavailable, scoring with the backend: %s", err.msg);
     if (out.wf) ssae_outfile_abort(out.wf);
     return -1;
   }
   progress(&out, 1);
+  if (o->stats)
+    fprintf(stderr,
+            "ssae score: GPU front end: %llu runs of %d files x %zu samples, %.3f s wall: "
+            "%.3f s in the runs (upload, front end, model, scores back), %.3f s waiting for "
+            "the %d decoding threads\n",
+            st.runs, st.files, st.block, st.wall_s, st.gpu_s, st.wait_s, st.jobs);
   if (note.msg[0]) ssae_cli_error(CMD, "went on on the CPU: %s", note.msg);
   int status = g.failed ? SSAE_EXIT_INPUT : SSAE_EXIT_OK;
   if (out.wf && ssae_outfile_commit(out.wf, &err)) {
@@ -571,6 +583,9 @@ static int run(const opts *o, char *const *paths, size_t n, FILE *of, ssae_shard
 
   if (consume(&j, be, &out)) status = SSAE_EXIT_INPUT;
   progress(&out, 1);
+  if (o->stats)
+    fprintf(stderr, "ssae score: %s backend: %zu files in %.3f s wall on %d threads (decoding, "
+            "features and the model in each)\n", ssae_backend_name(be), n, now() - out.t0, started);
 
 joined:
   pthread_mutex_lock(&j.mu);

@@ -134,6 +134,23 @@ def test_model_math_3xtf32(windows):
 
 
 @needs_entry_points
+def test_model_large_batches_on_cuda(windows):
+    """Batches past the backend's buffer (65,536) and past one launch
+    (1,048,576): every window scored, as the CPU scores it."""
+    cpu = ssae.Model(backend="cpu")
+    m = ssae.Model(backend="cuda")
+    for n in (65536 * 3 + 5, (1 << 20) + 3):
+        reps = n // len(windows) + 1
+        xs = np.ascontiguousarray(np.tile(windows, (reps, 1))[:n])
+        x = torch.from_numpy(xs).cuda()
+        s = m.score(x).cpu().numpy()
+        del x
+        sc = cpu.score(xs)
+        assert s.shape == (n,) and float(np.max(np.abs(s - sc) / sc)) <= 1e-5, n
+    assert m.backend == "cuda"
+
+
+@needs_entry_points
 def test_module_eval_forward_on_inference_kernels(windows):
     """An evaluation forward whose parameters came before runs the
     inference kernels (a model made from the parameters), in place, within

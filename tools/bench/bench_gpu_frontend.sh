@@ -66,7 +66,8 @@ TORCH_OK=1
   2>/dev/null || TORCH_OK=0
 for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS ..." >&2
-  run_timed cuda "$SSAE" score -q --backend cuda "$DIR"
+  run_timed cuda "$SSAE" score -q --stats --backend cuda "$DIR"
+  grep -h "GPU front end:" "$OUT/cuda.err" >&2 || true
   run_timed cpu "$SSAE" score -q --backend cpu "$DIR"
   if [ $TORCH_OK = 1 ]; then
     run_timed torch "$PY" "$HERE/torch_gpu_pipeline.py" "$MODEL" "$DIR"/clip*.wav

@@ -8,7 +8,8 @@ For each device (the CPU, and CUDA when torch sees one):
   train step, batch 512 and 65,536        one forward + MSE loss + backward,
                             milliseconds per step
 ssae rows: ssae.Model.score (the library's backend: the CPU forward, or the
-CUDA kernel table's kernel on the tensor in place) and the drop-in module
+CUDA kernel table's kernel on the tensor in place; on CUDA also with
+math="3xtf32", the tensor-core kernel) and the drop-in module
 ssae.torch.SpectralShapeAutoencoder (its forward without gradient, and its
 training step). torch rows: the SPEC module (tools/ssae_torch.py) in float32,
 eager, and on CUDA also torch.compile'd (torch >= 2). ratio = torch time /
@@ -119,6 +120,8 @@ def bench_device(dev, args, table):
     drop = st.SpectralShapeAutoencoder().to(dev)
     drop.load_state_dict(plain.state_dict())
     model = ssae.Model(backend="cuda" if dev == "cuda" else "cpu")
+    # CUDA: the tensor-core kernel too (math="3xtf32", fp32-level accuracy)
+    model_tc = ssae.Model(backend="cuda", math="3xtf32") if dev == "cuda" else None
     compiled = None
     if dev == "cuda" and not args.no_compile and int(torch.__version__.split(".")[0]) >= 2:
         compiled = torch.compile(plain)
@@ -134,6 +137,11 @@ def bench_device(dev, args, table):
         if compiled is not None:
             compiled(x1)
             c_us = per_call(lambda: compiled(x1), dev, calls) * 1e6
+    if dev == "cuda":
+        # the floor of any one-kernel call from Python on this host: a
+        # one-element torch op, synchronised (allocation, launch, sync)
+        f_us = per_call(lambda: x1[:1, :1] + 1.0, dev, calls) * 1e6
+        print("  floor: a one-element torch op from Python, synchronised: %.1f us" % f_us)
     table.add(dev, "forward Model.score", 1, "us", s_us, p_us, c_us)
     table.add(dev, "forward module", 1, "us", d_us, p_us, c_us)
 
@@ -148,6 +156,10 @@ def bench_device(dev, args, table):
             tc = timed(lambda: compiled(x), dev, reps, warm=2) if compiled is not None else None
         wps = lambda t: None if t is None else n / t  # noqa: E731
         table.add(dev, "forward Model.score", n, "win/s", wps(ts), wps(tp), wps(tc), True)
+        if model_tc is not None:
+            with torch.no_grad():
+                tt = timed(lambda: model_tc.score(x), dev, reps)
+            table.add(dev, "forward score 3xtf32", n, "win/s", wps(tt), wps(tp), wps(tc), True)
         table.add(dev, "forward module", n, "win/s", wps(td), wps(tp), wps(tc), True)
         del x
         if dev == "cuda":
