@@ -72,6 +72,20 @@ void ssae_cli_service_engine_cfg(const ssae_cli_service_cmdvals *v, ssae_engine_
   c->params.off_count = v->off_count;
 }
 
+ssae_model *ssae_cli_open_model(const ssae_cli_service *s, const char *cmd, const char *model,
+                                double threshold) {
+  ssae_err err;
+  ssae_model *m = ssae_model_open(s ? ssae_cli_service_model_path(s) : model, &err);
+  if (!m) {
+    ssae_cli_error(cmd, "%s", err.msg);
+    return NULL;
+  }
+  if (!s && !isfinite(threshold) && !isfinite(m->threshold))
+    fprintf(stderr, "ssae %s: the model has no threshold and none was given (--threshold): "
+                    "no alarms, scores only\n", cmd);
+  return m;
+}
+
 int ssae_cli_service_wanted(const ssae_cli_service_args *a) {
   return a->config || a->node || a->names || a->mqtt || a->metrics || a->clips;
 }
@@ -509,25 +523,14 @@ static void reload(ssae_cli_service *s) {
   /* The models first: a swap that fails (features that differ from the
    * running models') changes nothing; the service's reload, which may
    * still refuse, is undone by swapping back. */
-  if (swap && ssae_engine_swap_models(s->engine, (const ssae_model *const *)m, &err)) {
-    reject(s, err.msg);
-    ssae_config_free_models(m, n);
-    free(m);
-    free(p);
-    ssae_config_free(c);
-    return;
-  }
+  if (swap && ssae_engine_swap_models(s->engine, (const ssae_model *const *)m, &err))
+    goto refused;
   if (ssae_service_reload(s->svc, c, m, p, &err)) {
     ssae_err e2 = {{0}};
     if (swap &&
         ssae_engine_swap_models(s->engine, (const ssae_model *const *)s->models, &e2))
       ssae_cli_log(3, s->prog, "reload: the old models could not be restored: %s", e2.msg);
-    reject(s, err.msg);
-    ssae_config_free_models(m, n);
-    free(m);
-    free(p);
-    ssae_config_free(c);
-    return;
+    goto refused;
   }
   for (int i = 0; i < n; i++) ssae_engine_set_channel_params(s->engine, i, &p[i]);
   if (set_names(s, c)) ssae_cli_log(4, s->prog, "reload: out of memory for the log's names");
@@ -560,6 +563,13 @@ static void reload(ssae_cli_service *s) {
                p[0].off_count);
   free(p);
   ssae_service_note(s->svc, "config_reloaded", NULL);
+  return;
+refused:
+  reject(s, err.msg);
+  ssae_config_free_models(m, n);
+  free(m);
+  free(p);
+  ssae_config_free(c);
 }
 
 void ssae_cli_service_poll(ssae_cli_service *s) {

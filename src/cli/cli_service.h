@@ -156,9 +156,18 @@ int ssae_cli_service_jack_input(const ssae_cli_service *s, int *inputs, int give
  * built-in one), for opening the input at the model's rate. */
 const char *ssae_cli_service_model_path(const ssae_cli_service *s);
 
-/* The input has `channels` channels at `rate`: machines, models (one model
- * per engine: machines naming different files are refused), the service's
- * outputs, and the engine config (callback, status period, detector).
+/* The model a command opens first (the service's machines[0]'s, else the
+ * command's --model path `model`), for the input's rate; NULL after
+ * printing why. Without a service and without a threshold (the model's or
+ * --threshold `threshold`), says that no alarm can be raised. `cmd`:
+ * "monitor", "jack". */
+ssae_model *ssae_cli_open_model(const ssae_cli_service *s, const char *cmd, const char *model,
+                                double threshold);
+
+/* The input has `channels` channels at `rate`: machines, models (one per
+ * machine: machines naming one file share it; models that compute other
+ * features are refused), the service's outputs, and the engine config
+ * (callback, status period, each machine's detector settings and model).
  * `next` receives every event after the service (the command's evsink);
  * `windows` 1 forwards the window events to it too. -1 after printing why. */
 int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,

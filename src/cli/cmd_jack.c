@@ -240,14 +240,8 @@ static void summary(ssae_engine *e, ssae_evsink *sink) {
 /* Clients, engine and events until the end; then the summary. */
 static int run(const opts *o) {
   ssae_err err;
-  ssae_model *m = ssae_model_open(svc ? ssae_cli_service_model_path(svc) : o->model, &err);
-  if (!m) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    return SSAE_EXIT_INPUT;
-  }
-  if (!svc && !isfinite(o->threshold) && !isfinite(m->threshold))
-    fprintf(stderr, "ssae jack: the model has no threshold and none was "
-                    "given (--threshold): no alarms, scores only\n");
+  ssae_model *m = ssae_cli_open_model(svc, CMD, o->model, o->threshold);
+  if (!m) return SSAE_EXIT_INPUT;
   const int K = o->clients;
   ssae_io_jack **jc = open_clients(o);
   ssae_evsink *sink = NULL;

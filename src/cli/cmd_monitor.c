@@ -480,15 +480,8 @@ static int check(const opts *o, int channels_set) {
 /* The model, the engine's and the event sink's settings, then the file or
  * the device until the end. */
 static int run(const opts *o) {
-  ssae_err err;
-  ssae_model *m = ssae_model_open(svc ? ssae_cli_service_model_path(svc) : o->model, &err);
-  if (!m) {
-    ssae_cli_error(CMD, "%s", err.msg);
-    return SSAE_EXIT_INPUT;
-  }
-  if (!svc && !isfinite(o->threshold) && !isfinite(m->threshold))
-    fprintf(stderr, "ssae monitor: the model has no threshold and none was "
-                    "given (--threshold): no alarms, scores only\n");
+  ssae_model *m = ssae_cli_open_model(svc, CMD, o->model, o->threshold);
+  if (!m) return SSAE_EXIT_INPUT;
   ssae_engine_cfg ecfg;
   ssae_engine_cfg_default(&ecfg);
   const ssae_cli_service_cmdvals v = cmdvals(o);
