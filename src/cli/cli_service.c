@@ -87,7 +87,8 @@ ssae_model *ssae_cli_open_model(const ssae_cli_service *s, const char *cmd, cons
 }
 
 int ssae_cli_service_wanted(const ssae_cli_service_args *a) {
-  return a->config || a->node || a->names || a->mqtt || a->metrics || a->clips;
+  return a->config || a->node || a->names || a->mqtt || a->metrics || a->clips ||
+         a->clip_pictures;
 }
 
 #if SSAE_HAVE_SERVICE
@@ -171,6 +172,7 @@ static ssae_config *build_config(const ssae_cli_service *s, int channels, ssae_e
   o.mqtt_url = a->mqtt;
   o.metrics = a->metrics;
   o.clips_dir = a->clips;
+  o.clip_pictures = a->clip_pictures;
   o.events = a->given_events ? s->vals.events : NULL;
   o.model = a->given_model ? s->vals.model : NULL;
   o.backend = a->given_backend ? s->vals.backend : NULL;

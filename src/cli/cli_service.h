@@ -38,6 +38,7 @@
 typedef struct ssae_cli_service_args {
   const char *config, *node, *names, *mqtt, *metrics, *clips;
   int keep_running; /* monitor --input: stay up after the file's end */
+  int clip_pictures; /* --clip-pictures */
   /* Which of the command's own options were on the command line (they go
    * over the file; the others leave the file's value). */
   int given_model, given_backend, given_events, given_threshold,
@@ -66,7 +67,10 @@ typedef struct ssae_cli_service_args {
    .help = "serve GET /metrics (Prometheus) and /healthz there (PORT alone: "        \
            "127.0.0.1)"},                                                            \
   {.kind = SSAE_CLI_STRING, .name = "--clips", .offset = offsetof(type, member.clips), \
-   .metavar = "DIR", .def = "", .help = "write a sound clip of every alarm into DIR"}
+   .metavar = "DIR", .def = "", .help = "write a sound clip of every alarm into DIR"}, \
+  {.kind = SSAE_CLI_FLAG, .name = "--clip-pictures",                                 \
+   .offset = offsetof(type, member.clip_pictures),                                   \
+   .help = "beside each clip a `ssae report` picture (.png) of it"}
 
 /* The monitor's --keep-running (file input only). */
 #define SSAE_CLI_SERVICE_KEEP_RUNNING(type, member)                                  \

@@ -15,6 +15,7 @@
 #include "ssae_model.h"
 #include "ssae_plot.h"
 #include "ssae_reference.h"
+#include "ssae_report.h"
 #include "ssae_silence.h"
 
 static const char *const CMD = "report";
@@ -153,89 +154,49 @@ static int run(const opts *o, const char *in) {
     ssae_model_free(m);
     return SSAE_EXIT_INPUT;
   }
-  if (isnan(threshold)) threshold = m->threshold;
-  ssae_file_scores fs;
+  ssae_report_opts ro = {.channel = channel, .audio = {.strict = o->strict},
+                        .detector = {threshold, smoothing, (int)on, (int)off},
+                        .width = width, .height = height,
+                        .model_name = model_path ? base_name(model_path) : "default"};
+  ssae_report rep;
   int rc = SSAE_EXIT_OK;
-  float *smoothed = NULL;
-  unsigned char *alarm = NULL;
-  ssae_audio_opts ao = {.strict = o->strict};
-  int failed = ssae_file_score_opts(m, b, 256, in, channel, 1, &ao, &fs, &err);
-  if (!failed && fs.warning.msg[0]) ssae_cli_error(CMD, "warning: %s", fs.warning.msg);
-  if (failed) {
+  if (ssae_report_make(m, b, in, out, &ro, &rep, &err)) {
     ssae_cli_error(CMD, "%s", err.msg);
     rc = SSAE_EXIT_INPUT;
-  } else if (!(smoothed = malloc(fs.n_windows * sizeof *smoothed)) ||
-             !(alarm = malloc(fs.n_windows))) {
-    ssae_cli_error(CMD, "out of memory");
-    rc = SSAE_EXIT_INPUT;
   } else {
-    double hop_s = (double)m->feat.hop_length / m->feat.sample_rate;
-    ssae_detector_params dp = {threshold, smoothing, (int)on, (int)off};
-    ssae_detector_run(&dp, hop_s, fs.scores, fs.silent, fs.n_windows, smoothed, alarm);
-    char sub[512], ch[32];
-    if (channel == SSAE_CHANNEL_MIX) snprintf(ch, sizeof ch, "mix of %d", fs.file_channels);
-    else snprintf(ch, sizeof ch, "%d of %d", channel, fs.file_channels);
-    snprintf(sub, sizeof sub,
-             "model: %s   channel %s   %d Hz file, %.2f s   backend %s   smoothing %g s, "
-             "alarm on after %ld, off after %ld windows",
-             model_path ? base_name(model_path) : "default", ch, fs.file_rate, fs.seconds,
-             ssae_backend_name(b), smoothing, on, off);
-    ssae_report_data d = {0};
-    d.name = base_name(in);
-    d.frames = fs.frames;
-    d.n_frames = fs.n_frames;
-    d.n_mels = fs.n_mels;
-    d.sample_rate = m->feat.sample_rate;
-    d.hop_length = m->feat.hop_length;
-    d.fmin = m->feat.fmin;
-    d.fmax = m->feat.fmax > 0 ? m->feat.fmax : m->feat.sample_rate / 2.0;
-    d.htk = m->feat.mel_scale == SSAE_MEL_HTK;
-    d.seconds = fs.seconds;
-    d.scores = fs.scores;
-    d.smoothed = smoothed;
-    d.alarm = alarm;
-    d.n_windows = fs.n_windows;
-    d.frames_per_window = m->d.frames;
-    d.window_t0 = ssae_window_time(&m->feat, 0);
-    d.threshold = threshold;
-    d.file_score = fs.file_score;
-    d.subtitle = sub;
-    if (ssae_report_draw(&d, out, width, height, NULL, &err)) {
-      ssae_cli_error(CMD, "%s", err.msg);
-      rc = SSAE_EXIT_INPUT;
-    } else {
-      /* The summary: verdict and the alarm spans in seconds, as the
-       * monitor's events time them (doc/SPEC.md, section 4): from the
-       * window that turned the alarm on to the one that turned it off. */
-      int anomalous = isfinite(threshold) && fs.file_score > threshold;
-      printf("%s: %s (file score %.6g, threshold %.6g)\n", in,
-             isfinite(threshold) ? (anomalous ? "anomaly" : "normal") : "no threshold",
-             fs.file_score, threshold);
-      if (o->reference) print_reference(m, &fs);
-      size_t spans = 0;
-      for (size_t i = 0; i < fs.n_windows;) {
-        if (!alarm[i]) {
-          i++;
-          continue;
-        }
-        size_t j = i;
-        while (j < fs.n_windows && alarm[j]) j++;
-        if (j < fs.n_windows)
-          printf("  alarm %.6f s .. %.6f s (windows %zu .. %zu)\n",
-                 ssae_window_time(&m->feat, i), ssae_window_time(&m->feat, j), i, j);
-        else
-          printf("  alarm %.6f s .. end of file (windows %zu ..)\n",
-                 ssae_window_time(&m->feat, i), i);
-        spans++;
-        i = j;
+    const ssae_file_scores *fs = &rep.fs;
+    const unsigned char *alarm = rep.alarm;
+    threshold = rep.threshold;
+    if (fs->warning.msg[0]) ssae_cli_error(CMD, "warning: %s", fs->warning.msg);
+    /* The summary: verdict and the alarm spans in seconds, as the
+     * monitor's events time them (doc/SPEC.md, section 4): from the
+     * window that turned the alarm on to the one that turned it off. */
+    int anomalous = isfinite(threshold) && fs->file_score > threshold;
+    printf("%s: %s (file score %.6g, threshold %.6g)\n", in,
+           isfinite(threshold) ? (anomalous ? "anomaly" : "normal") : "no threshold",
+           fs->file_score, threshold);
+    if (o->reference) print_reference(m, fs);
+    size_t spans = 0;
+    for (size_t i = 0; i < fs->n_windows;) {
+      if (!alarm[i]) {
+        i++;
+        continue;
       }
-      if (!spans) printf("  no alarm\n");
-      printf("picture: %s\n", out);
+      size_t j = i;
+      while (j < fs->n_windows && alarm[j]) j++;
+      if (j < fs->n_windows)
+        printf("  alarm %.6f s .. %.6f s (windows %zu .. %zu)\n",
+               ssae_window_time(&m->feat, i), ssae_window_time(&m->feat, j), i, j);
+      else
+        printf("  alarm %.6f s .. end of file (windows %zu ..)\n",
+               ssae_window_time(&m->feat, i), i);
+      spans++;
+      i = j;
     }
+    if (!spans) printf("  no alarm\n");
+    printf("picture: %s\n", out);
   }
-  free(smoothed);
-  free(alarm);
-  ssae_file_scores_release(&fs);
+  ssae_report_release(&rep);
   ssae_backend_free(b);
   ssae_model_free(m);
   ssae_plot_cleanup();

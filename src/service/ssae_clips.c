@@ -2,6 +2,7 @@
  * Thread context: feed* on the audio thread; alarm_on/off on the worker;
  * the writer thread owns the jobs and the files. */
 #include "ssae_clips.h"
+#include "ssae_clip_pictures.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -361,6 +362,9 @@ int ssae_clips_retain(ssae_clips *c, ssae_err *err) {
     int over_size = c->cfg.keep_bytes > 0 && total > c->cfg.keep_bytes;
     if (!over_count && !over_age && !over_size) continue;
     if (unlinkat(dirfd(d), e[i].name, 0) == 0) {
+      /* Its picture (clips.picture) goes with it. */
+      char png[1024];
+      if (!ssae_clip_picture_path(e[i].name, png, sizeof png)) unlinkat(dirfd(d), png, 0);
       atomic_fetch_add(&c->deleted, 1);
       total -= e[i].size;
       left--;

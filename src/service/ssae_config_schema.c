@@ -111,6 +111,7 @@ static const cyaml_schema_field_t clips_fields[] = {
     CYAML_FIELD_FLOAT_PTR("post_roll", OPT, cfg_clips, post_roll),
     CYAML_FIELD_FLOAT_PTR("max_length", OPT, cfg_clips, max_length),
     CYAML_FIELD_MAPPING_PTR("keep", OPT, cfg_clips, keep, keep_fields),
+    CYAML_FIELD_BOOL_PTR("picture", OPT, cfg_clips, picture),
     CYAML_FIELD_END};
 
 static const cyaml_schema_field_t outputs_fields[] = {

@@ -81,6 +81,7 @@ typedef struct cfg_clips {
   cfg_clip_format *format;
   double *pre_roll, *post_roll, *max_length;
   cfg_keep *keep;
+  bool *picture;
 } cfg_clips;
 
 typedef struct cfg_outputs {

@@ -134,28 +134,17 @@ void ssae_service_on_event(void *user, const ssae_event *ev) {
   if (s->opts.next) s->opts.next(s->opts.next_user, ev);
 }
 
-/* ---- clip reports (the clips' writer thread) ---- */
+/* ---- clip reports (the clips' writer thread) and their pictures (the
+ * picture thread) ---- */
 
-static void clip_line(ssae_service *s, int channel, const char *id,
-                      const char *path, double seconds, int ok,
-                      const char *msg);
-
-static void on_clip(void *user, int channel, const char *id, const char *path,
-                    double seconds, int ok, const char *msg) {
-  ssae_service *s = user;
-  if (channel < 0 || channel >= s->n) return;
-  pthread_mutex_lock(&s->names_mu);
-  clip_line(s, channel, id, path, seconds, ok, msg);
-  pthread_mutex_unlock(&s->names_mu);
-}
-
-static void clip_line(ssae_service *s, int channel, const char *id,
-                      const char *path, double seconds, int ok,
+/* One line: event, the machine, the alarm's id, the clip; picture and
+ * seconds (NAN: none) where given; msg on failures. Under names_mu. */
+static void clip_line(ssae_service *s, int channel, const char *event, const char *id,
+                      const char *path, const char *picture, double seconds,
                       const char *msg) {
   char iso[SSAE_ISO_TIME_LEN], line[LINE_MAX_BYTES];
   ssae_iso_time(ssae_wall_now(), iso);
-  int n = snprintf(line, sizeof line, "{\"event\":\"%s\",\"channel\":%d",
-                   ok ? "clip" : "clip_failed", channel);
+  int n = snprintf(line, sizeof line, "{\"event\":\"%s\",\"channel\":%d", event, channel);
   if ((n = ssae_json_put_str(line, sizeof line, (size_t)n, "node", s->node)) < 0 ||
       (n = ssae_json_put_str(line, sizeof line, (size_t)n, "machine",
                              s->m[channel].name)) < 0 ||
@@ -163,10 +152,14 @@ static void clip_line(ssae_service *s, int channel, const char *id,
       (n = ssae_json_put_str(line, sizeof line, (size_t)n, "id", id)) < 0 ||
       (n = ssae_json_put_str(line, sizeof line, (size_t)n, "clip", path)) < 0)
     return;
+  if (picture &&
+      (n = ssae_json_put_str(line, sizeof line, (size_t)n, "picture", picture)) < 0)
+    return;
   if (msg && (n = ssae_json_put_str(line, sizeof line, (size_t)n, "message", msg)) < 0)
     return;
-  int w = snprintf(line + n, sizeof line - (size_t)n, ",\"seconds\":%.3f}\n",
-                   seconds);
+  int w = isnan(seconds) ? snprintf(line + n, sizeof line - (size_t)n, "}\n")
+                         : snprintf(line + n, sizeof line - (size_t)n,
+                                    ",\"seconds\":%.3f}\n", seconds);
   if (w < 0 || (size_t)w >= sizeof line - (size_t)n) return;
   n += w;
   write_line(s, line, (size_t)n);
@@ -174,6 +167,43 @@ static void clip_line(ssae_service *s, int channel, const char *id,
     line[n - 1] = 0;
     ssae_mqtt_publish(s->mqtt, s->m[channel].event_topic, line, 1, 0);
   }
+}
+
+static void on_clip(void *user, int channel, const char *id, const char *path,
+                    double seconds, int ok, const char *msg) {
+  ssae_service *s = user;
+  if (channel < 0 || channel >= s->n) return;
+  pthread_mutex_lock(&s->names_mu);
+  clip_line(s, channel, ok ? "clip" : "clip_failed", id, path, NULL, seconds, msg);
+  pthread_mutex_unlock(&s->names_mu);
+  if (ok) ssae_clip_pictures_add(s->pictures, channel, id, path);
+}
+
+/* The picture thread asks what machine `channel` is now. */
+static int picture_machine(void *user, int channel, char **model_file,
+                           ssae_detector_params *dp) {
+  ssae_service *s = user;
+  if (channel < 0 || channel >= s->n) return -1;
+  pthread_mutex_lock(&s->names_mu);
+  const char *mf = s->m[channel].model_file;
+  *model_file = mf ? strdup(mf) : NULL;
+  const ssae_engine_params *p = &s->params[channel];
+  dp->threshold = isfinite(p->threshold) && p->threshold > 0 ? p->threshold : NAN;
+  dp->smoothing_s = p->smoothing_s;
+  dp->on_count = p->on_count;
+  dp->off_count = p->off_count;
+  pthread_mutex_unlock(&s->names_mu);
+  return mf && !*model_file ? -1 : 0;
+}
+
+static void on_picture(void *user, int channel, const char *id, const char *clip,
+                       const char *picture, const char *error) {
+  ssae_service *s = user;
+  if (channel < 0 || channel >= s->n) return;
+  pthread_mutex_lock(&s->names_mu);
+  clip_line(s, channel, picture ? "clip_picture" : "clip_picture_failed", id, clip, picture,
+            NAN, error);
+  pthread_mutex_unlock(&s->names_mu);
 }
 
 /* ---- audio thread ---- */
@@ -360,6 +390,10 @@ ssae_service *ssae_service_new(const ssae_config *c, const ssae_service_opts *o,
     s->clips = ssae_clips_new(&cc, err);
     free(names);
     if (!s->clips) goto fail;
+    if (c->clips.picture) {
+      ssae_clip_pictures_cfg pc = {.machine = picture_machine, .done = on_picture, .user = s};
+      if (!(s->pictures = ssae_clip_pictures_new(&pc, err))) goto fail;
+    }
   }
   if (c->metrics_host) {
     ssae_metrics_http_cfg hc = {c->metrics_host, c->metrics_port, s->opts.stale_s,
@@ -455,10 +489,12 @@ struct ssae_clips *ssae_service_clips(ssae_service *s) {
 void ssae_service_free(ssae_service *s) {
   if (!s) return;
   /* HTTP first (it reads the rest), clips next (their reports go to the
-   * file and MQTT), MQTT last but one (drains, says offline). */
+   * file and MQTT), then the pictures of the last clips, MQTT last but one
+   * (drains, says offline). */
   ssae_metrics_http_free(s->http);
-  free(s->params);
   ssae_clips_free(s->clips);
+  ssae_clip_pictures_free(s->pictures); /* after the clips: it draws their last */
+  free(s->params);
   ssae_mqtt_free(s->mqtt);
   if (s->events && !s->events_is_stdout) fclose(s->events);
   if (s->events_is_stdout) fflush(stdout);

@@ -6,6 +6,8 @@
  * Thread context: main thread only (start-up and SIGHUP reload). */
 #include "ssae_service_config.h"
 
+#include "ssae_config.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -350,6 +352,7 @@ static int from_raw(ssae_config *c, const cfg_top *t, ssae_err *err) {
     if (k->pre_roll) c->clips.pre_roll_s = *k->pre_roll;
     if (k->post_roll) c->clips.post_roll_s = *k->post_roll;
     if (k->max_length) c->clips.max_length_s = *k->max_length;
+    if (k->picture) c->clips.picture = *k->picture;
     if (k->keep) {
       if (k->keep->count) c->clips.keep_count = *k->keep->count;
       if (k->keep->age_days) c->clips.keep_age_s = *k->keep->age_days * 86400.0;
@@ -458,6 +461,11 @@ static int check_values(const ssae_config *c, ssae_err *err) {
     if (k->keep_age_s < 0)
       return bad(c, err, "outputs.clips.keep.age_days", "must be >= 0 (0: no limit)");
   }
+  if (k->picture && !SSAE_HAVE_CAIRO)
+    return bad(c, err, "outputs.clips.picture",
+               "this ssae was built without cairo (libcairo2-dev): no pictures");
+  if (k->picture && !k->dir)
+    return bad(c, err, "outputs.clips.picture", "pictures go beside clips: give clips.dir");
   return 0;
 }
 
@@ -584,6 +592,7 @@ int ssae_config_apply(ssae_config *c, const ssae_config_overrides *o,
   }
   if (o->clips_dir && set_str(&c->clips.dir, o->clips_dir))
     return ssae_err_set(err, "out of memory");
+  if (o->clip_pictures) c->clips.picture = 1;
   if (o->events && set_str(&c->events, o->events))
     return ssae_err_set(err, "out of memory");
   if (o->backend && set_str(&c->backend, o->backend))

@@ -72,6 +72,7 @@ typedef struct ssae_config_clips {
   int keep_count;       /* 0: unlimited (default 500) */
   double keep_age_s;    /* 0: unlimited (default 30 days) */
   uint64_t keep_bytes;  /* 0: unlimited (default 2 GiB) */
+  int picture;          /* 1: a `ssae report` picture (.png) beside each clip */
 } ssae_config_clips;
 
 typedef struct ssae_config {
@@ -110,6 +111,7 @@ typedef struct ssae_config_overrides {
   const char *mqtt_url;  /* --mqtt mqtt[s]://HOST:PORT */
   const char *metrics;   /* --metrics HOST:PORT or PORT */
   const char *clips_dir; /* --clips DIR */
+  int clip_pictures;     /* --clip-pictures: 1 sets clips.picture */
   const char *events;    /* --events FILE */
   const char *model;     /* --model M: every machine's model */
   const char *backend;   /* --backend */

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "ssae_clip_pictures.h"
 #include "ssae_clips.h"
 #include "ssae_metrics_http.h"
 #include "ssae_mqtt.h"
@@ -46,6 +47,7 @@ struct ssae_service {
 
   ssae_mqtt *mqtt;
   ssae_clips *clips;
+  ssae_clip_pictures *pictures; /* NULL unless clips.picture */
   ssae_metrics_http *http;
 
   /* The engine for the metrics thread, under eng_mu (cleared by detach);

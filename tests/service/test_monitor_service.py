@@ -11,7 +11,8 @@ for the same file, /metrics accepted by `promtool check metrics` during the
 run, /healthz 200 while the audio runs and 503 once the file has ended (the
 process still up), "offline" after SIGTERM; the alarm's clip holds the input
 from pre-roll before alarm_on to post-roll after alarm_off, sample for
-sample, and its log-mel (`ssae features`) is the input span's.
+sample, and its log-mel (`ssae features`) is the input span's; its `ssae report`
+picture (clips.picture) lies beside it, announced by a clip_picture event.
 
 Run 2: the broker is stopped while a fault plays and started again: no
 window dropped, the alarm raised while it was away arrives afterwards
@@ -150,7 +151,7 @@ def run1(tmp, port, sub):
         f.write("engine: {status_every: 0.5}\n"
                 "outputs:\n  clips:\n    dir: /nonexistent/overridden-by-the-flag\n"
                 "    format: wav\n    pre_roll: 2.048\n"
-                "    post_roll: 1.024\n")
+                "    post_roll: 1.024\n    picture: true\n")
     mport = free_port()
     evf = os.path.join(tmp, "run1.jsonl")
     m = Monitor(["--config", cfg, "--input", wav, "--realtime", "--keep-running",
@@ -207,7 +208,21 @@ def run1(tmp, port, sub):
         print(f"ok  one alarm pair, id {on['id']}, {on['t']} .. {off['t']} s "
               f"(report: {spans})")
         check_clip(tmp, wav, on, off, 2.048, 1.024)
+        check_picture(on, evf)
     print(f"ok  status online/offline, {len(disc)} discovery configs, {len(st)} states")
+
+
+def check_picture(on, evf):
+    """clips.picture: a PNG beside the clip, announced with the alarm's id."""
+    clip = on.get("clip", "")
+    png = os.path.splitext(clip)[0] + ".png"
+    evs = [json.loads(l) for l in open(evf) if '"clip_picture' in l]
+    check(len(evs) == 1 and evs[0]["event"] == "clip_picture" and evs[0]["id"] == on["id"]
+          and evs[0]["picture"] == png and evs[0]["clip"] == clip, f"picture events {evs}")
+    check(os.path.exists(png) and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n",
+          f"no PNG picture at {png}")
+    print(f"ok  the clip's picture {os.path.basename(png)} "
+          f"({os.path.getsize(png) if os.path.exists(png) else 0} bytes)")
 
 
 def check_clip(tmp, wav, on, off, pre, post):
