@@ -133,6 +133,7 @@ struct ssae_audio_stream {
   size_t pcap, pend_n, pend_pos;
   int drain;       /* the last resampler call filled out: it may hold more */
   int eof, flushed, ended;
+  int read_float, read_i16; /* which reader this stream is read with */
   unsigned long long in_frames, out_frames, out_limit;
   ssae_err warning;
 };
@@ -438,7 +439,43 @@ static int check_count(ssae_audio_stream *s, ssae_err *err) {
   return 0;
 }
 
+int ssae_audio_stream_i16(const ssae_audio_stream *s) {
+  return (s->format & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16 && !s->rs && s->streams == 1 &&
+         (s->channel >= 0 || s->ch == 1) && !s->read_float;
+}
+
+long long ssae_audio_read_i16(ssae_audio_stream *s, int16_t *out, size_t max, ssae_err *err) {
+  if (!ssae_audio_stream_i16(s))
+    return ssae_err_set(err, "%s: not readable as 16-bit samples as they are", s->path);
+  s->read_i16 = 1;
+  /* Frames of several channels land in s->in (BLOCK x ch floats hold
+   * BLOCK x ch shorts), the channel picked from them. */
+  short *buf = (short *)(void *)s->in;
+  const int ch = s->ch, pick = s->channel >= 0 ? s->channel : 0;
+  size_t got = 0;
+  while (got < max && !s->ended) {
+    const sf_count_t want = (sf_count_t)(max - got < BLOCK ? max - got : BLOCK);
+    const sf_count_t k = sf_readf_short(s->sf, ch == 1 ? out + got : buf, want);
+    if (k <= 0) {
+      if (sf_error(s->sf))
+        return ssae_err_set(err, "%s: error reading audio: %s", s->path, sf_strerror(s->sf));
+      s->ended = s->eof = 1;
+      if (check_count(s, err)) return -1;
+      break;
+    }
+    if (ch > 1)
+      for (sf_count_t i = 0; i < k; i++) out[got + (size_t)i] = buf[(size_t)i * (size_t)ch + (size_t)pick];
+    s->in_frames += (unsigned long long)k;
+    s->out_frames += (unsigned long long)k;
+    got += (size_t)k;
+  }
+  return (long long)got;
+}
+
 long long ssae_audio_read(ssae_audio_stream *s, float *out, size_t max, ssae_err *err) {
+  if (s->read_i16)
+    return ssae_err_set(err, "%s: read as 16-bit samples: not as floats too", s->path);
+  s->read_float = 1;
   size_t got = 0;
   while (got < max && !s->ended) {
     if (s->pend_pos == s->pend_n) {

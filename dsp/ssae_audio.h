@@ -14,6 +14,7 @@
 #define SSAE_AUDIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ssae_err.h"
 
@@ -82,6 +83,17 @@ const ssae_audio_info *ssae_audio_stream_info(const ssae_audio_stream *s);
  * with a message naming the file. The frames of successive reads joined
  * are bit-identical to ssae_audio_load's data. */
 long long ssae_audio_read(ssae_audio_stream *s, float *out, size_t max, ssae_err *err);
+
+/* 1 when s can be read as 16-bit samples with ssae_audio_read_i16: a
+ * 16-bit PCM file at the target rate, one stream (a channel picked, or a
+ * mono file). */
+int ssae_audio_stream_i16(const ssae_audio_stream *s);
+/* As ssae_audio_read, the samples as the file holds them (v / 32768 is what
+ * ssae_audio_read gives, exactly): no conversion to float and back for a
+ * caller that moves 16-bit PCM on (the GPU front end). A stream is read
+ * with one of the two; -1 with the reason when ssae_audio_stream_i16 says
+ * 0 or the stream was read as floats. */
+long long ssae_audio_read_i16(ssae_audio_stream *s, int16_t *out, size_t max, ssae_err *err);
 
 /* Empty, or the warning about this file so far (see ssae_audio.warning). */
 const char *ssae_audio_stream_warning(const ssae_audio_stream *s);

@@ -397,6 +397,12 @@ int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n) {
   return 1;
 }
 
+int ssae_cuda_fe_set_i16(ssae_cuda_fe *fe, int ch) {
+  if (fe->cfg.pcm != SSAE_FE_PCM_F32 || ch < 0 || ch >= fe->cfg.channels) return 0;
+  fe->packed[ch] = 1;
+  return 1;
+}
+
 size_t ssae_cuda_fe_scores(const ssae_cuda_fe *fe, int ch, const float **scores) {
   *scores = fe->dev ? ssae_fe_dev_scores(fe->dev, ch) : fe->cpu_scores + (size_t)ch * fe->max_rows;
   return fe->ch[ch].n_scores;

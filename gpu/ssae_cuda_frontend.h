@@ -66,6 +66,11 @@ void *ssae_cuda_fe_block(ssae_cuda_fe *fe, int ch);
  * unchanged). The frames are the same either way. May be called for
  * different channels on different threads at once (not during a run). */
 int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n);
+/* Channel ch's block was filled with 16-bit samples (k / 32768 each) at its
+ * start, as ssae_cuda_fe_pack_i16 leaves it: for a reader that gives them
+ * as they are (ssae_audio_read_i16). Float blocks (SSAE_FE_PCM_F32) only;
+ * 0 otherwise. */
+int ssae_cuda_fe_set_i16(ssae_cuda_fe *fe, int ch);
 
 /* One run: channel ch takes n[ch] samples from its block (n[ch] <=
  * max_block); end NULL, or end[ch] != 0 to end channel ch's stream after

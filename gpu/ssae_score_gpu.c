@@ -77,9 +77,13 @@ static void fill_slot(const fill_job *j, int c) {
     }
   }
   float *blk = ssae_cuda_fe_block(l->fe, c);
+  /* 16-bit files as they are: no conversion to float and back. */
+  const int i16 = ssae_audio_stream_i16(s->as);
   size_t got = 0;
   while (got < j->o->block) {
-    long long k = ssae_audio_read(s->as, blk + got, j->o->block - got, &err);
+    long long k = i16 ? ssae_audio_read_i16(s->as, (int16_t *)(void *)blk + got,
+                                            j->o->block - got, &err)
+                      : ssae_audio_read(s->as, blk + got, j->o->block - got, &err);
     if (k < 0) {
       s->error = strdup(err.msg[0] ? err.msg : "read failed");
       l->end[c] = 1;
@@ -95,7 +99,8 @@ static void fill_slot(const fill_job *j, int c) {
   l->n[c] = got;
   s->samples += got;
   /* 16-bit files cross PCIe as 16 bits. */
-  if (got) ssae_cuda_fe_pack_i16(l->fe, c, got);
+  if (got && i16) ssae_cuda_fe_set_i16(l->fe, c);
+  else if (got) ssae_cuda_fe_pack_i16(l->fe, c, got);
 }
 
 static void *fill_thread(void *arg) {

@@ -4,7 +4,8 @@
  * 16 kHz each sine lands in its mel band at the level of the same sine
  * generated at 16 kHz. Mono 16-bit WAV, FLAC and AIFF files longer than the
  * reader's 64 KiB buffer read back exactly, OGG/Vorbis to its sine's band
- * and level. Also: 16-bit samples read as k/32768, bad channel index and
+ * and level. Also: 16-bit samples read as k/32768 (and as they are,
+ * ssae_audio_read_i16), bad channel index and
  * zero-length audio give clear errors. */
 #include <math.h>
 #include <sndfile.h>
@@ -201,6 +202,41 @@ int main(void) {
     unlink(mono);
   }
   free(sine);
+
+  /* 16-bit samples as they are (ssae_audio_read_i16, the GPU front end's
+   * reader): the float reader's samples times 32768, exactly, for a picked
+   * channel of the 8-channel file read in odd pieces; not for a resampled
+   * stream or a mix of several channels; one reader per stream. */
+  {
+    ssae_audio_stream *sf = ssae_audio_open(path, 5, 48000, NULL, &err);
+    ssae_audio_stream *si = ssae_audio_open(path, 5, 48000, NULL, &err);
+    CHECK(sf && si && ssae_audio_stream_i16(si), "i16 stream: %s", err.msg);
+    size_t n = 0, bad = 0;
+    float fb[777];
+    int16_t ib[777];
+    for (size_t piece = 1; sf && si;) {
+      long long kf = ssae_audio_read(sf, fb, piece, &err);
+      long long ki = ssae_audio_read_i16(si, ib, piece, &err);
+      CHECK(kf == ki, "piece of %zu: %lld floats, %lld samples (%s)", piece, kf, ki, err.msg);
+      if (kf <= 0 || kf != ki) break;
+      for (long long i = 0; i < kf; i++) bad += fb[i] != (float)ib[i] / 32768.0f;
+      n += (size_t)kf;
+      piece = piece % 680 + 97; /* 1 ... 776: below the buffers' 777 */
+    }
+    CHECK(n == frames48 && bad == 0, "i16: %zu of %zu frames, %zu differ", n, frames48, bad);
+    CHECK(sf && ssae_audio_read_i16(sf, ib, 10, &err) == -1 && strstr(err.msg, "16-bit"),
+          "i16 after floats: '%s'", err.msg);
+    ssae_audio_close(sf);
+    ssae_audio_close(si);
+    ssae_audio_stream *sr = ssae_audio_open(path, 0, 16000, NULL, &err);
+    ssae_audio_stream *sm = ssae_audio_open(path, SSAE_CHANNEL_MIX, 48000, NULL, &err);
+    CHECK(sr && !ssae_audio_stream_i16(sr), "resampled stream read as 16-bit");
+    CHECK(sm && !ssae_audio_stream_i16(sm), "mix of 8 channels read as 16-bit");
+    CHECK(sr && ssae_audio_read_i16(sr, ib, 10, &err) == -1 && strstr(err.msg, path),
+          "i16 on a resampled stream: '%s'", err.msg);
+    ssae_audio_close(sr);
+    ssae_audio_close(sm);
+  }
 
   /* Bad requests name the file and the reason. */
   CHECK(ssae_audio_load(path, 8, 0, &a, &err) == -1 && strstr(err.msg, path) &&
