@@ -1,6 +1,7 @@
 /* Model files (SPEC section 3): safetensors with the state_dict tensors and
  * string metadata. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -250,15 +251,24 @@ ssae_model *ssae_model_load_mem(const void *buf, size_t len, const char *name, s
 }
 
 ssae_model *ssae_model_load(const char *path, ssae_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
+  /* Opened without waiting: a FIFO (or a device) named as the model would
+   * block a plain open until some writer came; it is refused below. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     ssae_err_set(err, "%s: cannot open model: %s", path, strerror(errno));
     return NULL;
   }
   struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(f);
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
     ssae_err_set(err, "%s: not a regular file", path);
+    return NULL;
+  }
+  FILE *f = NULL;
+  const int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0 || !(f = fdopen(fd, "rb"))) {
+    ssae_err_set(err, "%s: cannot open model: %s", path, strerror(errno));
+    close(fd);
     return NULL;
   }
   if ((uint64_t)sb.st_size > MODEL_FILE_MAX) {

@@ -345,6 +345,17 @@ def test_small(d, good):
         check(p.returncode == 1 and "not a regular file" in err(p), "info FIFO refused")
     except subprocess.TimeoutExpired:
         check(False, "info FIFO blocked")
+    # --model FIFO: every command that loads a model refuses it at once
+    # (the loader opens without waiting for a writer).
+    for args in (["score", "--model", fifo, good[0]],
+                 ["report", "--model", fifo, good[0], "-o", os.path.join(d, "f.png")],
+                 ["monitor", "--model", fifo, "--input", good[0]]):
+        try:
+            p = run(args, timeout=20)
+            check(p.returncode == 1 and "not a regular file" in err(p),
+                  f"{args[0]} --model FIFO: exit {p.returncode} {err(p)!r}")
+        except subprocess.TimeoutExpired:
+            check(False, f"{args[0]} --model FIFO blocked")
     # --threshold 0: refused alike.
     for args in (["eval", "--normal", good[0], "--anomaly", good[1]],
                  ["report", good[0], "-o", os.path.join(d, "t.png")],
