@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ssae_json.h"
 #include "ssae_shard.h"
 
 /* One expansion for every command and for the shard list (ssae_shard.h), so
@@ -15,33 +16,12 @@ int ssae_cli_collect(char *const *args, int n, char ***paths, size_t *count,
 
 void ssae_cli_free_paths(char **paths, size_t count) { ssae_paths_free(paths, count); }
 
-/* Length of the valid UTF-8 sequence at s (1-4), 0 when s does not start
- * one (overlong forms, surrogates and code points past U+10FFFF refused). */
-static int utf8_len(const unsigned char *s) {
-  unsigned c = s[0];
-  int n;
-  unsigned cp;
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) n = 2, cp = c & 0x1f;
-  else if (c >= 0xe0 && c <= 0xef) n = 3, cp = c & 0x0f;
-  else if (c >= 0xf0 && c <= 0xf4) n = 4, cp = c & 0x07;
-  else return 0;
-  for (int i = 1; i < n; i++) {
-    if ((s[i] & 0xc0) != 0x80) return 0;
-    cp = cp << 6 | (s[i] & 0x3f);
-  }
-  if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-      (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-    return 0;
-  return n;
-}
-
 void ssae_cli_json_str(FILE *f, const char *str) {
   const unsigned char *s = (const unsigned char *)str;
   fputc('"', f);
   while (*s) {
     unsigned char c = *s;
-    int n = utf8_len(s);
+    int n = ssae_utf8_len(s);
     if (!n) {
       fputs("\\ufffd", f);
       s++;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ssae_json.h"
 #include "ssae_outfile.h"
 
 #define SINK_MAX_CH 4096
@@ -153,17 +154,18 @@ void ssae_evsink_note(ssae_evsink *s, double t, const char *event,
                    t, event);
   if (n < 0) return;
   used = (size_t)n;
-  for (const char *p = msg; p && *p && used + 8 < sizeof line; p++) {
-    unsigned char c = (unsigned char)*p;
-    if (c == '"' || c == '\\') {
-      line[used++] = '\\';
-      line[used++] = (char)c;
-    } else if (c < 0x20) {
-      used += (size_t)snprintf(line + used, sizeof line - used, "\\u%04x", c);
-    } else {
-      line[used++] = (char)c;
-    }
+  /* The message escaped (invalid UTF-8 as U+FFFD: the line stays JSON),
+   * shortened at a character boundary until it fits. */
+  char raw[1024];
+  snprintf(raw, sizeof raw, "%s", msg ? msg : "");
+  size_t rl = strlen(raw);
+  int k;
+  while ((k = ssae_json_escape(line, sizeof line - 4, used, raw)) < 0 && rl > 0) {
+    rl = rl > 64 ? rl - 64 : 0;
+    while (rl && ((unsigned char)raw[rl] & 0xc0) == 0x80) rl--;
+    raw[rl] = 0;
   }
+  if (k >= 0) used = (size_t)k;
   n = snprintf(line + used, sizeof line - used, "\"}\n");
   if (n > 0) used += (size_t)n;
   pthread_mutex_lock(&s->mu);

@@ -2,6 +2,8 @@
  * worker thread. */
 #include "ssae_service_events.h"
 
+#include "ssae_json.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,20 +129,9 @@ int ssae_json_put_str(char *buf, size_t len, size_t used, const char *key,
   int n = snprintf(buf + used, len - used, ",\"%s\":\"", key);
   if (n < 0 || (size_t)n >= len - used) return -1;
   used += (size_t)n;
-  for (const char *s = value ? value : ""; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    char tmp[8];
-    int k;
-    if (ch == '"' || ch == '\\')
-      k = snprintf(tmp, sizeof tmp, "\\%c", ch);
-    else if (ch < 0x20)
-      k = snprintf(tmp, sizeof tmp, "\\u%04x", ch);
-    else
-      k = snprintf(tmp, sizeof tmp, "%c", ch);
-    if ((size_t)k >= len - used) return -1;
-    memcpy(buf + used, tmp, (size_t)k);
-    used += (size_t)k;
-  }
+  n = ssae_json_escape(buf, len, used, value);
+  if (n < 0) return -1;
+  used = (size_t)n;
   if (used + 2 > len) return -1;
   buf[used++] = '"';
   buf[used] = 0;
