@@ -324,12 +324,15 @@ class Model:
             warnings.warn(self._lib.ssae_api_model_fallback_msg(self._h).decode(),
                           RuntimeWarning, stacklevel=3)
 
+    def _window_shape(self, s):
+        """(n, frames * n_mels) or (n, frames, n_mels)."""
+        return (len(s) == 2 and s[1] == self.window_size) or \
+            (len(s) == 3 and s[1] == self.frames and s[2] == self.n_mels)
+
     def _windows(self, windows, what):
         a = _Arg(windows, what, (2, 3))
         s = a.shape
-        ok = (len(s) == 2 and s[1] == self.window_size) or \
-             (len(s) == 3 and s[1] == self.frames and s[2] == self.n_mels)
-        if not ok:
+        if not self._window_shape(s):
             raise ValueError("%s: shape %s, expected (n, %d) or (n, %d, %d)"
                              % (what, tuple(s), self.window_size, self.frames, self.n_mels))
         return a
@@ -389,8 +392,7 @@ class Model:
                 not self._h):
             return None
         s = x.shape
-        if not ((len(s) == 2 and s[1] == self.window_size) or
-                (len(s) == 3 and s[1] == self.frames and s[2] == self.n_mels)):
+        if not self._window_shape(s):
             return None
         dev = x.get_device()
         if dev != torch.cuda.current_device():

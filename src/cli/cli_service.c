@@ -548,10 +548,10 @@ static void reload(ssae_cli_service *s) {
    * usual case), else machine 0's and a word that they differ. */
   int same = 1;
   for (int i = 1; i < n; i++)
-    same &= memcmp(&p[i], &p[0], sizeof p[0]) == 0 ||
-            (isnan(p[i].threshold) && isnan(p[0].threshold) &&
-             p[i].smoothing_s == p[0].smoothing_s && p[i].on_count == p[0].on_count &&
-             p[i].off_count == p[0].off_count);
+    same &= ((isnan(p[i].threshold) && isnan(p[0].threshold)) ||
+             p[i].threshold == p[0].threshold) &&
+            p[i].smoothing_s == p[0].smoothing_s && p[i].on_count == p[0].on_count &&
+            p[i].off_count == p[0].off_count;
   char thr[32];
   if (isfinite(p[0].threshold) && p[0].threshold > 0)
     snprintf(thr, sizeof thr, "%.6g", p[0].threshold);

@@ -1,5 +1,6 @@
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -17,24 +18,22 @@ int ssae_cli_collect(char *const *args, int n, char ***paths, size_t *count,
 void ssae_cli_free_paths(char **paths, size_t count) { ssae_paths_free(paths, count); }
 
 void ssae_cli_json_str(FILE *f, const char *str) {
-  const unsigned char *s = (const unsigned char *)str;
+  /* Through ssae_json_escape in pieces (paths have no length bound), each
+   * cut where no UTF-8 sequence is split. */
+  enum { PIECE = 512 };
+  char raw[PIECE + 1], esc[6 * PIECE + 1];
+  size_t left = strlen(str);
   fputc('"', f);
-  while (*s) {
-    unsigned char c = *s;
-    int n = ssae_utf8_len(s);
-    if (!n) {
-      fputs("\\ufffd", f);
-      s++;
-    } else if (c == '"' || c == '\\') {
-      fprintf(f, "\\%c", c);
-      s++;
-    } else if (c < 0x20 || c == 0x7f) {
-      fprintf(f, "\\u%04x", c);
-      s++;
-    } else {
-      fwrite(s, 1, (size_t)n, f);
-      s += n;
-    }
+  while (left) {
+    size_t k = left < PIECE ? left : PIECE;
+    if (k < left)
+      while (k > PIECE - 3 && ((unsigned char)str[k] & 0xc0) == 0x80) k--;
+    memcpy(raw, str, k);
+    raw[k] = 0;
+    const int n = ssae_json_escape(esc, sizeof esc, 0, raw);
+    if (n > 0) fwrite(esc, 1, (size_t)n, f);
+    str += k;
+    left -= k;
   }
   fputc('"', f);
 }
