@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ssae_cpu.h"
 #include "ssae_cuda_frontend_dev.h"
@@ -20,7 +21,9 @@
 
 typedef struct {
   uint64_t n_in, next_t, seen; /* samples and frames of the stream so far */
-  float *hist;                 /* the newest hh samples (n_in - hh ... n_in - 1) */
+  uint64_t origin;             /* ring input: the ring position of the stream's sample 0 */
+  float *hist;                 /* the newest hh samples (n_in - hh ... n_in - 1);
+                                  NULL with ring input, where the ring keeps them */
   size_t hh;
   size_t n_scores, n_frames, carry; /* the last run's results */
 } fe_chan;
@@ -32,6 +35,11 @@ struct ssae_cuda_fe {
   size_t max_fr, max_rows, hist_cap;
   fe_chan *ch;
   unsigned char *packed; /* channel's block holds int16 this run (ssae_cuda_fe_pack_i16) */
+  /* Ring input (cfg.ring_len): channels x ring_len floats, page-aligned;
+   * ring_pos: this run's first position per channel. */
+  float *ring;
+  size_t ring_bytes;
+  const uint64_t *ring_pos;
   ssae_fe_dev *dev;
   long fail_after, runs;
   ssae_err note;
@@ -79,7 +87,8 @@ void ssae_cuda_fe_free(ssae_cuda_fe *fe) {
     for (int i = 0; i < fe->cfg.channels; i++) free(fe->ch[i].hist);
   free(fe->ch);
   free(fe->packed);
-  ssae_fe_dev_free(fe->dev);
+  ssae_fe_dev_free(fe->dev); /* unpins the ring before it goes */
+  free(fe->ring);
   if (fe->lb_ready) ssae_lmbatch_release(&fe->lb);
   ssae_cpu_free(fe->cpu);
   free(fe->cpu_blocks);
@@ -145,7 +154,8 @@ static int start_device(ssae_cuda_fe *fe, const ssae_model *m, ssae_err *err) {
       .n_mels = fe->feat.n_mels, .power = fe->feat.power, .win = fe->lb.win,
       .mel_start = mel_i, .mel_len = mel_i + M, .mel_off = mel_i + 2 * M, .mel_w = bank->w,
       .mel_nw = (int)n_w, .M = (int)M, .F = (int)F, .L = (int)L, .S = (int)S, .encT = encT,
-      .enc_b = enc_b, .B = B, .bnT = bnT, .bn_b = bn_b, .D = D, .dec_b = dec_b};
+      .enc_b = enc_b, .B = B, .bnT = bnT, .bn_b = bn_b, .D = D, .dec_b = dec_b,
+      .ext_in = fe->ring, .ext_in_bytes = fe->ring_bytes};
   fe->dev = ssae_fe_dev_new(&g, err);
   free(mel_i);
   free(w);
@@ -182,11 +192,35 @@ ssae_cuda_fe *ssae_cuda_fe_new(const ssae_model *m, const ssae_cuda_fe_cfg *cfg,
   const char *fa = getenv("SSAE_CUDA_FAIL_AFTER");
   if (fa && *fa) fe->fail_after = strtol(fa, NULL, 10);
   const size_t nc = (size_t)cfg->channels;
+  const size_t rl = cfg->ring_len;
+  if (rl && ((rl & (rl - 1)) || rl < cfg->max_block + fe->hist_cap || cfg->pcm != SSAE_FE_PCM_F32 ||
+             rl > ((size_t)1 << 30) / nc)) {
+    ssae_err_set(err, "GPU front end: ring of %zu samples: it must be a power of two of at "
+                      "least %zu (a block and the stream history) holding floats, and at most "
+                      "2^30 samples in all", rl, cfg->max_block + fe->hist_cap);
+    ssae_cuda_fe_free(fe);
+    return NULL;
+  }
   fe->ch = calloc(nc, sizeof *fe->ch);
   fe->packed = calloc(nc, 1);
   if (!fe->ch || !fe->packed) goto oom;
-  for (size_t i = 0; i < nc; i++)
-    if (!(fe->ch[i].hist = malloc(sizeof(float) * fe->hist_cap))) goto oom;
+  if (rl) {
+    /* Page-aligned (the device page-locks it), zeroed now: no page faults on
+     * the audio thread that writes it. Large rings in huge pages where the
+     * system has them: a block writes a little into every channel's row,
+     * and with 4 KB pages each row is a TLB miss (at 8,192 channels, about
+     * a millisecond per block on the H100 host's Xeon). */
+    const size_t align = nc * rl * sizeof(float) >= ((size_t)4 << 20) ? (size_t)2 << 20 : 4096;
+    fe->ring_bytes = (nc * rl * sizeof(float) + align - 1) & ~(align - 1);
+    if (!(fe->ring = aligned_alloc(align, fe->ring_bytes))) goto oom;
+#ifdef MADV_HUGEPAGE
+    if (align > 4096) madvise(fe->ring, fe->ring_bytes, MADV_HUGEPAGE);
+#endif
+    memset(fe->ring, 0, fe->ring_bytes);
+  } else {
+    for (size_t i = 0; i < nc; i++)
+      if (!(fe->ch[i].hist = malloc(sizeof(float) * fe->hist_cap))) goto oom;
+  }
   if (ssae_lmbatch_init(&fe->lb, &m->feat, err)) {
     fe->lb_ready = 1;
     ssae_cuda_fe_free(fe);
@@ -204,7 +238,9 @@ ssae_cuda_fe *ssae_cuda_fe_new(const ssae_model *m, const ssae_cuda_fe_cfg *cfg,
     ssae_cuda_fe_free(fe);
     return NULL;
   }
-  if (cfg->cpu) {
+  if (cfg->cpu && rl) {
+    /* The ring is the CPU path's input too. */
+  } else if (cfg->cpu) {
     fe->cpu_blocks = malloc(cfg->max_block * nc * (cfg->pcm == SSAE_FE_PCM_I16 ? 2 : 4));
     if (!fe->cpu_blocks) goto oom;
   } else if (start_device(fe, m, err)) {
@@ -219,18 +255,43 @@ oom:
 }
 
 void *ssae_cuda_fe_block(ssae_cuda_fe *fe, int ch) {
+  if (fe->ring) return NULL;
   if (fe->dev) return ssae_fe_dev_block(fe->dev, ch);
   return (char *)fe->cpu_blocks +
          (size_t)ch * fe->cfg.max_block * (fe->cfg.pcm == SSAE_FE_PCM_I16 ? 2 : 4);
 }
 
 size_t ssae_cuda_fe_max_frames(const ssae_cuda_fe *fe) { return fe->max_fr; }
+
+float *ssae_cuda_fe_ring(ssae_cuda_fe *fe, int ch) {
+  if (!fe->ring || ch < 0 || ch >= fe->cfg.channels) return NULL;
+  return fe->ring + (size_t)ch * fe->cfg.ring_len;
+}
+
+size_t ssae_cuda_fe_ring_keep(const ssae_cuda_fe *fe) { return fe->hist_cap; }
+
+void ssae_cuda_fe_reset(ssae_cuda_fe *fe, int ch) {
+  if (ch < 0 || ch >= fe->cfg.channels) return;
+  fe_chan *c = &fe->ch[ch];
+  c->n_in = c->next_t = c->seen = c->hh = 0;
+  c->n_scores = c->n_frames = c->carry = 0;
+}
+
+size_t ssae_cuda_fe_new_frames(const ssae_cuda_fe *fe, int ch) { return fe->ch[ch].n_frames; }
 int ssae_cuda_fe_on_gpu(const ssae_cuda_fe *fe) { return fe->dev != NULL; }
 const char *ssae_cuda_fe_note(const ssae_cuda_fe *fe) { return fe->note.msg; }
 
 /* Samples n - k ... n - 1 of channel ch's block of n as floats: where they
- * lie for a float block, else only those k converted into fe->blk. */
+ * lie for a float block, else only those k converted into fe->blk (ring
+ * input: copied out of the ring, which may wrap). */
 static const float *block_tail_f32(ssae_cuda_fe *fe, int ch, size_t n, size_t k) {
+  if (fe->ring) {
+    const float *row = ssae_cuda_fe_ring(fe, ch);
+    const size_t mask = fe->cfg.ring_len - 1;
+    const uint64_t p = fe->ring_pos[ch] + (n - k);
+    for (size_t i = 0; i < k; i++) fe->blk[i] = row[(p + i) & mask];
+    return fe->blk;
+  }
   const void *src = ssae_cuda_fe_block(fe, ch);
   if (fe->cfg.pcm == SSAE_FE_PCM_F32 && !fe->packed[ch]) return (const float *)src + (n - k);
   const int16_t *s = (const int16_t *)src + (n - k);
@@ -243,10 +304,14 @@ static const float *block_f32(ssae_cuda_fe *fe, int ch, size_t n) {
   return block_tail_f32(fe, ch, n, n);
 }
 
-/* Sample j of a stream whose copy holds samples n_in - hh ... n_in - 1 and
- * whose current block (blk, NULL: none) follows them. */
-static float sample(const fe_chan *c, const float *blk, int64_t j) {
+/* Sample j of a stream whose copy holds samples n_in - hh ... n_in - 1 (or
+ * whose ring does) and whose current block (blk, NULL: none) follows them. */
+static float sample(const ssae_cuda_fe *fe, const fe_chan *c, const float *blk, int64_t j) {
   if ((uint64_t)j >= c->n_in) return blk[(uint64_t)j - c->n_in];
+  if (fe->ring) {
+    const size_t ch = (size_t)(c - fe->ch);
+    return fe->ring[ch * fe->cfg.ring_len + ((c->origin + (uint64_t)j) & (fe->cfg.ring_len - 1))];
+  }
   return c->hist[(uint64_t)j - (c->n_in - c->hh)];
 }
 
@@ -261,10 +326,10 @@ static void cpu_frame(ssae_cuda_fe *fe, const fe_chan *c, const float *blk, uint
   for (int i = 0; i < fe->n_fft; i++) {
     const int64_t j = start + i;
     float v;
-    if (j >= 0 && j < n) v = sample(c, blk, j);
+    if (j >= 0 && j < n) v = sample(fe, c, blk, j);
     else if (!reflect) v = 0.0f;
-    else if (!ended && j < 0) v = sample(c, blk, -j);
-    else v = sample(c, blk, (int64_t)ssae_lm_reflect_index(j, n_total));
+    else if (!ended && j < 0) v = sample(fe, c, blk, -j);
+    else v = sample(fe, c, blk, (int64_t)ssae_lm_reflect_index(j, n_total));
     frame[i] = v;
   }
   if (ssae_lmbatch_add(b, frame, out)) ssae_lmbatch_run(b);
@@ -312,14 +377,19 @@ static void keep_history(ssae_cuda_fe *fe, int ch, size_t n) {
   c->hh = old + n;
 }
 
-int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end, ssae_err *err) {
+/* One run; pos: ring input's first positions (NULL: blocks). */
+static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const unsigned char *end,
+               ssae_err *err) {
   const int nc = fe->cfg.channels;
   for (int i = 0; i < nc; i++)
     if (n[i] > fe->cfg.max_block)
       return ssae_err_set(err, "GPU front end: %zu samples for channel %d, at most %zu", n[i], i,
                           fe->cfg.max_block);
+  fe->ring_pos = pos;
+  const long long blk_len = (long long)fe->cfg.max_block;
   for (int i = 0; i < nc; i++) {
     fe_chan *c = &fe->ch[i];
+    if (pos) c->origin = pos[i] - c->n_in;
     uint64_t t0, t1;
     run_frames(fe, c, n[i], end && end[i], &t0, &t1);
     c->carry = c->seen < (uint64_t)(fe->F - 1) ? (size_t)c->seen : (size_t)(fe->F - 1);
@@ -338,6 +408,18 @@ int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end
       d->carry = (int)c->carry;
       d->keep = (int)(after < (uint64_t)fe->n_fft ? after : (uint64_t)fe->n_fft);
       d->i16 = fe->cfg.pcm == SSAE_FE_PCM_I16 || fe->packed[i];
+      if (pos) {
+        d->src_row = (long long)i * (long long)fe->cfg.ring_len;
+        d->src_pos = (long long)(pos[i] & (fe->cfg.ring_len - 1));
+        d->src_mask = (long long)fe->cfg.ring_len - 1;
+      } else {
+        /* In units of the block's samples: int16 packed into a float block
+         * starts at twice the float offset. */
+        const int packed = fe->cfg.pcm == SSAE_FE_PCM_F32 && fe->packed[i];
+        d->src_row = (long long)i * blk_len * (packed ? 2 : 1);
+        d->src_pos = 0;
+        d->src_mask = -1;
+      }
     }
   }
   if (fe->dev) {
@@ -346,12 +428,17 @@ int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end
     if (ssae_fe_dev_run(fe->dev, poison, &derr)) {
       /* To the CPU for good; this run again there, from the host copy. */
       fe->note = derr;
-      /* The caller's samples move to the CPU blocks first. */
-      const size_t bytes = fe->cfg.max_block * (fe->cfg.pcm == SSAE_FE_PCM_I16 ? 2 : 4);
-      fe->cpu_blocks = malloc(bytes * (size_t)nc);
-      if (!fe->cpu_blocks) return ssae_err_set(err, "%s; no memory to go on on the CPU", derr.msg);
-      for (int i = 0; i < nc; i++)
-        memcpy((char *)fe->cpu_blocks + bytes * (size_t)i, ssae_fe_dev_block(fe->dev, i), bytes);
+      /* The caller's samples move to the CPU blocks first (the ring is
+       * the caller's input on the CPU as well). */
+      if (!fe->ring) {
+        const size_t bytes = fe->cfg.max_block * (fe->cfg.pcm == SSAE_FE_PCM_I16 ? 2 : 4);
+        fe->cpu_blocks = malloc(bytes * (size_t)nc);
+        if (!fe->cpu_blocks)
+          return ssae_err_set(err, "%s; no memory to go on on the CPU", derr.msg);
+        for (int i = 0; i < nc; i++)
+          memcpy((char *)fe->cpu_blocks + bytes * (size_t)i, ssae_fe_dev_block(fe->dev, i),
+                 bytes);
+      }
       ssae_fe_dev_free(fe->dev);
       fe->dev = NULL;
     }
@@ -366,16 +453,28 @@ int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end
     }
     c->next_t += c->n_frames;
     c->seen += c->n_frames;
-    if (n[i]) keep_history(fe, i, n[i]);
+    if (n[i] && !fe->ring) keep_history(fe, i, n[i]);
     c->n_in += n[i];
     if (e) c->n_in = c->next_t = c->seen = c->hh = 0;
   }
   memset(fe->packed, 0, (size_t)nc);
+  fe->ring_pos = NULL;
   return 0;
 }
 
+int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end, ssae_err *err) {
+  if (fe->ring) return ssae_err_set(err, "GPU front end: ring input runs through ssae_cuda_fe_run_ring");
+  return run(fe, NULL, n, end, err);
+}
+
+int ssae_cuda_fe_run_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
+                          const unsigned char *end, ssae_err *err) {
+  if (!fe->ring || !pos) return ssae_err_set(err, "GPU front end: not made for ring input");
+  return run(fe, pos, n, end, err);
+}
+
 int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n) {
-  if (fe->cfg.pcm != SSAE_FE_PCM_F32 || n > fe->cfg.max_block) return 0;
+  if (fe->cfg.pcm != SSAE_FE_PCM_F32 || fe->ring || n > fe->cfg.max_block) return 0;
   float *x = ssae_cuda_fe_block(fe, ch);
   /* Every sample k/32768 with k a 16-bit integer: exact either way. */
   int ok = 1;
@@ -398,7 +497,7 @@ int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n) {
 }
 
 int ssae_cuda_fe_set_i16(ssae_cuda_fe *fe, int ch) {
-  if (fe->cfg.pcm != SSAE_FE_PCM_F32 || ch < 0 || ch >= fe->cfg.channels) return 0;
+  if (fe->cfg.pcm != SSAE_FE_PCM_F32 || fe->ring || ch < 0 || ch >= fe->cfg.channels) return 0;
   fe->packed[ch] = 1;
   return 1;
 }

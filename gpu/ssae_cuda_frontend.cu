@@ -43,6 +43,7 @@ struct dev_tables {
 
 struct dev_params {
   int channels, n_fft, hop, half, center, reflect, pow2, log2n, n_bins, n_mels, pcm_i16;
+  int staged; /* the caller's ring (ext_in): this run's samples were copied to d_stage */
   double power;
   int M, F, L, S, max_rows;
   size_t max_block, buf_stride;
@@ -60,7 +61,14 @@ struct ssae_fe_dev {
   /* The input blocks: page-locked and mapped, read by fe_append straight
    * over PCIe (only the samples each channel brings; no staging copy). */
   void *h_in, *d_in_map;
+  int ext_registered; /* h_in is the caller's memory (cfg.ext_in), page-locked here */
   float *d_buf[2];
+  /* With the caller's ring: each run's new samples, channels x max_block,
+   * copied in by the copy engine (rows of a ring: 2D copies, one or two
+   * per run of channels that share their positions), which moves them
+   * over PCIe several times faster than the kernel's reads of mapped
+   * memory (a few bytes per thread in flight). */
+  float *d_stage;
   int cur; /* which d_buf holds the hist */
   ssae_fe_desc *d_desc, *h_desc;
   float *d_rows, *d_cache_rows, *h_rows;
@@ -89,12 +97,16 @@ __global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in
   const int c = blockIdx.y;
   const ssae_fe_desc d = desc[c];
   float *dst = buf + (size_t)c * p.buf_stride + d.hlen;
-  const char *blk = (const char *)in + (size_t)c * p.max_block * (p.pcm_i16 ? 2 : 4);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d.n; i += gridDim.x * blockDim.x) {
+    if (p.staged) {
+      dst[i] = ((const float *)in)[(size_t)c * p.max_block + i];
+      continue;
+    }
+    const long long j = d.src_row + ((d.src_pos + i) & d.src_mask);
     if (d.i16)
-      dst[i] = (float)((const int16_t *)blk)[i] * (1.0f / 32768.0f);
+      dst[i] = (float)((const int16_t *)in)[j] * (1.0f / 32768.0f);
     else
-      dst[i] = ((const float *)blk)[i];
+      dst[i] = ((const float *)in)[j];
   }
 }
 
@@ -305,12 +317,14 @@ extern "C" void ssae_fe_dev_free(ssae_fe_dev *d) {
   cudaFree(d->d_buf[0]);
   cudaFree(d->d_buf[1]);
   cudaFree(d->d_desc);
+  cudaFree(d->d_stage);
   cudaFree(d->d_rows);
   cudaFree(d->d_cache_rows);
   cudaFree(d->d_codes);
   cudaFree(d->d_cache_codes);
   cudaFree(d->d_scores);
-  cudaFreeHost(d->h_in);
+  if (d->ext_registered) cudaHostUnregister(d->cfg.ext_in);
+  else cudaFreeHost(d->h_in);
   cudaFreeHost(d->h_desc);
   cudaFreeHost(d->h_rows);
   cudaFreeHost(d->h_scores);
@@ -438,6 +452,9 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess) e = cudaMalloc(&d->d_buf[0], sizeof(float) * ch * p.buf_stride);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_buf[1], sizeof(float) * ch * p.buf_stride);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_desc, sizeof(ssae_fe_desc) * ch);
+  p.staged = cfg->ext_in != NULL;
+  if (e == cudaSuccess && p.staged)
+    e = cudaMalloc(&d->d_stage, sizeof(float) * ch * cfg->max_block);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_rows, sizeof(float) * rows * (size_t)p.M);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_codes, sizeof(double) * rows * (size_t)p.S);
   if (e == cudaSuccess && cache)
@@ -445,8 +462,16 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess && cache)
     e = cudaMalloc(&d->d_cache_codes, sizeof(double) * cache * (size_t)p.S);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_scores, sizeof(float) * rows);
-  if (e == cudaSuccess)
+  if (e == cudaSuccess && cfg->ext_in) {
+    e = cudaHostRegister(cfg->ext_in, cfg->ext_in_bytes,
+                         cudaHostRegisterMapped | cudaHostRegisterPortable);
+    if (e == cudaSuccess) {
+      d->ext_registered = 1;
+      d->h_in = cfg->ext_in;
+    }
+  } else if (e == cudaSuccess) {
     e = cudaHostAlloc(&d->h_in, in_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  }
   if (e == cudaSuccess) e = cudaHostGetDevicePointer(&d->d_in_map, d->h_in, 0);
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_desc, sizeof(ssae_fe_desc) * ch);
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_scores, sizeof(float) * rows);
@@ -471,6 +496,7 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
 }
 
 extern "C" void *ssae_fe_dev_block(ssae_fe_dev *d, int ch) {
+  if (d->ext_registered) return NULL;
   return (char *)d->h_in + (size_t)ch * d->cfg.max_block * (d->cfg.pcm_i16 ? 2 : 4);
 }
 
@@ -500,9 +526,33 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err) {
                      cudaMemcpyHostToDevice, s),
      "descriptor copy");
   float *cur = d->d_buf[d->cur], *next = d->d_buf[1 - d->cur];
+  if (max_n && p.staged) {
+    /* Runs of channels whose samples lie at the same place in their rows. */
+    const size_t len = (size_t)(d->h_desc[0].src_mask + 1), row = sizeof(float) * len;
+    for (int c0 = 0; c0 < ch;) {
+      const ssae_fe_desc *g = &d->h_desc[c0];
+      int c1 = c0 + 1;
+      while (c1 < ch && d->h_desc[c1].n == g->n && d->h_desc[c1].src_pos == g->src_pos) c1++;
+      if (g->n) {
+        const size_t at = (size_t)g->src_pos, n = (size_t)g->n, first = len - at < n ? len - at : n;
+        const float *src = (const float *)d->h_in + (size_t)c0 * len;
+        float *dst = d->d_stage + (size_t)c0 * p.max_block;
+        CK(cudaMemcpy2DAsync(dst, sizeof(float) * p.max_block, src + at, row, sizeof(float) * first,
+                             (size_t)(c1 - c0), cudaMemcpyHostToDevice, s),
+           "sample copy");
+        if (first < n)
+          CK(cudaMemcpy2DAsync(dst + first, sizeof(float) * p.max_block, src, row,
+                               sizeof(float) * (n - first), (size_t)(c1 - c0),
+                               cudaMemcpyHostToDevice, s),
+             "sample copy");
+      }
+      c0 = c1;
+    }
+  }
   if (max_n) {
     dim3 grid((unsigned)((max_n + 255) / 256 < 64 ? (max_n + 255) / 256 : 64), (unsigned)ch);
-    fe_append<<<grid, poison ? 0 : 256, 0, s>>>(p, d->d_desc, d->d_in_map, cur);
+    fe_append<<<grid, poison ? 0 : 256, 0, s>>>(p, d->d_desc, p.staged ? d->d_stage : d->d_in_map,
+                                                 cur);
     CK(cudaGetLastError(), "append launch");
   }
   if (p.F > 1) {

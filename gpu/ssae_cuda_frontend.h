@@ -44,6 +44,13 @@ typedef struct ssae_cuda_fe_cfg {
   int device;       /* CUDA device index */
   int cpu;          /* 1: run on the CPU only (the reference; hosts without a GPU) */
   int keep_frames;  /* 1: also return the log-mel frames (tests, pictures) */
+  /* 0: each run's samples are in the per-run blocks (ssae_cuda_fe_block,
+   * ssae_cuda_fe_run). Else ring input (a live engine): each channel has a
+   * circular buffer of ring_len float samples (a power of two, at least
+   * max_block + ssae_cuda_fe_ring_keep), page-locked, that the device reads
+   * where the caller wrote them (ssae_cuda_fe_ring, ssae_cuda_fe_run_ring):
+   * no staging copy, and the CPU path's copy of each stream is the ring. */
+  size_t ring_len;
 } ssae_cuda_fe_cfg;
 
 typedef struct ssae_cuda_fe ssae_cuda_fe;
@@ -56,7 +63,8 @@ ssae_cuda_fe *ssae_cuda_fe_new(const ssae_model *m, const ssae_cuda_fe_cfg *cfg,
 void ssae_cuda_fe_free(ssae_cuda_fe *fe);
 
 /* Where the caller puts channel ch's samples for the next run: max_block
- * samples of the cfg's format (page-locked memory on the GPU path). */
+ * samples of the cfg's format (page-locked memory on the GPU path). NULL
+ * with ring input. */
 void *ssae_cuda_fe_block(ssae_cuda_fe *fe, int ch);
 
 /* For a float front end: when each of channel ch's first n samples is
@@ -84,6 +92,28 @@ int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end
  * *frames NULL). */
 size_t ssae_cuda_fe_scores(const ssae_cuda_fe *fe, int ch, const float **scores);
 size_t ssae_cuda_fe_frames(const ssae_cuda_fe *fe, int ch, const float **frames);
+
+/* Ring input (cfg.ring_len): channel ch's circular buffer, ring_len floats;
+ * sample position p (any 64-bit count) lies at [p & (ring_len - 1)]. NULL
+ * without ring input. The memory stays valid for the object's life (also
+ * after a move to the CPU). */
+float *ssae_cuda_fe_ring(ssae_cuda_fe *fe, int ch);
+/* Samples before a run's first position that must stay unchanged until the
+ * next run (the CPU path reads them after a CUDA error): the writer may
+ * fill position p once p < (that run's first position) + ring_len - keep. */
+size_t ssae_cuda_fe_ring_keep(const ssae_cuda_fe *fe);
+/* One run on ring input: channel ch takes n[ch] samples from positions
+ * pos[ch] ... pos[ch] + n[ch] - 1 of its ring (each channel's positions
+ * follow on from its previous run's, until its stream ends or is reset).
+ * Otherwise as ssae_cuda_fe_run. */
+int ssae_cuda_fe_run_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
+                          const unsigned char *end, ssae_err *err);
+
+/* Channel ch forgets its stream without the end padding (samples were lost
+ * in between): its next samples start a new stream. Between runs. */
+void ssae_cuda_fe_reset(ssae_cuda_fe *fe, int ch);
+/* Frames the last run made on channel ch (kept or not). */
+size_t ssae_cuda_fe_new_frames(const ssae_cuda_fe *fe, int ch);
 
 /* Frames a channel can produce in one run, at most. */
 size_t ssae_cuda_fe_max_frames(const ssae_cuda_fe *fe);

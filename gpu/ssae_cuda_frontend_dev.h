@@ -31,12 +31,23 @@ typedef struct ssae_fe_desc {
   int carry;      /* frames (and codes) before t0 kept from earlier runs, <= F-1 */
   int keep;       /* samples of hist after this run (min(n_fft, n_in + n)) */
   int i16;        /* this run's block holds int16 samples (else float) */
+  /* Where the new samples lie in the input memory, in units of their type:
+   * sample i at src_row + ((src_pos + i) & src_mask) (a block: its start,
+   * 0, all ones; a ring: its row, the position, its length - 1). */
+  long long src_row, src_pos, src_mask;
 } ssae_fe_desc;
 
 /* The tables, built on the host in double precision. */
 typedef struct ssae_fe_dev_cfg {
   int device, channels, pcm_i16, keep_frames;
   size_t max_block; /* samples per channel per run */
+  /* NULL: the device allocates the input blocks (channels x max_block,
+   * ssae_fe_dev_block). Else the caller's memory of ext_in_bytes (page-
+   * aligned), which the device page-locks and maps and reads in place
+   * (the desc's src_* say where); it stays the caller's, and usable after
+   * the device is freed. */
+  void *ext_in;
+  size_t ext_in_bytes;
   int max_rows;     /* carry + frames per channel per run, at most */
   /* Features. */
   int n_fft, hop, center, reflect, n_mels;
@@ -66,7 +77,8 @@ ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *err);
 void ssae_fe_dev_free(ssae_fe_dev *d);
 
 /* Page-locked input of channel ch: max_block samples (float, or int16 when
- * pcm_i16; a float block may hold int16 samples, see ssae_fe_desc.i16). */
+ * pcm_i16; a float block may hold int16 samples, see ssae_fe_desc.i16).
+ * NULL with ext_in. */
 void *ssae_fe_dev_block(ssae_fe_dev *d, int ch);
 /* Page-locked descriptors, one per channel, filled before each run. */
 ssae_fe_desc *ssae_fe_dev_desc(ssae_fe_dev *d);

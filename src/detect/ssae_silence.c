@@ -67,6 +67,12 @@ void ssae_silence_scan(ssae_silence *s, uint64_t pos, const float *x, size_t n) 
   s->zrun = z;
 }
 
+void ssae_silence_scan_nonzero(ssae_silence *s, uint64_t pos, size_t n) {
+  if (!n) return;
+  s->next = pos + n;
+  s->zrun = 0;
+}
+
 int ssae_silence_touches(const ssae_silence *s, uint64_t first, uint64_t end) {
   for (int i = s->n - 1; i >= 0; i--) {
     if (s->end[i] <= first) return 0; /* older spans end earlier still */

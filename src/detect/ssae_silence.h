@@ -64,6 +64,10 @@ SSAE_REALTIME void ssae_silence_reset(ssae_silence *s);
  * (positions only grow; a gap in them ends a run of zeros). */
 SSAE_REALTIME void ssae_silence_scan(ssae_silence *s, uint64_t pos, const float *x, size_t n);
 
+/* The same as ssae_silence_scan of n samples none of which is zero (a
+ * reader that knows it from another pass over them). */
+SSAE_REALTIME void ssae_silence_scan_nonzero(ssae_silence *s, uint64_t pos, size_t n);
+
 /* 1 when samples [first, end) touch digital silence (they must have been
  * scanned). */
 SSAE_REALTIME int ssae_silence_touches(const ssae_silence *s, uint64_t first, uint64_t end);

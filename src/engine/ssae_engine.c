@@ -97,6 +97,8 @@ static int fronts_new(ssae_engine *e, ssae_err *err) {
   e->fr = calloc((size_t)e->C, sizeof *e->fr);
   e->g = calloc((size_t)e->G, sizeof *e->g);
   if (!e->fr || !e->g) return ssae_err_set(err, "engine: out of memory");
+  /* The device front end makes the frames and windows on the worker. */
+  const int feature_path = !cfg->gpu_frontend;
   for (int g = 0; g < e->G; g++) {
     group *gr = &e->g[g];
     gr->e = e;
@@ -106,14 +108,16 @@ static int fronts_new(ssae_engine *e, ssae_err *err) {
     atomic_init(&gr->in_process, 0);
     atomic_init(&gr->dropped_all, 0);
     atomic_init(&gr->nonfinite, 0);
+    if (!feature_path) continue;
     gr->lmm = ssae_logmel_multi_new(&e->feat, gr->nc, engine_on_frame, gr, err);
     if (!gr->lmm) return -1;
   }
   for (int c = 0; c < e->C; c++) {
-    e->fr[c].win = ssae_window_new(e->feat.n_mels, e->feat.frames, err);
-    if (!e->fr[c].win) return -1;
     atomic_init(&e->fr[c].made, 0);
     atomic_init(&e->fr[c].dropped, 0);
+    if (!feature_path) continue;
+    e->fr[c].win = ssae_window_new(e->feat.n_mels, e->feat.frames, err);
+    if (!e->fr[c].win) return -1;
   }
   double rate = cfg->input_rate > 0 ? cfg->input_rate : e->feat.sample_rate;
   if (engine_build_resamplers(e, rate, err)) return -1;
@@ -124,6 +128,7 @@ static int fronts_new(ssae_engine *e, ssae_err *err) {
     gr->zeros = calloc(e->max_block, sizeof(float));
     if (!gr->scratch_win || !gr->deint || !gr->zeros)
       return ssae_err_set(err, "engine: out of memory");
+    if (!feature_path) continue;
     size_t cap = cfg->ring_windows;
     if (!cap) {
       cap = (size_t)gr->nc * 64;
@@ -181,6 +186,8 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   e->G = cfg->groups > 0 ? cfg->groups : 1;
   e->wf = m->feat.n_mels * m->feat.frames;
   e->max_block = cfg->max_block ? cfg->max_block : 8192;
+  /* The device front end: the PCM of a block must fit one of its runs. */
+  if (cfg->gpu_frontend && e->max_block > 1024) e->max_block = 1024;
   e->w.max_batch = cfg->max_batch ? cfg->max_batch : 256;
   e->w.next_status_t = cfg->status_every_s > 0 ? cfg->status_every_s : 0;
   atomic_init(&e->sh.pause_req, 0);
@@ -216,14 +223,18 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
     ssae_err_set(err, "engine: out of memory");
     goto fail;
   }
-  if (!(e->w.sc = engine_scorer_new(e, cfg->channel_models, m, err))) goto fail;
+  if (cfg->gpu_frontend ? engine_devfe_new(e, m, err)
+                        : !(e->w.sc = engine_scorer_new(e, cfg->channel_models, m, err)))
+    goto fail;
   engine_publish_init(e);
   if (fronts_new(e, err)) goto fail;
-  atomic_store_explicit(&e->sh.backend_name, engine_scorer_name(e->w.sc),
+  if (cfg->gpu_frontend ? engine_devfe_setup(e, err) : engine_worker_setup(e, err)) goto fail;
+  atomic_store_explicit(&e->sh.backend_name,
+                        cfg->gpu_frontend ? engine_devfe_name(e) : engine_scorer_name(e->w.sc),
                         memory_order_relaxed);
-  if (engine_worker_setup(e, err)) goto fail;
 
-  if (pthread_create(&e->w.thread, NULL, engine_worker_main, e) != 0) {
+  if (pthread_create(&e->w.thread, NULL, cfg->gpu_frontend ? engine_devfe_main : engine_worker_main,
+                     e) != 0) {
     ssae_err_set(err, "engine: cannot start the worker thread");
     goto fail;
   }
@@ -235,6 +246,10 @@ fail:
 }
 
 void ssae_engine_drain(ssae_engine *e) {
+  if (e->cfg.gpu_frontend) {
+    while (!engine_devfe_idle(e)) sleep_ns(100000);
+    return;
+  }
   for (;;) {
     uint64_t pushed = 0;
     for (int c = 0; c < e->C; c++)
@@ -259,6 +274,7 @@ void ssae_engine_free(ssae_engine *e) {
       engine_emit_counters(e, SSAE_EVENT_STATUS, e->w.last_t);
   }
   engine_worker_free(e); /* before the rings: it unpins them */
+  engine_devfe_free(e);
   if (e->fr)
     for (int c = 0; c < e->C; c++) {
       ssae_resampler_free(e->fr[c].rs);
@@ -291,6 +307,9 @@ void ssae_engine_free(ssae_engine *e) {
  * them between batches (take_swap in ssae_engine_worker.c). */
 static int swap_in(ssae_engine *e, const ssae_model *const *chan_models, const ssae_model *m,
                    ssae_err *err) {
+  if (e->cfg.gpu_frontend)
+    return ssae_err_set(err, "engine: the device front end cannot swap models while it runs "
+                             "(its streams live on the device); restart with the new model");
   for (int c = 0; c < e->C; c++) {
     const ssae_model *mc = chan_models ? chan_models[c] : m;
     if (!mc) return ssae_err_set(err, "engine: no model to swap in for channel %d", c);
@@ -330,6 +349,10 @@ int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err) {
   for (int g = 0; g < e->G; g++)
     while (atomic_load(&e->g[g].in_process)) sleep_ns(100000);
   int rc = engine_build_resamplers(e, rate, err);
+  if (rc == 0 && e->cfg.gpu_frontend && e->g[0].rs_cap > e->g[0].pcm.max_mark)
+    rc = ssae_err_set(err, "engine: input at %g Hz makes %zu samples a block at the model's "
+                           "%d Hz; the device front end takes %zu at most",
+                      rate, e->g[0].rs_cap, e->feat.sample_rate, e->g[0].pcm.max_mark);
   if (rc == 0) engine_warm_fronts(e);
   for (int g = 0; g < e->G; g++)
     for (int i = 0; i < e->g[g].nc; i++) engine_stream_restart(&e->g[g], i);

@@ -134,7 +134,9 @@ typedef struct ssae_engine_cfg {
                               core; 1 = the worker thread alone, which leaves
                               the other cores to the audio thread */
   size_t ring_windows;     /* ring capacity in windows (0: 64 per channel,
-                              at least 1024) */
+                              at least 1024); with gpu_frontend, the PCM
+                              ring's room beyond its least (about 0.25 s
+                              at 16 kHz) in windows over all channels */
   size_t max_batch;        /* windows per backend call (0: 256) */
   double batch_deadline_ms;/* wait at most this long for a fuller batch
                               after the oldest window arrived (0: run what is
@@ -170,6 +172,22 @@ typedef struct ssae_engine_cfg {
    * during ssae_engine_new only; the models are borrowed like the main one.
    * NULL: every channel the main model. */
   const ssae_model *const *channel_models;
+  /* 1: the device front end, for many channels on a GPU. The audio thread
+   * only copies each block (resampled when the input rate differs) into a
+   * page-locked PCM ring per input group, under the same rules (no
+   * allocation, lock, wait or system call; a full ring drops the block and
+   * counts the windows it would have made, one per hop per channel); the
+   * worker runs the front end of every channel at once on the GPU (FFT,
+   * mel, dB, windows, each frame encoded once, scores:
+   * gpu/ssae_cuda_frontend.h), reading the samples where the audio thread
+   * put them. The windows, scores, times and silence flags are those of
+   * the default path. A CUDA failure moves the front end and model to the
+   * CPU for good, the failed step run again there: no window is lost (a
+   * BACKEND event says why). backend "cpu": the same path on the worker's
+   * CPU (the reference; hosts without a GPU); "auto": the GPU when there is
+   * one. One model (channel_models all the same or NULL); no model swap
+   * (restart the engine with the new model). */
+  int gpu_frontend;
   /* NULL, or per channel its own detector parameters (as
    * ssae_engine_set_channel_params; `enabled` is the engine's, from
    * params). Read during ssae_engine_new only. */

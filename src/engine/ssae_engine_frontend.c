@@ -21,6 +21,12 @@
 void engine_stream_restart(group *gr, int i) {
   ssae_engine *e = gr->e;
   front *f = &e->fr[gr->c0 + i];
+  if (e->cfg.gpu_frontend) {
+    /* The worker restarts the streams at the next block's mark, which
+     * resets the resamplers. */
+    engine_pcm_restart(gr);
+    return;
+  }
   if (f->rs) ssae_resampler_reset(f->rs);
   ssae_logmel_multi_reset(gr->lmm, i);
   ssae_window_reset(f->win);
@@ -76,7 +82,7 @@ void engine_on_frame(void *user, int i, const float *frame) {
  * become 0, digital silence, so their windows are scored and not judged,
  * and are counted. The cleaned copy goes into deint (free in the planar
  * path; in the interleaved path src is deint itself). */
-static const float *finite_input(group *gr, const float *src, size_t n) {
+const float *engine_finite_input(group *gr, const float *src, size_t n) {
   size_t k = 0;
   while (k < n && isfinite(src[k])) k++;
   if (k == n) return src;
@@ -105,7 +111,7 @@ void ssae_engine_note_xrun(ssae_engine *e, uint64_t n) {
 static void channel_block(group *gr, int i, const float *src, size_t n) {
   front *f = &gr->e->fr[gr->c0 + i];
   const float *feed = src ? src : gr->zeros;
-  if (src) feed = finite_input(gr, src, n);
+  if (src) feed = engine_finite_input(gr, src, n);
   size_t m = n;
   if (f->rs) {
     m = ssae_resampler_process(f->rs, feed, n, gr->rs_out);
@@ -119,6 +125,10 @@ static void channel_block(group *gr, int i, const float *src, size_t n) {
 /* While analysis is paused the time axis keeps moving. */
 static void skip_block(group *gr, size_t n) {
   ssae_engine *e = gr->e;
+  if (e->cfg.gpu_frontend) {
+    engine_pcm_skip(gr, n);
+    return;
+  }
   for (int c = gr->c0; c < gr->c0 + gr->nc; c++)
     e->fr[c].samples +=
         e->fr[c].rs
@@ -158,6 +168,8 @@ static void process_group(group *gr, const float *const *in, const float *il,
     size_t len = n - off < e->max_block ? n - off : e->max_block;
     if (!en) {
       skip_block(gr, len);
+    } else if (e->cfg.gpu_frontend) {
+      engine_pcm_block(gr, in, il, il_stride, len, off);
     } else if (il) {
       for (int i = 0; i < gr->nc; i++) {
         const float *s = il + off * il_stride + (size_t)(gr->c0 + i);
@@ -198,6 +210,11 @@ static void flush_group(group *gr) {
   if (enter(gr)) return;
   ssae_engine *e = gr->e;
   gr->blk_t = now_ns();
+  if (e->cfg.gpu_frontend) {
+    engine_pcm_flush(gr);
+    leave(gr);
+    return;
+  }
   for (int i = 0; i < gr->nc; i++) ssae_logmel_multi_flush(gr->lmm, i);
   ssae_logmel_multi_run(gr->lmm);
   for (int i = 0; i < gr->nc; i++) {
@@ -317,6 +334,7 @@ static void warm_group(group *gr) {
 }
 
 void engine_warm_fronts(ssae_engine *e) {
+  if (e->cfg.gpu_frontend) return; /* the front end's ring is zeroed (touched) at creation */
   for (int g = 0; g < e->G; g++) warm_group(&e->g[g]);
 }
 

@@ -18,8 +18,22 @@
  *                           results, events, latency statistics; and
  *                           the readers' getters (any thread)
  *
+ * With the device front end (cfg.gpu_frontend) two files take the places
+ * of the front end and the worker's batches:
+ *
+ *   ssae_engine_pcm.c       audio thread(s): resample, copy the samples
+ *                           into the group's page-locked PCM ring, mark
+ *                           the block (one thread per group)
+ *   ssae_engine_devfe.c     worker thread: take the marked samples of
+ *                           every group, run the GPU front end on all
+ *                           channels at once (gpu/ssae_cuda_frontend.h:
+ *                           frames, codes, scores), make the windows'
+ *                           headers (time, silence, arrival)
+ *
  * Data path: audio thread -> (ring per group) -> worker -> backend ->
- * worker -> detector -> published results and events. */
+ * worker -> detector -> published results and events; with the device
+ * front end: audio thread -> (PCM ring per group) -> worker -> GPU front
+ * end -> worker -> detector -> published results and events. */
 #ifndef SSAE_ENGINE_INTERNAL_H
 #define SSAE_ENGINE_INTERNAL_H
 
@@ -31,6 +45,7 @@
 
 #include "ssae_silence.h"
 #include "ssae_backend.h"
+#include "ssae_cuda_frontend.h"
 #include "ssae_detector.h"
 #include "ssae_engine.h"
 #include "ssae_logmel.h"
@@ -66,6 +81,46 @@ typedef struct front {
   _Atomic uint64_t dropped;
 } front;
 
+/* ---- device front end: one block of a group's samples in its PCM ring
+ * (ssae_engine_pcm.c -> ssae_engine_devfe.c). Every channel of the group
+ * got n samples at ring positions ring_end - n ... ring_end - 1, which are
+ * model-rate samples axis_end - n ... axis_end - 1 on the engine's time
+ * axis. */
+#define PCM_RESTART 1u /* the channels' streams restart before this block
+                          (samples were dropped, analysis paused, rate
+                          changed): the time axis jumps */
+#define PCM_END 2u     /* the streams end after it (ssae_engine_flush) */
+typedef struct pcm_mark {
+  uint64_t ring_end, axis_end;
+  int64_t t_ns; /* now_ns() when the block's process() call began */
+  uint32_t n, flags;
+  /* Followed by the group's bits (pcm_in.bits_words 64-bit words): bit i
+   * set when channel c0 + i has a zero among the block's samples. */
+} pcm_mark;
+
+/* ---- device front end: a group's side of the PCM ring. The samples are
+ * rows of the front end's ring (ssae_cuda_fe_ring: page-locked, read by
+ * the device where they lie); the marks are an SPSC ring of pcm_mark,
+ * whose commit publishes the samples before it. Written by the group's
+ * audio thread, except rpos and done (the worker). */
+typedef struct pcm_in {
+  float **rows;      /* nc rows of ring_len floats */
+  size_t len, room;  /* ring_len; positions writable ahead of rpos (len - keep) */
+  size_t max_mark;   /* samples per mark at most (the worker's run) */
+  size_t bits_words; /* 64-bit words of a mark's channel bits */
+  uint64_t wpos;     /* ring position of the next sample */
+  uint64_t axis;     /* model-rate samples since the engine started */
+  uint64_t rpos_seen;/* rpos when last loaded (one load per full ring) */
+  uint64_t lost;     /* dropped samples not yet counted as windows */
+  int restart;       /* the next mark restarts the streams */
+  ssae_ring *marks;
+  _Atomic uint64_t pushed; /* marks committed */
+  char pad0[64];
+  _Atomic uint64_t rpos;   /* worker: every position before it is consumed */
+  _Atomic uint64_t done;   /* worker: marks whose windows are published */
+  char pad1[64];
+} pcm_in;
+
 /* ---- front end: one input group, the channels one audio thread feeds,
  * with everything that thread writes (scratch, ring, counters), so that
  * several audio threads (sound cards, JACK clients) can feed one engine
@@ -93,6 +148,7 @@ typedef struct group {
   /* Non-finite input samples (NaN, Inf) replaced by 0 (digital silence:
    * their windows are scored, not judged); written by this audio thread. */
   _Atomic uint64_t nonfinite;
+  pcm_in pcm; /* the device front end's input (cfg.gpu_frontend) */
   char pad[64]; /* the next group's audio thread writes the next one */
 } group;
 
@@ -154,12 +210,17 @@ typedef struct engine_scorer {
   size_t n[2];
 } engine_scorer;
 
+/* ---- worker: the device front end (ssae_engine_devfe.c). Built by the
+ * control thread, then the worker's alone. */
+typedef struct devfe devfe;
+
 /* ---- worker: the batches and the backend. Written and read by the
  * worker only, except where a field says otherwise. */
 typedef struct worker_state {
   pthread_t thread;
   int thread_started; /* control thread */
-  engine_scorer *sc;
+  engine_scorer *sc;  /* NULL with the device front end */
+  devfe *dfe;         /* NULL without it */
   chan_work *ch;
   /* Two batches, so that the GPU scores one while the worker takes the
    * next out of the rings. bx[s]: where batch s is laid out: the backend's
@@ -292,6 +353,29 @@ void engine_warm_fronts(ssae_engine *e);
 void engine_on_frame(void *user, int i, const float *frame);
 /* Channel i of group gr starts a new stream. */
 void engine_stream_restart(group *gr, int i);
+/* src with NaN and Inf replaced by 0 and counted (into gr->deint when
+ * there are any; src may be gr->deint itself). */
+const float *engine_finite_input(group *gr, const float *src, size_t n);
+
+/* ---- ssae_engine_pcm.c: the audio thread with the device front end.
+ * One block of at most max_block input samples per channel. */
+void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t il_stride,
+                      size_t n, size_t off);
+void engine_pcm_skip(group *gr, size_t n);
+void engine_pcm_flush(group *gr);
+void engine_pcm_restart(group *gr);
+
+/* ---- ssae_engine_devfe.c: new/setup/free on the control thread, main on
+ * the worker. */
+int engine_devfe_new(ssae_engine *e, const ssae_model *m, ssae_err *err);
+int engine_devfe_setup(ssae_engine *e, ssae_err *err);
+void engine_devfe_free(ssae_engine *e);
+void *engine_devfe_main(void *arg);
+double engine_devfe_threshold(const ssae_engine *e);
+const char *engine_devfe_name(const ssae_engine *e);
+/* 1 once every block the audio threads marked so far has its windows
+ * published (drain). */
+int engine_devfe_idle(ssae_engine *e);
 
 /* ---- ssae_engine_worker.c ---- */
 void *engine_worker_main(void *arg);

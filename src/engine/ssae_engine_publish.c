@@ -13,6 +13,11 @@
 
 #include "ssae_engine_internal.h"
 
+/* Channel c's model's threshold. */
+static double model_threshold(const ssae_engine *e, int c) {
+  return e->w.sc ? engine_scorer_threshold(e->w.sc, c) : engine_devfe_threshold(e);
+}
+
 /* ------------------------------------------------------------------ */
 /* per-channel results: the latch                                      */
 
@@ -52,7 +57,7 @@ static void publish(chan_pub *k, const ssae_channel_state *v) {
  * window. */
 void engine_publish_init(ssae_engine *e) {
   for (int c = 0; c < e->C; c++) {
-    const double threshold = engine_scorer_threshold(e->w.sc, c);
+    const double threshold = model_threshold(e, c);
     atomic_init(&e->pub[c].seq, 0);
     for (int k = 0; k < 2; k++) {
       pub *p = &e->pub[c].copy[k];
@@ -129,6 +134,9 @@ static void stats_fill(ssae_engine *e, ssae_engine_stats *s) {
     s->windows += atomic_load_explicit(&e->fr[c].made, memory_order_relaxed);
     s->dropped += atomic_load_explicit(&e->fr[c].dropped, memory_order_relaxed);
   }
+  /* The device front end's windows are made by the worker, which never
+   * sees the dropped ones. */
+  if (e->cfg.gpu_frontend) s->windows += s->dropped;
   s->scored = atomic_load(&e->sh.scored_total);
   s->batches = atomic_load(&e->sh.batches);
   s->lat_p50_ms = lat_pct(&e->lat, 0.50);
@@ -168,7 +176,7 @@ void engine_emit_counters(ssae_engine *e, ssae_event_type type, double t) {
   ev.t = t;
   ev.score = NAN;
   ev.raw_score = NAN;
-  const double mt = engine_scorer_threshold(e->w.sc, 0);
+  const double mt = model_threshold(e, 0);
   ev.threshold = isfinite(mt) ? mt : NAN;
   double ut = atomic_load_explicit(&e->sh.p_threshold, memory_order_relaxed);
   if (isfinite(ut) && ut > 0) ev.threshold = ut;
@@ -222,7 +230,7 @@ static void judge(ssae_engine *e, const item_hdr *h, float score, double lat) {
   const int own = atomic_load_explicit(&cp->own, memory_order_acquire);
   double thr = own ? atomic_load_explicit(&cp->threshold, memory_order_relaxed)
                    : atomic_load_explicit(&e->sh.p_threshold, memory_order_relaxed);
-  if (!(isfinite(thr) && thr > 0)) thr = engine_scorer_threshold(e->w.sc, (int)h->channel);
+  if (!(isfinite(thr) && thr > 0)) thr = model_threshold(e, (int)h->channel);
   double tau = own ? atomic_load_explicit(&cp->smoothing, memory_order_relaxed)
                    : atomic_load_explicit(&e->sh.p_smoothing, memory_order_relaxed);
   int on = own ? atomic_load_explicit(&cp->on, memory_order_relaxed)
