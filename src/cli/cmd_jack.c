@@ -25,7 +25,7 @@ static const char *const CMD = "jack";
 
 typedef struct opts {
   const char *model, *events, *name, *backend;
-  int inputs, clients, passthrough, on, off;
+  int inputs, clients, passthrough, on, off, gpu_frontend;
   ssae_cli_list connect;
   double duration, threshold, smoothing, status;
   ssae_cli_service_args svc;
@@ -45,6 +45,10 @@ static const ssae_cli_opt options[] = {
              "inputs per client"},
     {.kind = SSAE_CLI_FLAG, .name = "--passthrough", O(passthrough),
      .help = "copy each input to an output port"},
+    {.kind = SSAE_CLI_FLAG, .name = "--gpu-frontend", O(gpu_frontend),
+     .help = "the device front end: the audio thread only copies samples; the frames, "
+             "windows and scores of every channel are made at once on the GPU (many "
+             "channels; --backend cpu: the same path on the CPU)"},
     {.kind = SSAE_CLI_LIST, .name = "--connect", O(connect), .metavar = "PORT", .greedy = 1,
      .help = "connect PORT to the next input (repeatable; also several PORTs after one "
              "--connect)", .def = ""},
@@ -262,6 +266,7 @@ static int run(const opts *o) {
     ecfg.input_rate = ssae_io_jack_rate(jc[0]);
     const ssae_cli_service_cmdvals v = cmdvals(o);
     ssae_cli_service_engine_cfg(&v, &ecfg);
+    ecfg.gpu_frontend = o->gpu_frontend;
     ecfg.on_event = ssae_evsink_on_event;
     ecfg.user = sink;
     if (ssae_cli_service_start(svc, o->inputs, ecfg.input_rate, &ecfg, ssae_evsink_on_event,

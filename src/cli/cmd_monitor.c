@@ -37,7 +37,7 @@ static void on_sigint(int sig) {
 
 typedef struct opts {
   const char *model, *device, *input, *events, *windows, *backend;
-  int list, channels, realtime, no_meter, channel, on, off, block;
+  int list, channels, realtime, no_meter, channel, on, off, block, gpu_frontend;
   double rate, duration, threshold, smoothing, status;
   ssae_cli_service_args svc;
 } opts;
@@ -74,6 +74,10 @@ static const ssae_cli_opt options[] = {
      .help = "samples per block for --input"},
     {.kind = SSAE_CLI_FLAG, .name = "--no-meter", O(no_meter),
      .help = "no live meter on the terminal"},
+    {.kind = SSAE_CLI_FLAG, .name = "--gpu-frontend", O(gpu_frontend),
+     .help = "the device front end: the audio thread only copies samples; the frames, "
+             "windows and scores of every channel are made at once on the GPU (many "
+             "channels; --backend cpu: the same path on the CPU)"},
     SSAE_CLI_SERVICE_KEEP_RUNNING(opts, svc),
     SSAE_CLI_SERVICE_OPTIONS(opts, svc),
     {0}};
@@ -312,10 +316,12 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     done += n;
     note_sink_failure(sink, &said);
     if (!o->realtime) {
-      /* Keep the ring from overflowing: a file has all the time it needs. */
+      /* Keep the ring from overflowing: a file has all the time it needs.
+       * The device front end's ring holds samples, not windows: each block
+       * is taken before the next goes in. */
       ssae_engine_stats s;
       ssae_engine_stats_get(e, &s);
-      if (s.windows - s.scored - s.dropped > 256) ssae_engine_drain(e);
+      if (ecfg->gpu_frontend || s.windows - s.scored - s.dropped > 256) ssae_engine_drain(e);
     }
     if (meter) {
       struct timespec now;
@@ -486,6 +492,7 @@ static int run(const opts *o) {
   ssae_engine_cfg_default(&ecfg);
   const ssae_cli_service_cmdvals v = cmdvals(o);
   ssae_cli_service_engine_cfg(&v, &ecfg);
+  ecfg.gpu_frontend = o->gpu_frontend;
   ssae_evsink_cfg scfg;
   memset(&scfg, 0, sizeof scfg);
   scfg.events_path = ssae_cli_service_owns_events(svc) ? NULL : o->events;

@@ -1,7 +1,8 @@
 """`ssae monitor --input FILE` plays a file through the real-time engine; its
 window scores equal `ssae score --windows` on the same file, window for
 window (mono 16 kHz; a stereo 48 kHz file, channel 1, resampled; real-time
-pace). Also: events as JSON lines, usage errors, a missing file."""
+pace), also through the device front end (--gpu-frontend). Also: events as
+JSON lines, usage errors, a missing file."""
 import json
 import math
 import os
@@ -49,14 +50,14 @@ def read_tsv(path):
     return rows
 
 
-def compare(tmp, wav, extra, realtime=False):
+def compare(tmp, wav, extra, realtime=False, monitor_extra=()):
     s_tsv = os.path.join(tmp, "score.tsv")
     m_tsv = os.path.join(tmp, "monitor.tsv")
     ev = os.path.join(tmp, "events.jsonl")
     r = run(["score", "--backend", "cpu", "--windows", s_tsv] + extra + [wav])
     assert r.returncode == 0, r.stderr
     args = ["monitor", "--backend", "cpu", "--input", wav, "--windows", m_tsv,
-            "--events", ev, "--no-meter"] + extra
+            "--events", ev, "--no-meter"] + extra + list(monitor_extra)
     if realtime:
         args.append("--realtime")
     t0 = time.monotonic()
@@ -87,7 +88,8 @@ def compare(tmp, wav, extra, realtime=False):
     for e in evs:
         if e["event"] in ("alarm_on", "alarm_off"):
             assert e["channel"] == want_ch and e["t"] > 0 and e["score"] is not None, e
-    print(f"{os.path.basename(wav)} {' '.join(extra)}{' realtime' if realtime else ''}:"
+    print(f"{os.path.basename(wav)} {' '.join(extra + list(monitor_extra))}"
+          f"{' realtime' if realtime else ''}:"
           f" {len(a)} windows equal; {wall:.2f} s wall")
     return wall
 
@@ -100,6 +102,9 @@ def main():
         stereo = os.path.join(tmp, "stereo48k.wav")
         write_wav(stereo, 48000, 2, 2.0, 2)
         compare(tmp, stereo, ["--channel", "1"])
+        # The device front end (its CPU path here): the same windows.
+        compare(tmp, mono, [], monitor_extra=["--gpu-frontend"])
+        compare(tmp, stereo, ["--channel", "1"], monitor_extra=["--gpu-frontend"])
         short = os.path.join(tmp, "short.wav")
         write_wav(short, 16000, 1, 1.5, 3)
         wall = compare(tmp, short, [], realtime=True)
