@@ -124,7 +124,10 @@ static int start_device(ssae_cuda_fe *fe, const ssae_model *m, ssae_err *err) {
     }
     enc_b[o] = b;
   }
-  for (size_t i = 0; i < L * C; i++) B[i] = m->basis_n[i];
+  /* Column-major for the device: a warp's lanes (one per latent unit)
+   * read consecutive doubles. */
+  for (size_t l = 0; l < L; l++)
+    for (size_t k = 0; k < C; k++) B[k * L + l] = m->basis_n[l * C + k];
   for (size_t o = 0; o < L; o++) {
     double b = m->bn_b[o];
     for (size_t i = 0; i < L; i++) {
@@ -137,8 +140,9 @@ static int start_device(ssae_cuda_fe *fe, const ssae_model *m, ssae_err *err) {
     for (size_t mm = 0; mm < M; mm++)
       for (size_t l = 0; l < L; l++) {
         double s = 0.0;
-        for (size_t k = 0; k < S; k++) s += (double)m->dec_w[mm * S + k] * B[l * C + f * S + k];
-        D[(f * M + mm) * L + l] = s;
+        for (size_t k = 0; k < S; k++)
+          s += (double)m->dec_w[mm * S + k] * m->basis_n[l * C + f * S + k];
+        D[l * F * M + f * M + mm] = s; /* [L][F*M]: lanes (outputs) read in a row */
       }
   for (size_t i = 0; i < M; i++) {
     dec_b[i] = m->dec_b[i];

@@ -245,11 +245,15 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
 
 /* One warp per window: window w of channel c is rows w .. w+F-1. Shared
  * memory: 2 L doubles per warp. */
+/* Warp k of the grid takes window k % max_win of channel k / max_win: at
+ * one window per channel a run (live), every warp of a block has one. */
 __global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
-                           const float *rows, const double *codes, float *scores) {
+                           const float *rows, const double *codes, float *scores, int max_win) {
   extern __shared__ double wsh[];
-  const int c = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int w = blockIdx.x * kWinWarps + warp;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long k = (long long)blockIdx.x * kWinWarps + warp;
+  const int c = (int)(k / max_win), w = (int)(k % max_win);
+  if (c >= p.channels) return;
   const ssae_fe_desc d = desc[c];
   const int total = d.carry + d.nnew;
   if (w > total - p.F) return; /* whole warps leave; no block barrier follows */
@@ -259,7 +263,7 @@ __global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   double a = 0.0;
   for (int l = lane; l < L; l += 32) {
     double acc = 0.0;
-    for (int k = 0; k < C; k++) acc += t.B[(size_t)l * C + k] * cv[k];
+    for (int k = 0; k < C; k++) acc += t.B[(size_t)k * L + l] * cv[k];
     z[l] = acc;
     a += acc;
   }
@@ -283,7 +287,7 @@ __global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   double e2 = 0.0;
   for (int j = lane; j < FM; j += 32) {
     double y = t.dec_b[j % p.M];
-    for (int k = 0; k < L; k++) y += t.D[(size_t)j * L + k] * zp[k];
+    for (int k = 0; k < L; k++) y += t.D[(size_t)k * FM + j] * zp[k];
     const double e = y - (double)x[j];
     e2 += e * e;
   }
@@ -566,9 +570,10 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err) {
     CK(cudaGetLastError(), "frame launch");
   }
   if (max_win > 0) {
-    fe_windows<<<dim3((unsigned)((max_win + kWinWarps - 1) / kWinWarps), (unsigned)ch),
-                 32 * kWinWarps, sizeof(double) * 2 * (size_t)p.L * kWinWarps, s>>>(
-        p, d->t, d->d_desc, d->d_rows, d->d_codes, d->d_scores);
+    const long long warps = (long long)max_win * ch;
+    fe_windows<<<(unsigned)((warps + kWinWarps - 1) / kWinWarps), 32 * kWinWarps,
+                 sizeof(double) * 2 * (size_t)p.L * kWinWarps, s>>>(
+        p, d->t, d->d_desc, d->d_rows, d->d_codes, d->d_scores, max_win);
     CK(cudaGetLastError(), "window launch");
   }
   if (p.F > 1) {

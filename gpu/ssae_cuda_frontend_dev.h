@@ -60,10 +60,10 @@ typedef struct ssae_fe_dev_cfg {
   int M, F, L, S;
   const double *encT;  /* [M][S] */
   const double *enc_b; /* [S] */
-  const double *B;     /* [L][F*S] normalised basis */
+  const double *B;     /* [F*S][L] normalised basis, transposed */
   const double *bnT;   /* [L][L]: bnT[i*L+o] */
   const double *bn_b;  /* [L] */
-  const double *D;     /* [F*M][L]: row f*M+m */
+  const double *D;     /* [L][F*M]: column f*M+m */
   const double *dec_b; /* [M] */
 } ssae_fe_dev_cfg;
 
