@@ -68,14 +68,6 @@ struct devfe {
   size_t cap;         /* windows per run, at most (batch_hdr[0] / batch_scores[0]) */
 };
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 /* ------------------------------------------------------------------ */
 /* worker                                                              */
 

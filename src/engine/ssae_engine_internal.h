@@ -340,6 +340,16 @@ static inline void sleep_ns(int64_t ns) {
   }
 }
 
+/* A busy wait's pause (the worker polling a ring it expects to fill
+ * within microseconds). */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 /* A counter that one thread (the worker) adds to and others read. */
 static inline void add_ns(_Atomic uint64_t *a, int64_t ns) {
   atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + (uint64_t)ns,

@@ -21,14 +21,6 @@
 
 #include "ssae_engine_internal.h"
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 /* A model swap (ssae_engine_swap_model[s]) takes effect: between
  * batches, none in flight (the pending windows may sit in the old
  * backends' buffers). The new backends' streams start every channel
