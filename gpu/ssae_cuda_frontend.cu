@@ -34,6 +34,7 @@ const int kMaxPow2 = 8192;
 const int kMaxDft = 4096;
 const int kFrameThreads = 256;
 const int kWinWarps = 4;
+const int kWinPerWarp = 4;
 
 struct dev_tables {
   const double *win, *mel_w, *encT, *enc_b, *B, *bnT, *bn_b, *D, *dec_b;
@@ -243,56 +244,100 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   }
 }
 
-/* One warp per window: window w of channel c is rows w .. w+F-1. Shared
- * memory: 2 L doubles per warp. */
-/* Warp k of the grid takes window k % max_win of channel k / max_win: at
- * one window per channel a run (live), every warp of a block has one. */
+/* Each warp scores kWinPerWarp windows: window w of channel c is rows w
+ * .. w+F-1, and the grid's k-th window is window k % max_win of channel
+ * k / max_win (at one window per channel a run, the live case, a warp
+ * takes four channels' windows). Every weight a lane loads (the basis,
+ * the bottleneck, the folded decoder: FP64, read from L2) serves all of
+ * the warp's windows: one window per warp read ~160 KB of weights per
+ * window. Shared memory: 2 L doubles per window. */
 __global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
                            const float *rows, const double *codes, float *scores, int max_win) {
   extern __shared__ double wsh[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long k = (long long)blockIdx.x * kWinWarps + warp;
-  const int c = (int)(k / max_win), w = (int)(k % max_win);
-  if (c >= p.channels) return;
-  const ssae_fe_desc d = desc[c];
-  const int total = d.carry + d.nnew;
-  if (w > total - p.F) return; /* whole warps leave; no block barrier follows */
-  const int L = p.L, C = p.F * p.S, FM = p.F * p.M;
-  double *z = wsh + (size_t)warp * 2 * L, *zp = z + L;
-  const double *cv = codes + ((size_t)c * p.max_rows + w) * p.S;
-  double a = 0.0;
-  for (int l = lane; l < L; l += 32) {
-    double acc = 0.0;
-    for (int k = 0; k < C; k++) acc += t.B[(size_t)k * L + l] * cv[k];
-    z[l] = acc;
-    a += acc;
+  const long long k0 = ((long long)blockIdx.x * kWinWarps + warp) * kWinPerWarp;
+  const int L = p.L, C = p.F * p.S, FM = p.F * p.M, V = kWinPerWarp;
+  const double *cv[kWinPerWarp];
+  const float *x[kWinPerWarp];
+  long long r[kWinPerWarp];
+  int ok[kWinPerWarp], f = -1;
+  for (int v = 0; v < V; v++) {
+    const long long k = k0 + v;
+    const int c = (int)(k / max_win), w = (int)(k % max_win);
+    ok[v] = c < p.channels && w <= desc[c].carry + desc[c].nnew - p.F;
+    r[v] = (long long)c * p.max_rows + w;
+    if (ok[v] && f < 0) f = v;
   }
-  for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-  const double mean = a / L;
-  double q = 0.0;
-  for (int l = lane; l < L; l += 32) {
-    const double e = z[l] - mean;
-    q += e * e;
+  if (f < 0) return; /* whole warps leave; no block barrier follows */
+  for (int v = 0; v < V; v++) {
+    /* A window past its channel's is computed on a valid one's data (its
+     * score is not written), so the loops below stay branch-free. */
+    if (!ok[v]) r[v] = r[f];
+    cv[v] = codes + (size_t)r[v] * p.S;
+    x[v] = rows + (size_t)r[v] * p.M;
   }
-  for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
-  const double rstd = 1.0 / sqrt(q / L + 1e-5);
+  double *z = wsh + (size_t)warp * V * 2 * L;
+  double mean[kWinPerWarp], rstd[kWinPerWarp];
+  {
+    double a[kWinPerWarp];
+    for (int v = 0; v < V; v++) a[v] = 0.0;
+    for (int l = lane; l < L; l += 32) {
+      double acc[kWinPerWarp];
+      for (int v = 0; v < V; v++) acc[v] = 0.0;
+      for (int k = 0; k < C; k++) {
+        const double b = t.B[(size_t)k * L + l];
+        for (int v = 0; v < V; v++) acc[v] += b * cv[v][k];
+      }
+      for (int v = 0; v < V; v++) {
+        z[v * 2 * L + l] = acc[v];
+        a[v] += acc[v];
+      }
+    }
+    for (int v = 0; v < V; v++) {
+      for (int o = 16; o > 0; o >>= 1) a[v] += __shfl_xor_sync(0xffffffffu, a[v], o);
+      mean[v] = a[v] / L;
+    }
+    double q[kWinPerWarp];
+    for (int v = 0; v < V; v++) q[v] = 0.0;
+    for (int l = lane; l < L; l += 32)
+      for (int v = 0; v < V; v++) {
+        const double e = z[v * 2 * L + l] - mean[v];
+        q[v] += e * e;
+      }
+    for (int v = 0; v < V; v++) {
+      for (int o = 16; o > 0; o >>= 1) q[v] += __shfl_xor_sync(0xffffffffu, q[v], o);
+      rstd[v] = 1.0 / sqrt(q[v] / L + 1e-5);
+    }
+  }
   __syncwarp();
   for (int o = lane; o < L; o += 32) {
-    double acc = t.bn_b[o];
-    for (int k = 0; k < L; k++) acc += t.bnT[(size_t)k * L + o] * ((z[k] - mean) * rstd);
-    zp[o] = gelu_d(acc);
+    double acc[kWinPerWarp];
+    for (int v = 0; v < V; v++) acc[v] = t.bn_b[o];
+    for (int k = 0; k < L; k++) {
+      const double b = t.bnT[(size_t)k * L + o];
+      for (int v = 0; v < V; v++) acc[v] += b * ((z[v * 2 * L + k] - mean[v]) * rstd[v]);
+    }
+    for (int v = 0; v < V; v++) z[v * 2 * L + L + o] = gelu_d(acc[v]);
   }
   __syncwarp();
-  const float *x = rows + ((size_t)c * p.max_rows + w) * p.M;
-  double e2 = 0.0;
+  double e2[kWinPerWarp];
+  for (int v = 0; v < V; v++) e2[v] = 0.0;
   for (int j = lane; j < FM; j += 32) {
-    double y = t.dec_b[j % p.M];
-    for (int k = 0; k < L; k++) y += t.D[(size_t)k * FM + j] * zp[k];
-    const double e = y - (double)x[j];
-    e2 += e * e;
+    double y[kWinPerWarp];
+    for (int v = 0; v < V; v++) y[v] = t.dec_b[j % p.M];
+    for (int k = 0; k < L; k++) {
+      const double dk = t.D[(size_t)k * FM + j];
+      for (int v = 0; v < V; v++) y[v] += dk * z[v * 2 * L + L + k];
+    }
+    for (int v = 0; v < V; v++) {
+      const double e = y[v] - (double)x[v][j];
+      e2[v] += e * e;
+    }
   }
-  for (int o = 16; o > 0; o >>= 1) e2 += __shfl_xor_sync(0xffffffffu, e2, o);
-  if (lane == 0) scores[(size_t)c * p.max_rows + w] = (float)(e2 / FM);
+  for (int v = 0; v < V; v++) {
+    for (int o = 16; o > 0; o >>= 1) e2[v] += __shfl_xor_sync(0xffffffffu, e2[v], o);
+    if (lane == 0 && ok[v]) scores[r[v]] = (float)(e2[v] / FM);
+  }
 }
 
 __global__ void fe_compact(dev_params p, const ssae_fe_desc *desc, const float *src,
@@ -570,9 +615,9 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err) {
     CK(cudaGetLastError(), "frame launch");
   }
   if (max_win > 0) {
-    const long long warps = (long long)max_win * ch;
+    const long long warps = ((long long)max_win * ch + kWinPerWarp - 1) / kWinPerWarp;
     fe_windows<<<(unsigned)((warps + kWinWarps - 1) / kWinWarps), 32 * kWinWarps,
-                 sizeof(double) * 2 * (size_t)p.L * kWinWarps, s>>>(
+                 sizeof(double) * 2 * (size_t)p.L * kWinPerWarp * kWinWarps, s>>>(
         p, d->t, d->d_desc, d->d_rows, d->d_codes, d->d_scores, max_win);
     CK(cudaGetLastError(), "window launch");
   }
