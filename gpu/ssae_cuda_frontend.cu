@@ -2,15 +2,18 @@
  *
  * One run is seven launches on one stream, then one wait:
  *   append   the new samples (float, or int16 / 32768), read from mapped
- *            page-locked memory, after each channel's hist
+ *            page-locked memory (blocks) or from the staging buffer that
+ *            the copy engine filled from the caller's ring, after each
+ *            channel's hist
  *   carry    each channel's cached frames and codes in front of its rows
  *   frames   one block per new frame: window, FFT, power, mel, dB (double
  *            precision: float rounding inside the FFT leaves errors of
  *            0.01 dB on bins 80-90 dB under a frame's peak, ten times the
  *            SPEC's parity, see dsp/ssae_fft.h), then the frame's
  *            LayerNorm, slice encoder and GELU, once per frame
- *   windows  one warp per window: its F codes, latent, bottleneck, the
- *            folded decoder and the squared error against its F frames
+ *   windows  four windows per warp (each weight loaded once for the
+ *            four): their F codes, latent, bottleneck, the folded decoder
+ *            and the squared error against their F frames
  *   save     each channel's last F-1 rows back to its cache
  *   compact  each channel's newest n_fft samples to the front of the other
  *            sample buffer (two buffers: no launch reads what it writes)
