@@ -168,10 +168,13 @@ def main():
 
         jack = Jack(tmp, "ssae_test_jack_e2e", RATE)
         try:
-            for wav, is_anomaly in ((normal, False), (anomal, True)):
+            # The anomaly through the device front end (--gpu-frontend, its
+            # CPU path without a GPU): the same alarms from JACK's periods.
+            for wav, is_anomaly, more in ((normal, False, ()), (anomal, True, ("--gpu-frontend",))):
                 name = "ssae_t%d" % int(is_anomaly)
                 events = os.path.join(tmp, name + ".jsonl")
-                p, t_start = start_client(jack, tmp, model, thr, name, events)
+                p, t_start = start_client(jack, tmp, model, thr, name, events,
+                                          ("--inputs", "1", "--passthrough") + more)
                 ports = jack.ports()
                 for port in ("in_1", "out_1", "score_1", "alarm_1"):
                     assert f"{name}:{port}" in ports, ports
