@@ -159,7 +159,7 @@ static int start_device(ssae_cuda_fe *fe, const ssae_model *m, ssae_err *err) {
       .mel_start = mel_i, .mel_len = mel_i + M, .mel_off = mel_i + 2 * M, .mel_w = bank->w,
       .mel_nw = (int)n_w, .M = (int)M, .F = (int)F, .L = (int)L, .S = (int)S, .encT = encT,
       .enc_b = enc_b, .B = B, .bnT = bnT, .bn_b = bn_b, .D = D, .dec_b = dec_b,
-      .ext_in = fe->ring, .ext_in_bytes = fe->ring_bytes};
+      .ext_in = fe->ring, .ext_in_bytes = fe->ring_bytes, .ext_row = fe->cfg.ring_len};
   fe->dev = ssae_fe_dev_new(&g, err);
   free(mel_i);
   free(w);
@@ -288,12 +288,14 @@ const char *ssae_cuda_fe_note(const ssae_cuda_fe *fe) { return fe->note.msg; }
 /* Samples n - k ... n - 1 of channel ch's block of n as floats: where they
  * lie for a float block, else only those k converted into fe->blk (ring
  * input: copied out of the ring, which may wrap). */
+static float ring_sample(const ssae_cuda_fe *fe, size_t ch, uint64_t p) {
+  return fe->ring[ch * fe->cfg.ring_len + (p & (fe->cfg.ring_len - 1))];
+}
+
 static const float *block_tail_f32(ssae_cuda_fe *fe, int ch, size_t n, size_t k) {
   if (fe->ring) {
-    const float *row = ssae_cuda_fe_ring(fe, ch);
-    const size_t mask = fe->cfg.ring_len - 1;
     const uint64_t p = fe->ring_pos[ch] + (n - k);
-    for (size_t i = 0; i < k; i++) fe->blk[i] = row[(p + i) & mask];
+    for (size_t i = 0; i < k; i++) fe->blk[i] = ring_sample(fe, (size_t)ch, p + i);
     return fe->blk;
   }
   const void *src = ssae_cuda_fe_block(fe, ch);
@@ -312,10 +314,7 @@ static const float *block_f32(ssae_cuda_fe *fe, int ch, size_t n) {
  * whose ring does) and whose current block (blk, NULL: none) follows them. */
 static float sample(const ssae_cuda_fe *fe, const fe_chan *c, const float *blk, int64_t j) {
   if ((uint64_t)j >= c->n_in) return blk[(uint64_t)j - c->n_in];
-  if (fe->ring) {
-    const size_t ch = (size_t)(c - fe->ch);
-    return fe->ring[ch * fe->cfg.ring_len + ((c->origin + (uint64_t)j) & (fe->cfg.ring_len - 1))];
-  }
+  if (fe->ring) return ring_sample(fe, (size_t)(c - fe->ch), c->origin + (uint64_t)j);
   return c->hist[(uint64_t)j - (c->n_in - c->hh)];
 }
 
@@ -412,18 +411,11 @@ static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const uns
       d->carry = (int)c->carry;
       d->keep = (int)(after < (uint64_t)fe->n_fft ? after : (uint64_t)fe->n_fft);
       d->i16 = fe->cfg.pcm == SSAE_FE_PCM_I16 || fe->packed[i];
-      if (pos) {
-        d->src_row = (long long)i * (long long)fe->cfg.ring_len;
-        d->src_pos = (long long)(pos[i] & (fe->cfg.ring_len - 1));
-        d->src_mask = (long long)fe->cfg.ring_len - 1;
-      } else {
-        /* In units of the block's samples: int16 packed into a float block
-         * starts at twice the float offset. */
-        const int packed = fe->cfg.pcm == SSAE_FE_PCM_F32 && fe->packed[i];
-        d->src_row = (long long)i * blk_len * (packed ? 2 : 1);
-        d->src_pos = 0;
-        d->src_mask = -1;
-      }
+      /* Blocks: in units of the block's samples (int16 packed into a float
+       * block starts at twice the float offset); a ring: the position. */
+      const int packed = fe->cfg.pcm == SSAE_FE_PCM_F32 && fe->packed[i];
+      d->src = pos ? (long long)(pos[i] & (fe->cfg.ring_len - 1))
+                   : (long long)i * blk_len * (packed ? 2 : 1);
     }
   }
   if (fe->dev) {

@@ -63,7 +63,8 @@ struct ssae_fe_dev {
   int have_stream;
   void *d_tables; /* one allocation behind t */
   /* The input blocks: page-locked and mapped, read by fe_append straight
-   * over PCIe (only the samples each channel brings; no staging copy). */
+   * over PCIe (only the samples each channel brings; no staging copy); or
+   * the caller's rings (ext_in), page-locked only. */
   void *h_in, *d_in_map;
   int ext_registered; /* h_in is the caller's memory (cfg.ext_in), page-locked here */
   float *d_buf[2];
@@ -106,7 +107,7 @@ __global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in
       dst[i] = ((const float *)in)[(size_t)c * p.max_block + i];
       continue;
     }
-    const long long j = d.src_row + ((d.src_pos + i) & d.src_mask);
+    const long long j = d.src + i;
     if (d.i16)
       dst[i] = (float)((const int16_t *)in)[j] * (1.0f / 32768.0f);
     else
@@ -515,16 +516,16 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
     e = cudaMalloc(&d->d_cache_codes, sizeof(double) * cache * (size_t)p.S);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_scores, sizeof(float) * rows);
   if (e == cudaSuccess && cfg->ext_in) {
-    e = cudaHostRegister(cfg->ext_in, cfg->ext_in_bytes,
-                         cudaHostRegisterMapped | cudaHostRegisterPortable);
+    /* Page-locked for the copy engine; never read by a kernel. */
+    e = cudaHostRegister(cfg->ext_in, cfg->ext_in_bytes, cudaHostRegisterPortable);
     if (e == cudaSuccess) {
       d->ext_registered = 1;
       d->h_in = cfg->ext_in;
     }
   } else if (e == cudaSuccess) {
     e = cudaHostAlloc(&d->h_in, in_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer(&d->d_in_map, d->h_in, 0);
   }
-  if (e == cudaSuccess) e = cudaHostGetDevicePointer(&d->d_in_map, d->h_in, 0);
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_desc, sizeof(ssae_fe_desc) * ch);
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_scores, sizeof(float) * rows);
   if (e == cudaSuccess && cfg->keep_frames)
@@ -580,13 +581,13 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err) {
   float *cur = d->d_buf[d->cur], *next = d->d_buf[1 - d->cur];
   if (max_n && p.staged) {
     /* Runs of channels whose samples lie at the same place in their rows. */
-    const size_t len = (size_t)(d->h_desc[0].src_mask + 1), row = sizeof(float) * len;
+    const size_t len = d->cfg.ext_row, row = sizeof(float) * len;
     for (int c0 = 0; c0 < ch;) {
       const ssae_fe_desc *g = &d->h_desc[c0];
       int c1 = c0 + 1;
-      while (c1 < ch && d->h_desc[c1].n == g->n && d->h_desc[c1].src_pos == g->src_pos) c1++;
+      while (c1 < ch && d->h_desc[c1].n == g->n && d->h_desc[c1].src == g->src) c1++;
       if (g->n) {
-        const size_t at = (size_t)g->src_pos, n = (size_t)g->n, first = len - at < n ? len - at : n;
+        const size_t at = (size_t)g->src, n = (size_t)g->n, first = len - at < n ? len - at : n;
         const float *src = (const float *)d->h_in + (size_t)c0 * len;
         float *dst = d->d_stage + (size_t)c0 * p.max_block;
         CK(cudaMemcpy2DAsync(dst, sizeof(float) * p.max_block, src + at, row, sizeof(float) * first,

@@ -47,9 +47,10 @@ typedef struct ssae_cuda_fe_cfg {
   /* 0: each run's samples are in the per-run blocks (ssae_cuda_fe_block,
    * ssae_cuda_fe_run). Else ring input (a live engine): each channel has a
    * circular buffer of ring_len float samples (a power of two, at least
-   * max_block + ssae_cuda_fe_ring_keep), page-locked, that the device reads
-   * where the caller wrote them (ssae_cuda_fe_ring, ssae_cuda_fe_run_ring):
-   * no staging copy, and the CPU path's copy of each stream is the ring. */
+   * max_block + ssae_cuda_fe_ring_keep), page-locked, which the caller
+   * fills in place (ssae_cuda_fe_ring, ssae_cuda_fe_run_ring) and from
+   * which each run's samples go to the device by the copy engine (2D
+   * copies of the rows); the CPU path's copy of each stream is the ring. */
   size_t ring_len;
 } ssae_cuda_fe_cfg;
 

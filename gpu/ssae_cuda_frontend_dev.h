@@ -31,10 +31,11 @@ typedef struct ssae_fe_desc {
   int carry;      /* frames (and codes) before t0 kept from earlier runs, <= F-1 */
   int keep;       /* samples of hist after this run (min(n_fft, n_in + n)) */
   int i16;        /* this run's block holds int16 samples (else float) */
-  /* Where the new samples lie in the input memory, in units of their type:
-   * sample i at src_row + ((src_pos + i) & src_mask) (a block: its start,
-   * 0, all ones; a ring: its row, the position, its length - 1). */
-  long long src_row, src_pos, src_mask;
+  /* Where the new samples lie, in units of their type: blocks: the
+   * offset of the channel's first one in the input memory; a ring
+   * (ext_in): their first position in the channel's row, which they may
+   * run past (they go on at the row's start). */
+  long long src;
 } ssae_fe_desc;
 
 /* The tables, built on the host in double precision. */
@@ -42,12 +43,13 @@ typedef struct ssae_fe_dev_cfg {
   int device, channels, pcm_i16, keep_frames;
   size_t max_block; /* samples per channel per run */
   /* NULL: the device allocates the input blocks (channels x max_block,
-   * ssae_fe_dev_block). Else the caller's memory of ext_in_bytes (page-
-   * aligned), which the device page-locks and maps and reads in place
-   * (the desc's src_* say where); it stays the caller's, and usable after
-   * the device is freed. */
+   * ssae_fe_dev_block), which fe_append reads in place. Else the caller's
+   * rings: channels rows of ext_row floats at ext_in (ext_in_bytes,
+   * page-aligned), which the device page-locks; each run's samples are
+   * copied from them by the copy engine. The memory stays the caller's,
+   * usable after the device is freed. */
   void *ext_in;
-  size_t ext_in_bytes;
+  size_t ext_in_bytes, ext_row;
   int max_rows;     /* carry + frames per channel per run, at most */
   /* Features. */
   int n_fft, hop, center, reflect, n_mels;

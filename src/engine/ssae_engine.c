@@ -349,10 +349,6 @@ int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err) {
   for (int g = 0; g < e->G; g++)
     while (atomic_load(&e->g[g].in_process)) sleep_ns(100000);
   int rc = engine_build_resamplers(e, rate, err);
-  if (rc == 0 && e->cfg.gpu_frontend && e->g[0].rs_cap > e->g[0].pcm.max_mark)
-    rc = ssae_err_set(err, "engine: input at %g Hz makes %zu samples a block at the model's "
-                           "%d Hz; the device front end takes %zu at most",
-                      rate, e->g[0].rs_cap, e->feat.sample_rate, e->g[0].pcm.max_mark);
   if (rc == 0) engine_warm_fronts(e);
   for (int g = 0; g < e->G; g++)
     for (int i = 0; i < e->g[g].nc; i++) engine_stream_restart(&e->g[g], i);

@@ -179,8 +179,8 @@ typedef struct ssae_engine_cfg {
    * counts the windows it would have made, one per hop per channel); the
    * worker runs the front end of every channel at once on the GPU (FFT,
    * mel, dB, windows, each frame encoded once, scores:
-   * gpu/ssae_cuda_frontend.h), reading the samples where the audio thread
-   * put them. The windows, scores, times and silence flags are those of
+   * gpu/ssae_cuda_frontend.h), the copy engine taking the samples from
+   * the rings. The windows, scores, times and silence flags are those of
    * the default path. A CUDA failure moves the front end and model to the
    * CPU for good, the failed step run again there: no window is lost (a
    * BACKEND event says why). backend "cpu": the same path on the worker's

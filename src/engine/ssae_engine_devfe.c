@@ -3,9 +3,9 @@
  * before the worker starts and after it stopped).
  *
  * Each run takes what the audio threads marked in every group's PCM ring
- * (ssae_engine_pcm.c; at most run_max samples per channel), runs the front
- * end on all channels at once (ssae_cuda_fe_run_ring: the device reads the
- * samples in the page-locked rings where they lie and makes the frames,
+ * (ssae_engine_pcm.c; at most RUN_MAX samples per channel), runs the front
+ * end on all channels at once (ssae_cuda_fe_run_ring: the copy engine takes
+ * the samples from the page-locked rings, and the device makes the frames,
  * each frame's codes once, and every window's score), then gives each
  * window its header: index, place on the time axis (as the default
  * path's front end numbers them: ssae_window_samples), silence flag
@@ -50,6 +50,7 @@ typedef struct devfe_group {
   uint64_t pos0;  /* ring position of the first */
   uint64_t axis0; /* its place on the time axis */
   int end;        /* the streams end after them */
+  int restart;    /* the next run's first mark restarts the streams (a run failed) */
   uint64_t *zero; /* the marks' channel bits together: a zero among the samples */
   uint64_t mark_axis[RUN_MARKS];
   int64_t mark_t[RUN_MARKS];
@@ -92,7 +93,8 @@ static void take_group(ssae_engine *e, int g) {
       dg->pos0 = mk->ring_end - mk->n;
       dg->axis0 = mk->axis_end - mk->n;
     }
-    if (mk->flags & PCM_RESTART) {
+    if ((mk->flags & PCM_RESTART) || (dg->nm == 0 && dg->restart)) {
+      dg->restart = 0;
       const uint64_t hop = (uint64_t)e->feat.hop_length;
       for (int i = 0; i < gr->nc; i++) {
         const int c = gr->c0 + i;
@@ -256,12 +258,11 @@ void *engine_devfe_main(void *arg) {
     if (rc == 0) {
       nb = collect(e);
     } else {
-      /* The CPU failed too (out of memory): the streams start afresh
-       * after these samples; their windows are lost, and said so. */
-      for (int c = 0; c < e->C; c++) {
-        ssae_cuda_fe_reset(d->fe, c);
-        d->ch[c].frames = d->ch[c].windows = 0;
-      }
+      /* The CPU failed too (out of memory): the streams restart with the
+       * next samples, where the time axis is then; these samples' windows
+       * are lost, and said so. */
+      for (int c = 0; c < e->C; c++) ssae_cuda_fe_reset(d->fe, c);
+      for (int g = 0; g < e->G; g++) d->g[g].restart = 1;
     }
     engine_publish_batch(e, 0, nb, rc, &err);
     release(e);
@@ -273,6 +274,8 @@ void *engine_devfe_main(void *arg) {
 /* control thread                                                      */
 
 double engine_devfe_threshold(const ssae_engine *e) { return e->w.dfe->m->threshold; }
+
+size_t engine_devfe_room(const ssae_engine *e) { return e->w.dfe->ring_len - e->w.dfe->keep; }
 
 const char *engine_devfe_name(const ssae_engine *e) {
   return e->w.dfe && e->w.dfe->on_gpu ? "cuda" : "cpu";
@@ -344,13 +347,8 @@ int engine_devfe_setup(ssae_engine *e, ssae_err *err) {
   for (int g = 0; g < e->G; g++) {
     group *gr = &e->g[g];
     pcm_in *p = &gr->pcm;
-    if (gr->rs_cap > RUN_MAX)
-      return ssae_err_set(err, "engine: input at %g Hz makes %zu samples a block at the "
-                               "model's %d Hz; the device front end takes %d at most (a "
-                               "higher input rate, or smaller blocks)",
-                          e->in_rate, gr->rs_cap, e->feat.sample_rate, RUN_MAX);
     p->len = d->ring_len;
-    p->room = d->ring_len - d->keep;
+    p->room = engine_devfe_room(e);
     p->max_mark = RUN_MAX;
     p->bits_words = ((size_t)gr->nc + 63) / 64;
     if (!(d->g[g].zero = calloc(p->bits_words, sizeof *d->g[g].zero)))

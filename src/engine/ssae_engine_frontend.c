@@ -262,6 +262,13 @@ int engine_build_resamplers(ssae_engine *e, double rate, ssae_err *err) {
     }
     cap = ssae_resampler_max_out(rs[0], e->max_block);
   }
+  if (e->cfg.gpu_frontend && cap > engine_devfe_room(e)) {
+    for (int c = 0; c < e->C; c++) ssae_resampler_free(rs[c]);
+    free(rs);
+    return ssae_err_set(err, "engine: input at %ld Hz makes up to %zu samples a block at the "
+                             "model's %ld Hz; the device front end's ring takes %zu (a higher "
+                             "input rate)", in, cap, out, engine_devfe_room(e));
+  }
   float **ro = calloc((size_t)e->G, sizeof *ro);
   int ok = ro != NULL;
   for (int g = 0; ok && g < e->G; g++) {

@@ -113,6 +113,7 @@ typedef struct pcm_in {
   uint64_t rpos_seen;/* rpos when last loaded (one load per full ring) */
   uint64_t lost;     /* dropped samples not yet counted as windows */
   int restart;       /* the next mark restarts the streams */
+  int rs_fresh;      /* the resamplers were reset for that restart */
   ssae_ring *marks;
   _Atomic uint64_t pushed; /* marks committed */
   char pad0[64];
@@ -350,11 +351,13 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* A counter that one thread (the worker) adds to and others read. */
-static inline void add_ns(_Atomic uint64_t *a, int64_t ns) {
-  atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + (uint64_t)ns,
+/* A counter that one thread adds to and others read: a relaxed load and
+ * store (no read-modify-write: there is one writer). */
+static inline void add_relaxed(_Atomic uint64_t *a, uint64_t v) {
+  atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
                         memory_order_relaxed);
 }
+static inline void add_ns(_Atomic uint64_t *a, int64_t ns) { add_relaxed(a, (uint64_t)ns); }
 
 /* ---- ssae_engine_frontend.c: built and warmed by the control thread
  * while no audio thread is inside (creation, set_input_rate) ---- */
@@ -380,6 +383,9 @@ void engine_pcm_restart(group *gr);
 int engine_devfe_new(ssae_engine *e, const ssae_model *m, ssae_err *err);
 int engine_devfe_setup(ssae_engine *e, ssae_err *err);
 void engine_devfe_free(ssae_engine *e);
+/* Model-rate samples a group's ring takes ahead of the worker (while the
+ * engine is built: the resamplers are refused when one block makes more). */
+size_t engine_devfe_room(const ssae_engine *e);
 void *engine_devfe_main(void *arg);
 double engine_devfe_threshold(const ssae_engine *e);
 const char *engine_devfe_name(const ssae_engine *e);

@@ -32,11 +32,6 @@ static int has_room(pcm_in *p, size_t m) {
   return p->wpos + m - p->rpos_seen <= p->room;
 }
 
-static void add_relaxed(_Atomic uint64_t *a, uint64_t v) {
-  atomic_store_explicit(a, atomic_load_explicit(a, memory_order_relaxed) + v,
-                        memory_order_relaxed);
-}
-
 /* m model-rate samples of every channel lost: the streams restart after
  * them, and each hop of them is a window dropped on every channel. */
 static void lose(group *gr, uint64_t m) {
@@ -44,6 +39,7 @@ static void lose(group *gr, uint64_t m) {
   pcm_in *p = &gr->pcm;
   p->axis += m;
   p->restart = 1;
+  p->rs_fresh = 0;
   p->lost += m;
   const uint64_t hop = (uint64_t)e->feat.hop_length;
   if (p->lost < hop) return;
@@ -145,7 +141,12 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
     lose(gr, model_samples(e, f0, n));
     return;
   }
-  if (p->restart) restart_resamplers(gr);
+  /* Once per restart: a block that makes no sample yet (a short one
+   * through a resampler) leaves the restart pending, not the reset. */
+  if (p->restart && !p->rs_fresh) {
+    restart_resamplers(gr);
+    p->rs_fresh = 1;
+  }
   uint64_t *bits = mark_bits(mk);
   memset(bits, 0, p->bits_words * 8);
   size_t m = 0;
@@ -178,15 +179,25 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
 
 void engine_pcm_skip(group *gr, size_t n) {
   gr->pcm.axis += model_samples(gr->e, &gr->e->fr[gr->c0], n);
-  gr->pcm.restart = 1;
+  engine_pcm_restart(gr);
 }
 
 void engine_pcm_flush(group *gr) {
   pcm_mark *mk = ssae_ring_write_slot(gr->pcm.marks);
-  if (mk) memset(mark_bits(mk), 0, gr->pcm.bits_words * 8);
-  mark(gr, mk, 0, PCM_END);
+  if (mk) {
+    memset(mark_bits(mk), 0, gr->pcm.bits_words * 8);
+    mark(gr, mk, 0, PCM_END);
+  } else {
+    /* No slot for the end: the streams restart with the next block
+     * instead (their end padding's windows are not made). */
+    engine_pcm_restart(gr);
+  }
   /* The next stream starts afresh, the resamplers with it. */
   restart_resamplers(gr);
+  gr->pcm.rs_fresh = 1;
 }
 
-void engine_pcm_restart(group *gr) { gr->pcm.restart = 1; }
+void engine_pcm_restart(group *gr) {
+  gr->pcm.restart = 1;
+  gr->pcm.rs_fresh = 0;
+}
