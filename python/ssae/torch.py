@@ -39,6 +39,8 @@ torch.compile traces the module, so that the compiled graph keeps it (its
 backward runs the forward again: the activations stay inside the op).
 """
 import contextlib
+import os
+import re
 import threading
 import warnings
 
@@ -95,6 +97,78 @@ class _ParamKey:
         return (isinstance(other, _ParamKey) and self.state == other.state and
                 len(self.tensors) == len(other.tensors) and
                 all(a is b for a, b in zip(self.tensors, other.tensors)))
+
+
+# The CPU training forward keeps the activations for the backward up to
+# this size (about 4,800 windows at the default dimensions, 7 KB each);
+# above it the backward computes them again, cheaper than writing and
+# reading them through memory.
+KEEP_ACTIVATIONS_BYTES = 32 << 20
+
+_team_lock = threading.Lock()
+_team_addr = False  # not looked for yet
+
+
+def _omp_team():
+    """The address of GOMP_parallel in the OpenMP runtime that torch's CPU
+    operators run on, or None (another parallel backend, no such runtime
+    found, or SSAE_TORCH_TEAM=0). The drop-in module's CPU training calls
+    run on that team: torch leaves its threads spinning between operators,
+    and ssae's own threads woken beside them would compete for the same
+    cores (a step took 8x longer so on 16 cores)."""
+    global _team_addr
+    if _team_addr is not False:
+        return _team_addr
+    with _team_lock:
+        if _team_addr is False:
+            _team_addr = _find_omp_team()
+    return _team_addr
+
+
+def _find_omp_team():
+    import ctypes
+    if os.environ.get("SSAE_TORCH_TEAM", "1") == "0":
+        return None
+    try:
+        if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+            return None
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "/lib" in line and
+                    re.search(r"/lib(gomp|iomp5)[^/]*\.so", line)}
+    except (OSError, RuntimeError, AttributeError):
+        return None
+    # torch's own copy first (wheels bundle a renamed libgomp)
+    tdir = os.path.dirname(os.path.abspath(torch.__file__))
+    for path in sorted(libs, key=lambda p: not p.startswith(tdir)):
+        try:
+            fn = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            return ctypes.cast(fn.GOMP_parallel, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+# Parameters to one flat vector in one call into torch's C++ (a Python loop
+# of views costs microseconds an operator, as much as the kernels at batch
+# 512); the plain loop where this torch has no such helper.
+try:
+    from torch._utils import _flatten_dense_tensors as _flatten
+except ImportError:
+    def _flatten(ts):
+        return torch.cat([t.detach().reshape(-1) for t in ts])
+
+
+
+def _stream(device):
+    """The handle of the current stream of a CUDA device (the raw pointer
+    straight from torch where it offers it: a Stream object costs more
+    than the kernel launch at small batches)."""
+    if _raw_stream is not None:
+        return _raw_stream(device.index if device.index is not None else
+                           torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _on_device(device):
@@ -155,6 +229,15 @@ class _Net:
     def has_cuda(self):
         return self.lib.ssae_has_cuda_tensors
 
+    def _use_team(self):
+        """The CPU training calls on torch's OpenMP team (_omp_team), with
+        torch's thread count of the moment; under self.lock."""
+        team = _omp_team()
+        setting = (team, torch.get_num_threads() if team else 0)
+        if setting != getattr(self, "_team", None):
+            self.lib.ssae_api_net_set_team(self.h, setting[0], setting[1])
+            self._team = setting
+
     def _check(self, rc, err):
         self._fail_armed = False  # every net call consumes the test hook
         if rc != 0:
@@ -172,11 +255,10 @@ class _Net:
         self.key = key
 
     def _grads(self, dp, params):
-        grads, o = [], 0
-        for p in params:
-            grads.append(dp[o:o + p.numel()].view_as(p))
-            o += p.numel()
-        return grads
+        """The flat gradient dp as views shaped as the parameters (one
+        split, and a view for those of more than one dimension)."""
+        parts = dp.split([p.numel() for p in params])
+        return [g if p.dim() == 1 else g.view(p.shape) for g, p in zip(parts, params)]
 
     def forward(self, x, params, infer=True):
         """y = f(x): float64 inside on the CPU; on CUDA the inference
@@ -212,32 +294,39 @@ class _Net:
             self._act_free = base
 
     def forward_train(self, x, params):
-        """(y, activations for backward): the CPU training forward."""
+        """(y, activations for backward, or None where the backward is to
+        recompute them): the CPU training forward."""
         n = x.shape[0]
         y = torch.empty_like(x)
         err = _lib.errbuf()
         with self.lock:
             self._params(params)
+            self._use_team()
             n_act = self.lib.ssae_api_net_act_floats(self.h, n)
-            act = self._take_act(n_act)
+            if n_act * 4 > KEEP_ACTIVATIONS_BYTES:
+                act, n_act, ap = None, 0, None
+            else:
+                act = self._take_act(n_act)
+                ap = _lib.fptr(act.data_ptr())
             rc = self.lib.ssae_api_net_forward_train(
-                self.h, _lib.fptr(x.data_ptr()), n, _lib.fptr(y.data_ptr()),
-                _lib.fptr(act.data_ptr()), n_act, err)
+                self.h, _lib.fptr(x.data_ptr()), n, _lib.fptr(y.data_ptr()), ap, n_act, err)
         self._check(rc, err)
         return y, act
 
     def backward(self, x, dy, params, want_dx, act=None):
         """(dx or None, parameter gradients) for the upstream gradient dy;
         act: what forward_train kept (CPU), else the forward runs again
-        (inside the kernels on CUDA)."""
+        (inside the kernels on CUDA; act: the flat parameters the forward
+        used, when given)."""
         if x.is_cuda:
-            return self._backward_cuda(x, dy, params, want_dx)
+            return self._backward_cuda(x, dy, params, want_dx, act)
         dp = torch.empty(self.n_params, dtype=torch.float32)
         dx = torch.empty_like(x) if want_dx else None
         dxp = _lib.fptr(dx.data_ptr()) if want_dx else None
         err = _lib.errbuf()
         with self.lock:
             self._params(params)
+            self._use_team()
             if act is not None:
                 rc = self.lib.ssae_api_net_backward_saved(
                     self.h, _lib.fptr(act.data_ptr()), act.numel(), x.shape[0],
@@ -264,7 +353,8 @@ class _Net:
         cached = getattr(self, "_cuda_flat", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        with torch.no_grad():
+            flat = _flatten(params)
         self._cuda_flat = (key, flat)
         return flat
 
@@ -308,7 +398,7 @@ class _Net:
                 return None
             n = x.shape[0]
             with _on_device(x.device):
-                stream = torch.cuda.current_stream(x.device).cuda_stream
+                stream = _stream(x.device)
                 scores = torch.empty(n, dtype=torch.float32, device=x.device)
                 y = torch.empty_like(x)
                 err = _lib.errbuf()
@@ -322,32 +412,44 @@ class _Net:
                 return None
         return y
 
-    def _forward_cuda(self, x, params):
+    def _forward_cuda(self, x, params, flat=None):
+        """y on the trainer's kernel, from the parameters' flat vector (made
+        here when not given)."""
         with _on_device(x.device):
-            stream = torch.cuda.current_stream(x.device).cuda_stream
+            stream = _stream(x.device)
             y = torch.empty_like(x)
             err = _lib.errbuf()
             with self.lock:
-                flat = self._flat_cuda(params, stream)
+                if flat is None:
+                    flat = self._flat_cuda(params, stream)
                 rc = self.lib.ssae_api_net_forward_cuda(self.h, flat.data_ptr(), x.data_ptr(),
                                                         x.shape[0], y.data_ptr(), stream or None,
                                                         err)
         self._check(rc, err)
         return y
 
-    def _backward_cuda(self, x, dy, params, want_dx):
+    def _backward_cuda(self, x, dy, params, want_dx, flat=None):
+        """(dx or None, parameter gradients) on the trainer's kernels, from
+        the flat vector the forward used when given."""
         with _on_device(x.device):
-            stream = torch.cuda.current_stream(x.device).cuda_stream
+            stream = _stream(x.device)
             dp = torch.empty(self.n_params, dtype=torch.float32, device=x.device)
             dx = torch.empty_like(x) if want_dx else None
             err = _lib.errbuf()
             with self.lock:
-                flat = self._flat_cuda(params, stream)
+                if flat is None:
+                    flat = self._flat_cuda(params, stream)
                 rc = self.lib.ssae_api_net_backward_cuda(
                     self.h, flat.data_ptr(), x.data_ptr(), x.shape[0], dy.data_ptr(),
                     dp.data_ptr(), dx.data_ptr() if want_dx else None, stream or None, err)
         self._check(rc, err)
         return dx, self._grads(dp, params)
+
+    def forward_train_cuda(self, x, params):
+        """(y, the flat parameter vector it was computed with: the backward's,
+        so that one concatenation serves the step); under no_grad."""
+        flat = _flatten(params)
+        return self._forward_cuda(x, params, flat), flat
 
     def fail_next(self):
         self._fail_armed = True
@@ -394,12 +496,13 @@ def _backward(net, x, dy, params, want_dx, dims, on_failure, act=None):
 class _Autoencoder(torch.autograd.Function):
     """y = f(x; params) on ssae's kernels (x: (n, F*M) float32, CPU or
     CUDA), for training: on the CPU the forward keeps its activations for
-    the backward."""
+    the backward; on CUDA the backward gets the forward's flat parameter
+    vector (and recomputes the activations inside its kernel)."""
 
     @staticmethod
     def forward(ctx, x, net, owner, *params):
         if x.is_cuda:
-            y, act = net.forward(x, params, infer=False), None
+            y, act = net.forward_train_cuda(x, params)
         else:
             y, act = net.forward_train(x, params)
         ctx.net, ctx.owner, ctx.act = net, owner, act

@@ -293,6 +293,8 @@ struct ssae_api_net {
   ssae_model *m; /* holds the parameters for the forward pass */
   ssae_cpu *cpu; /* made from m at the first forward after a change */
   ssae_vjp *vjp;
+  float *scores; /* the CPU forward's by-product */
+  size_t scores_cap;
   int threads, fail_next, have_params, cpu_stale;
 #if SSAE_HAVE_CUDA
   ssae_cuda_vjp *cuda; /* made by the first CUDA call */
@@ -323,6 +325,7 @@ void ssae_api_net_free(ssae_api_net *net) {
   ssae_cpu_free(net->cpu);
   ssae_vjp_free(net->vjp);
   ssae_model_free(net->m);
+  free(net->scores);
   free(net);
 }
 
@@ -367,16 +370,17 @@ int ssae_api_net_forward(ssae_api_net *net, const float *x, size_t n, float *y,
     if (!(net->cpu = ssae_cpu_new(net->m, net->threads, err))) return SSAE_API_ENOMEM;
     net->cpu_stale = 0;
   }
-  /* scores are a by-product; the smallest scratch that avoids a second
-   * allocation per call is a block of them */
-  enum { B = 256 };
-  float scores[B];
-  size_t win = (size_t)net->m->d.frames * (size_t)net->m->d.n_mels;
-  for (size_t i = 0; i < n; i += B) {
-    size_t k = n - i < B ? n - i : B;
-    if (ssae_cpu_forward(net->cpu, x + i * win, k, scores, y + i * win))
-      return ssae_err_set(err, "CPU forward failed"), SSAE_API_EBACKEND;
+  /* scores are a by-product, in a buffer kept for the largest batch: one
+   * call for the whole batch, so that the threads share it all (blocks of
+   * a few hundred windows left them waking more than working) */
+  if (n > net->scores_cap) {
+    float *sc = realloc(net->scores, n * sizeof(float));
+    if (!sc) return ssae_err_set(err, "out of memory for %zu windows", n), SSAE_API_ENOMEM;
+    net->scores = sc;
+    net->scores_cap = n;
   }
+  if (ssae_cpu_forward(net->cpu, x, n, net->scores, y))
+    return ssae_err_set(err, "CPU forward failed"), SSAE_API_EBACKEND;
   return SSAE_API_OK;
 }
 
@@ -396,6 +400,8 @@ int ssae_api_net_forward_train(ssae_api_net *net, const float *x, size_t n, floa
                                size_t n_act, ssae_err *err) {
   int rc = net_ready(net, err);
   if (rc) return rc;
+  if (!act && !n_act) /* nothing kept: the backward recomputes */
+    return ssae_vjp_forward(net->vjp, x, n, y, err) ? SSAE_API_EARG : SSAE_API_OK;
   if (n_act != ssae_vjp_act_floats(net->vjp, n))
     return ssae_err_set(err, "forward_train: %zu floats of activations, %zu wanted", n_act,
                         ssae_vjp_act_floats(net->vjp, n)),
@@ -414,6 +420,13 @@ int ssae_api_net_backward_saved(ssae_api_net *net, const float *act, size_t n_ac
            SSAE_API_EARG;
   if (ssae_vjp_backward_saved(net->vjp, act, n, dy, dparams, dx, err)) return SSAE_API_EARG;
   return SSAE_API_OK;
+}
+
+void ssae_api_net_set_team(ssae_api_net *net, void *team, int threads) {
+  /* a function pointer passed as data: POSIX guarantees the round trip */
+  ssae_team_fn fn;
+  memcpy(&fn, &team, sizeof fn);
+  ssae_vjp_set_team(net->vjp, team ? fn : NULL, threads);
 }
 
 void ssae_api_net_fail_next(ssae_api_net *net) { net->fail_next = 1; }

@@ -148,12 +148,22 @@ int ssae_api_net_backward(ssae_api_net *net, const float *x, size_t n, const flo
  * backward needs in act, the caller's n_act = ssae_api_net_act_floats(net,
  * n) floats (about 1.7k per window at the default dimensions); then the
  * backward from them, for the parameters of that forward (set them again
- * before, if another forward changed them). */
+ * before, if another forward changed them). act NULL and n_act 0: the same
+ * forward keeping nothing, for ssae_api_net_backward to recompute (at large
+ * batches writing and reading the activations costs more than computing
+ * them again). */
 size_t ssae_api_net_act_floats(const ssae_api_net *net, size_t n);
 int ssae_api_net_forward_train(ssae_api_net *net, const float *x, size_t n, float *y, float *act,
                                size_t n_act, ssae_err *err);
 int ssae_api_net_backward_saved(ssae_api_net *net, const float *act, size_t n_act, size_t n,
                                 const float *dy, float *dparams, float *dx, ssae_err *err);
+/* The training forward and backward above run on the caller's thread team
+ * instead of the net's own threads: team is a function with the signature
+ * (and meaning) of libgomp's GOMP_parallel(fn, data, n_threads, flags),
+ * e.g. that of the OpenMP runtime PyTorch's CPU operators run on, and
+ * threads how many of its threads to use (at most the net's). NULL or
+ * threads <= 1: the net's own threads. Results do not change. */
+void ssae_api_net_set_team(ssae_api_net *net, void *team, int threads);
 /* Test hook: the next forward or backward fails with SSAE_API_EBACKEND
  * (callers test their own fallback). */
 void ssae_api_net_fail_next(ssae_api_net *net);

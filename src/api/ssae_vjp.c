@@ -1,9 +1,13 @@
 /* Vector-Jacobian products of the SSAE forward pass on the CPU (see
  * ssae_vjp.h). The chunk's forward and backward, the kernels and the
  * LayerNorms are the trainer's (ssae_grad_chunk.h, with the VJP's exact
- * LayerNorm arithmetic); a batch is cut into chunks of CHUNK windows, each chunk's parameter gradient goes to
- * its own buffer and the buffers are summed in chunk order in double, so
- * the result does not depend on the number of threads. */
+ * LayerNorm arithmetic). A batch is cut into chunks of CHUNK windows and
+ * the chunks into at most MAX_UNITS units of consecutive chunks (how many
+ * per unit depends on the batch size only); a unit's parameter gradient is
+ * its chunks' summed in chunk order into the unit's own buffer, and the
+ * buffers are summed in unit order in double, each parameter by whichever
+ * thread takes its slice: the result does not depend on the number of
+ * threads, nor on whose threads they are (ssae_vjp_set_team). */
 #include "ssae_vjp.h"
 
 #include <math.h>
@@ -30,8 +34,15 @@ typedef struct job {
 
 typedef struct helper {
   struct ssae_vjp *g;
-  work *w;
+  int slot;
 } helper;
+
+/* Most units per batch: enough to share among the threads of a large
+ * machine, few enough that their gradient buffers stay small (about 20 MB
+ * at the default dimensions) and cheap to sum. */
+#define MAX_UNITS 256
+/* Parameters per slice of the final sum. */
+#define SUM_SLICE 1024
 
 struct ssae_vjp {
   size_t M, F, L, S, C, P;
@@ -41,10 +52,20 @@ struct ssae_vjp {
   double *gnorm, *acc;
   int threads;
   work *w;
-  float *cgrad; /* one parameter gradient per chunk, grown on demand */
-  size_t cap_chunks;
+  float *ugrad; /* one parameter gradient per unit, grown on demand */
+  float *tgrad; /* per thread: a chunk's gradient before it joins its unit's */
+  size_t cap_units;
   job cur;
-  atomic_size_t next_chunk;
+  size_t unit_chunks, n_units; /* this job's units */
+  /* What a parallel phase runs on each thread (slot: which scratch), and
+   * the work it claims, one unit or slice at a time. */
+  void (*share)(struct ssae_vjp *g, int slot);
+  atomic_size_t next;
+  /* A host's team (ssae_vjp_set_team) instead of the threads below:
+   * each of its threads takes a scratch slot on entry. */
+  ssae_team_fn team;
+  int team_threads;
+  atomic_int team_slot;
   /* Worker threads 1 .. threads-1, started once and kept: each call wakes
    * them (gen), runs its share on the calling thread and waits until
    * every worker is done (pending). */
@@ -84,23 +105,58 @@ static work with_act(const ssae_vjp *g, const work *scratch, float *act) {
 
 static size_t n_chunks(size_t n) { return (n + CHUNK - 1) / CHUNK; }
 
-/* Chunks are claimed one at a time; which thread runs one does not change
+/* The units of a batch of n windows: unit_chunks chunks each (the last may
+ * have fewer). */
+static void plan_units(ssae_vjp *g, size_t n) {
+  size_t nc = n_chunks(n);
+  g->unit_chunks = (nc + MAX_UNITS - 1) / MAX_UNITS;
+  if (!g->unit_chunks) g->unit_chunks = 1;
+  g->n_units = (nc + g->unit_chunks - 1) / g->unit_chunks;
+}
+
+/* Units are claimed one at a time; which thread runs one does not change
  * its result. */
-static void run_share(ssae_vjp *g, work *w) {
+static void chunks_share(ssae_vjp *g, int slot) {
   const job *jb = &g->cur;
-  size_t nc = n_chunks(jb->n), win = g->F * g->M;
+  work *w = &g->w[slot];
+  float *tmp = g->tgrad + (size_t)slot * g->P;
+  const size_t nc = n_chunks(jb->n), win = g->F * g->M, P = g->P;
   for (;;) {
-    size_t c = atomic_fetch_add(&g->next_chunk, 1);
-    if (c >= nc) break;
-    size_t first = c * CHUNK, nw = jb->n - first < CHUNK ? jb->n - first : CHUNK;
-    work kept = jb->act ? with_act(g, w, jb->act + c * CHUNK * act_per_window(g)) : *w;
-    if (jb->dy) {
+    size_t u = atomic_fetch_add(&g->next, 1);
+    if (u >= g->n_units) break;
+    size_t c0 = u * g->unit_chunks, c1 = c0 + g->unit_chunks < nc ? c0 + g->unit_chunks : nc;
+    float *ug = g->ugrad + u * P;
+    for (size_t c = c0; c < c1; c++) {
+      size_t first = c * CHUNK, nw = jb->n - first < CHUNK ? jb->n - first : CHUNK;
+      work kept = jb->act ? with_act(g, w, jb->act + c * CHUNK * act_per_window(g)) : *w;
+      if (!jb->dy) {
+        chunk_forward(g, &kept, jb->x + first * win, nw, jb->y + first * win, 1);
+        continue;
+      }
       /* the forward again, into scratch, unless it was kept */
       if (!jb->act) chunk_forward(g, &kept, jb->x + first * win, nw, kept.y, 1);
-      chunk_backward(g, &kept, nw, jb->dy + first * win, g->cgrad + c * g->P,
+      chunk_backward(g, &kept, nw, jb->dy + first * win, c == c0 ? ug : tmp,
                      jb->dx ? jb->dx + first * win : NULL, 1);
-    } else {
-      chunk_forward(g, &kept, jb->x + first * win, nw, jb->y + first * win, 1);
+      if (c != c0)
+        for (size_t i = 0; i < P; i++) ug[i] += tmp[i];
+    }
+  }
+}
+
+/* The units' gradients summed in unit order, in double, a slice of the
+ * parameters at a time. */
+static void sum_share(ssae_vjp *g, int slot) {
+  (void)slot;
+  const size_t P = g->P, nu = g->n_units;
+  for (;;) {
+    size_t i0 = atomic_fetch_add(&g->next, 1) * SUM_SLICE;
+    if (i0 >= P) break;
+    size_t i1 = i0 + SUM_SLICE < P ? i0 + SUM_SLICE : P;
+    double *acc = g->acc;
+    for (size_t i = i0; i < i1; i++) acc[i] = 0;
+    for (size_t u = 0; u < nu; u++) {
+      const float *ug = g->ugrad + u * P;
+      for (size_t i = i0; i < i1; i++) acc[i] += ug[i];
     }
   }
 }
@@ -115,7 +171,7 @@ static void *worker_main(void *p) {
     if (g->quit) break;
     seen = g->gen;
     pthread_mutex_unlock(&g->mu);
-    run_share(g, h->w);
+    g->share(g, h->slot);
     pthread_mutex_lock(&g->mu);
     if (--g->pending == 0) pthread_cond_signal(&g->done);
   }
@@ -123,12 +179,28 @@ static void *worker_main(void *p) {
   return NULL;
 }
 
-/* The workers take chunks beside the calling thread; a call of one chunk
- * runs on the calling thread alone. */
-static void run_job(ssae_vjp *g) {
-  atomic_store(&g->next_chunk, 0);
-  if (!g->started || n_chunks(g->cur.n) <= 1) {
-    run_share(g, &g->w[0]);
+/* One thread of a host's team: a scratch slot of its own, or nothing to do
+ * when the team is larger than the slots. */
+static void team_body(void *p) {
+  ssae_vjp *g = p;
+  int slot = atomic_fetch_add(&g->team_slot, 1);
+  if (slot < g->threads) g->share(g, slot);
+}
+
+/* Runs share on the calling thread and the workers (the host's team when
+ * one is set); a phase of one piece of work runs on the calling thread
+ * alone. */
+static void run_phase(ssae_vjp *g, void (*share)(ssae_vjp *, int), size_t pieces) {
+  g->share = share;
+  atomic_store(&g->next, 0);
+  if (pieces <= 1 || (!g->team && !g->started)) {
+    share(g, 0);
+    return;
+  }
+  if (g->team) {
+    atomic_store(&g->team_slot, 0);
+    unsigned n = (unsigned)(pieces < (size_t)g->team_threads ? pieces : (size_t)g->team_threads);
+    g->team(team_body, g, n, 0);
     return;
   }
   pthread_mutex_lock(&g->mu);
@@ -136,10 +208,20 @@ static void run_job(ssae_vjp *g) {
   g->gen++;
   pthread_cond_broadcast(&g->go);
   pthread_mutex_unlock(&g->mu);
-  run_share(g, &g->w[0]);
+  share(g, 0);
   pthread_mutex_lock(&g->mu);
   while (g->pending) pthread_cond_wait(&g->done, &g->mu);
   pthread_mutex_unlock(&g->mu);
+}
+
+static void run_job(ssae_vjp *g) {
+  plan_units(g, g->cur.n);
+  run_phase(g, chunks_share, g->n_units);
+}
+
+void ssae_vjp_set_team(ssae_vjp *g, ssae_team_fn team, int threads) {
+  g->team = threads > 1 ? team : NULL;
+  g->team_threads = threads > g->threads ? g->threads : threads;
 }
 
 static void *xcalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
@@ -167,7 +249,8 @@ void ssae_vjp_free(ssae_vjp *g) {
   free(g->dec_t);
   free(g->gnorm);
   free(g->acc);
-  free(g->cgrad);
+  free(g->ugrad);
+  free(g->tgrad);
   free(g);
 }
 
@@ -200,8 +283,9 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
   g->gnorm = xcalloc(g->L, sizeof(double));
   g->acc = xcalloc(g->P, sizeof(double));
   g->w = calloc((size_t)g->threads, sizeof(work));
+  g->tgrad = xcalloc((size_t)g->threads * g->P, sizeof(float));
   int ok = g->params && g->bn && g->bn_t && g->enc_t && g->bnw_t && g->dec_t && g->gnorm &&
-           g->acc && g->w;
+           g->acc && g->w && g->tgrad;
   for (int i = 0; ok && i < g->threads; i++) ok = !work_alloc(&g->w[i], g);
   if (!ok) {
     ssae_err_set(err, "out of memory for the gradient buffers");
@@ -223,7 +307,7 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
     /* Fewer workers than asked when the system refuses some: the chunks
      * are shared among those there are. */
     for (int i = 1; i < g->threads; i++) {
-      g->hp[i] = (helper){g, &g->w[i]};
+      g->hp[i] = (helper){g, i};
       if (pthread_create(&g->tid[i], NULL, worker_main, &g->hp[i])) break;
       g->started = i;
     }
@@ -283,21 +367,20 @@ int ssae_vjp_backward_saved(ssae_vjp *g, const float *act, size_t n, const float
 
 static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const float *dy,
                         float *dparams, float *dx, ssae_err *err) {
-  size_t P = g->P, nc = n_chunks(n);
-  if (nc > g->cap_chunks) {
-    float *cg = realloc(g->cgrad, nc * P * sizeof(float));
-    if (!cg) return ssae_err_set(err, "out of memory for a batch of %zu windows", n);
-    g->cgrad = cg;
-    g->cap_chunks = nc;
+  size_t P = g->P;
+  plan_units(g, n);
+  if (g->n_units > g->cap_units) {
+    float *ug = realloc(g->ugrad, g->n_units * P * sizeof(float));
+    if (!ug) return ssae_err_set(err, "out of memory for a batch of %zu windows", n);
+    g->ugrad = ug;
+    g->cap_units = g->n_units;
   }
   if (n) {
     g->cur = (job){x, dy, n, NULL, dx, act};
-    run_job(g);
-  }
-  memset(g->acc, 0, P * sizeof(double));
-  for (size_t c = 0; c < nc; c++) {
-    const float *cg = g->cgrad + c * P;
-    for (size_t i = 0; i < P; i++) g->acc[i] += cg[i];
+    run_phase(g, chunks_share, g->n_units);
+    run_phase(g, sum_share, (P + SUM_SLICE - 1) / SUM_SLICE);
+  } else {
+    memset(g->acc, 0, P * sizeof(double));
   }
   /* through B = G / max(|G|, eps): dG = (dB - B (B . dB)) / |G| */
   size_t L = g->L, C = g->C, o = g->off[4];

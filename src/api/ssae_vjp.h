@@ -30,6 +30,20 @@ typedef struct ssae_vjp ssae_vjp;
 ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err);
 void ssae_vjp_free(ssae_vjp *v);
 
+/* Runs fn(data) once on each of n threads, the calling thread among them,
+ * and returns when every call has returned: the signature (flags 0) of
+ * libgomp's GOMP_parallel, the entry of an OpenMP parallel region. */
+typedef void (*ssae_team_fn)(void (*fn)(void *), void *data, unsigned n, unsigned flags);
+
+/* Lends the object a host's thread team for its calls: a host whose own
+ * work runs on an OpenMP team (PyTorch on the CPU) keeps its threads
+ * spinning between its operations, and ssae's threads woken beside them
+ * would compete for the same cores; the team's threads are free and hot
+ * when a call comes. threads: how many of them to use (at most the
+ * object's); team NULL or threads <= 1: ssae's own threads again. The
+ * result does not change. */
+void ssae_vjp_set_team(ssae_vjp *v, ssae_team_fn team, int threads);
+
 /* Floats in the flat parameter vector. */
 size_t ssae_vjp_param_count(const ssae_vjp *v);
 

@@ -85,7 +85,7 @@ def test_gradients_vs_float64(windows):
         assert rel_l2(got[name].grad, p.grad) <= 1e-4, name
 
 
-def test_backward_from_kept_activations(windows):
+def test_backward_from_kept_activations(windows, monkeypatch):
     """The training forward keeps its activations; the backward from them
     equals the backward that runs the forward again, bit for bit, and the
     training forward is within SPEC accuracy of the float64 module."""
@@ -94,6 +94,7 @@ def test_backward_from_kept_activations(windows):
     x = torch.from_numpy(windows[:100])  # 4 chunks, the last one partial
     p = m._params()
     y, act = net.forward_train(x, p)
+    y_kept = y.clone()
     with torch.no_grad():
         assert rel_l2(y, ref(x.double())) <= 1e-6
     dy = torch.randn(x.shape, generator=torch.Generator().manual_seed(3))
@@ -109,6 +110,15 @@ def test_backward_from_kept_activations(windows):
     (y * dy).sum().backward()
     for a, q in zip(first, p):
         assert torch.allclose(q.grad, 2 * a, rtol=1e-6, atol=0)
+    # a batch too large to keep them (here: any): nothing kept, the
+    # backward recomputes, the same bits
+    m.zero_grad()
+    monkeypatch.setattr(st, "KEEP_ACTIVATIONS_BYTES", 0)
+    y0, act0 = net.forward_train(x, p)
+    assert act0 is None and torch.equal(y0, y_kept)
+    (m(x) * dy).sum().backward()
+    for a, q in zip(first, p):
+        assert torch.equal(q.grad, a)
 
 
 def train(model, data, steps=200, batch=128, seed=0):
