@@ -9,6 +9,7 @@
 #include "ssae_score_gpu.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +54,17 @@ typedef struct {
   char *const *paths;
   const ssae_score_gpu_opts *o;
   lane *l;
-  int files, jobs, k;
+  int files;
+  int open_only; /* open the slots' files, read nothing (the lane has no front end yet) */
 } fill_job;
 
+/* One decoding thread's time, since the last fill_wait. */
+typedef struct {
+  double open_s, read_s;
+} fill_time;
+
 /* Reads channel c's next block (opening its file first): n and end. */
-static void fill_slot(const fill_job *j, int c) {
+static void fill_slot(const fill_job *j, int c, fill_time *t) {
   lane *l = j->l;
   stream_slot *s = &l->s[c];
   l->n[c] = 0;
@@ -68,14 +75,19 @@ static void fill_slot(const fill_job *j, int c) {
     return;
   }
   ssae_err err = {{0}};
+  const double t0 = now_s();
   if (!s->as) {
     s->as = ssae_audio_open(j->paths[s->file], j->o->channel, j->m->feat.sample_rate, NULL, &err);
+    const double t1 = now_s();
+    t->open_s += t1 - t0;
+    t->read_s -= t1 - t0;
     if (!s->as) {
       s->error = strdup(err.msg[0] ? err.msg : "cannot open");
       l->end[c] = 1;
       return;
     }
   }
+  if (j->open_only) return;
   float *blk = ssae_cuda_fe_block(l->fe, c);
   /* 16-bit files as they are: no conversion to float and back. */
   const int i16 = ssae_audio_stream_i16(s->as);
@@ -98,44 +110,116 @@ static void fill_slot(const fill_job *j, int c) {
   }
   l->n[c] = got;
   s->samples += got;
+  t->read_s += now_s() - t0;
   /* 16-bit files cross PCIe as 16 bits. */
   if (got && i16) ssae_cuda_fe_set_i16(l->fe, c);
   else if (got) ssae_cuda_fe_pack_i16(l->fe, c, got);
 }
 
-static void *fill_thread(void *arg) {
-  const fill_job *j = arg;
-  for (int c = j->k; c < j->files; c += j->jobs) fill_slot(j, c);
+/* The decoding threads, started once: each fill wakes them (gen), they
+ * take the lane's channels one at a time (a channel whose file is opened
+ * costs more than one only read) and the last one done says so. */
+typedef struct filler {
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  unsigned long gen;
+  int pending, quit, started, pool_ok;
+  fill_job job;
+  atomic_int next;
+  pthread_t tid[256];
+  fill_time time[257]; /* [0]: the calling thread */
+  struct filler_arg {
+    struct filler *f;
+    int k;
+  } arg[256];
+} filler;
+
+static void fill_share(filler *f, fill_time *t) {
+  for (;;) {
+    int c = atomic_fetch_add(&f->next, 1);
+    if (c >= f->job.files) break;
+    fill_slot(&f->job, c, t);
+  }
+}
+
+static void *fill_thread(void *p) {
+  struct filler_arg *a = p;
+  filler *f = a->f;
+  unsigned long seen = 0;
+  pthread_mutex_lock(&f->mu);
+  for (;;) {
+    while (!f->quit && f->gen == seen) pthread_cond_wait(&f->go, &f->mu);
+    if (f->quit) break;
+    seen = f->gen;
+    pthread_mutex_unlock(&f->mu);
+    fill_share(f, &f->time[1 + a->k]);
+    pthread_mutex_lock(&f->mu);
+    if (--f->pending == 0) pthread_cond_signal(&f->done);
+  }
+  pthread_mutex_unlock(&f->mu);
   return NULL;
 }
 
-typedef struct {
-  pthread_t tid[256];
-  fill_job jobs[256];
-  int started;
-} filler;
-
-/* Starts filling lane l on the decoding threads (the first on this one
- * when no thread starts). */
-static void fill_start(filler *f, fill_job proto) {
-  f->started = 0;
-  for (int k = 0; k < proto.jobs; k++) {
-    f->jobs[k] = proto;
-    f->jobs[k].k = k;
+/* jobs threads (fewer when the system refuses some: the calling thread
+ * then fills alone). */
+static void filler_init(filler *f, int jobs) {
+  if (pthread_mutex_init(&f->mu, NULL)) return;
+  if (pthread_cond_init(&f->go, NULL)) {
+    pthread_mutex_destroy(&f->mu);
+    return;
   }
-  for (int k = 0; k < proto.jobs; k++) {
-    if (pthread_create(&f->tid[k], NULL, fill_thread, &f->jobs[k])) {
-      /* Fewer threads: this one does the rest. */
-      for (int r = k; r < proto.jobs; r++) fill_thread(&f->jobs[r]);
-      break;
-    }
+  if (pthread_cond_init(&f->done, NULL)) {
+    pthread_cond_destroy(&f->go);
+    pthread_mutex_destroy(&f->mu);
+    return;
+  }
+  f->pool_ok = 1;
+  for (int k = 0; k < jobs && k < 256; k++) {
+    f->arg[k] = (struct filler_arg){f, k};
+    if (pthread_create(&f->tid[k], NULL, fill_thread, &f->arg[k])) break;
     f->started++;
   }
 }
 
-static void fill_wait(filler *f) {
+static void filler_free(filler *f) {
+  if (!f->pool_ok) return;
+  pthread_mutex_lock(&f->mu);
+  f->quit = 1;
+  pthread_cond_broadcast(&f->go);
+  pthread_mutex_unlock(&f->mu);
   for (int k = 0; k < f->started; k++) pthread_join(f->tid[k], NULL);
-  f->started = 0;
+  pthread_cond_destroy(&f->done);
+  pthread_cond_destroy(&f->go);
+  pthread_mutex_destroy(&f->mu);
+}
+
+/* Starts filling the job's lane on the decoding threads (on this one when
+ * there are none: then it is done on return). */
+static void fill_start(filler *f, fill_job job) {
+  f->job = job;
+  atomic_store(&f->next, 0);
+  if (!f->started) {
+    fill_share(f, &f->time[0]);
+    return;
+  }
+  pthread_mutex_lock(&f->mu);
+  f->pending = f->started;
+  f->gen++;
+  pthread_cond_broadcast(&f->go);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void fill_wait(filler *f, ssae_score_gpu_stats *st) {
+  if (f->started) {
+    pthread_mutex_lock(&f->mu);
+    while (f->pending) pthread_cond_wait(&f->done, &f->mu);
+    pthread_mutex_unlock(&f->mu);
+  }
+  for (int k = 0; k <= f->started; k++) {
+    st->open_s += f->time[k].open_s;
+    st->read_s += f->time[k].read_s;
+    f->time[k] = (fill_time){0, 0};
+  }
 }
 
 static int add_scores(stream_slot *s, const float *v, size_t k) {
@@ -188,42 +272,60 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
   lane lanes[2];
   memset(lanes, 0, sizeof lanes);
   result *res = calloc(n ? n : 1, sizeof *res);
-  int rc = 0;
-  if (!res) return ssae_err_set(err, "out of memory for %zu files", n);
-  for (int i = 0; i < 2; i++) {
+  filler *f = calloc(1, sizeof *f);
+  if (!res || !f) {
+    free(res);
+    free(f);
+    return ssae_err_set(err, "out of memory for %zu files", n);
+  }
+  /* The decoding threads open lane 0's files while this thread makes its
+   * front end (the CUDA context first), then fill lane 0 while this thread
+   * makes lane 1 (a front end, its page-locked memory included, takes as
+   * long as several runs). */
+  int rc = 0, filling = 0;
+  size_t next = 0, emitted = 0;
+  fill_job proto = {.m = m, .paths = paths, .o = &o, .files = o.files};
+  for (int i = 0; i < 2 && !rc; i++) {
     ssae_cuda_fe_cfg cfg = {.channels = o.files, .max_block = o.block, .pcm = SSAE_FE_PCM_F32,
                             .device = o.device, .cpu = cpu_hook};
     lane *l = &lanes[i];
-    if (!(l->fe = ssae_cuda_fe_new(m, &cfg, err))) rc = -1;
     l->s = calloc((size_t)o.files, sizeof *l->s);
     l->n = calloc((size_t)o.files, sizeof *l->n);
     l->end = calloc((size_t)o.files, 1);
-    if (!rc && (!l->s || !l->n || !l->end)) rc = ssae_err_set(err, "out of memory");
-    if (l->s)
-      for (int c = 0; c < o.files; c++) l->s[c].file = -1;
+    if (!l->s || !l->n || !l->end) {
+      rc = ssae_err_set(err, "out of memory");
+      break;
+    }
+    for (int c = 0; c < o.files; c++) l->s[c].file = next < n ? (long long)next++ : -1;
+    if (i == 0) {
+      filler_init(f, jobs);
+      proto.l = l;
+      proto.open_only = 1;
+      fill_start(f, proto);
+      filling = 1;
+    }
+    if (!(l->fe = ssae_cuda_fe_new(m, &cfg, err))) rc = -1;
+    if (i == 0) {
+      fill_wait(f, &st);
+      filling = 0;
+      if (!rc) {
+        proto.open_only = 0;
+        fill_start(f, proto);
+        filling = 1;
+      }
+    }
   }
+  if (filling) fill_wait(f, &st);
+  st.setup_s = now_s() - t_start;
   if (rc) {
+    filler_free(f);
+    free(f);
     free_lane(&lanes[0], o.files);
     free_lane(&lanes[1], o.files);
     free(res);
     return -1;
   }
-  size_t next = 0, emitted = 0;
-  filler *f = calloc(1, sizeof *f);
-  if (!f) {
-    free_lane(&lanes[0], o.files);
-    free_lane(&lanes[1], o.files);
-    free(res);
-    return ssae_err_set(err, "out of memory");
-  }
-  /* Free slots take the next files; then the lane's blocks are filled. */
-  fill_job proto = {.m = m, .paths = paths, .o = &o, .files = o.files, .jobs = jobs};
   int cur = 0;
-  for (int i = 0; i < 2; i++)
-    for (int c = 0; c < o.files && next < n; c++) lanes[i].s[c].file = (long long)next++;
-  proto.l = &lanes[cur];
-  fill_start(f, proto);
-  fill_wait(f);
   for (;;) {
     lane *l = &lanes[cur], *other = &lanes[1 - cur];
     int busy = 0, other_busy = 0;
@@ -285,7 +387,7 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
       s->file = next < n ? (long long)next++ : -1;
     }
     const double t_wait = now_s();
-    fill_wait(f);
+    fill_wait(f, &st);
     st.wait_s += now_s() - t_wait;
     if (run_rc) {
       /* Not even the CPU path could go on (no memory): every file not yet
@@ -298,6 +400,7 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
           res[i].done = 1;
         }
     }
+    const double t_emit = now_s();
     for (; emitted < n && res[emitted].done; emitted++) {
       result *r = &res[emitted];
       ssae_scored_file sf = {.index = emitted, .path = paths[emitted], .scores = r->scores,
@@ -308,9 +411,11 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
       r->scores = NULL;
       r->error = NULL;
     }
+    st.emit_s += now_s() - t_emit;
     if (run_rc) break;
     cur = 1 - cur;
   }
+  filler_free(f);
   free(f);
   free_lane(&lanes[0], o.files);
   free_lane(&lanes[1], o.files);

@@ -35,10 +35,14 @@ typedef void (*ssae_scored_file_cb)(void *user, const ssae_scored_file *f);
 /* Where the time went (ssae score --stats): the main thread runs one set of
  * files on the GPU while the decoding threads fill the other; gpu_s is the
  * main thread in ssae_cuda_fe_run (upload, front end, model, scores back),
- * wait_s waiting for the decoding threads after that. */
+ * wait_s waiting for the decoding threads after that, setup_s until both
+ * front ends are made (the first set's files opened and read meanwhile),
+ * emit_s handing results to the callback; open_s and read_s: the decoding
+ * threads' time opening files and reading samples, summed over the
+ * threads. */
 typedef struct ssae_score_gpu_stats {
   unsigned long long runs;
-  double gpu_s, wait_s, wall_s;
+  double gpu_s, wait_s, wall_s, setup_s, emit_s, open_s, read_s;
   int files, jobs;
   size_t block;
 } ssae_score_gpu_stats;

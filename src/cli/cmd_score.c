@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,8 +56,8 @@ static const ssae_cli_opt options[] = {
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
      .choices = ssae_cli_backends,
      .help = "where the model runs; cuda: the GPU front end (PCM in, scores out, many files "
-             "per launch); auto: the CPU, which scores files end to end faster than the GPU "
-             "front end does today (BENCHMARKS.md)"},
+             "per launch); auto: the GPU front end for jobs of at least 160 MB of input per "
+             "CPU core when there is a GPU (where it pays back its start-up), else the CPU"},
     {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
      .metavar = "N|mix", .help = "channel index from 0, or the mean of all channels",
      .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
@@ -450,15 +451,48 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
   progress(g->out, 0);
 }
 
+/* `auto` takes the GPU front end for a job of at least this many bytes of
+ * input per CPU core the CPU path would use, the CPU path below it. The
+ * GPU path pays ~0.45 s before and after its work (driver, context,
+ * page-locked memory; H100 host, BENCHMARKS.md) and then scores ~3x
+ * faster than 16 cores: it breaks even near 80 MB of 16-bit audio per
+ * core; twice that leaves room for hosts and files that differ. A rule on
+ * the input's size, read before any CUDA call (which would itself cost
+ * the small job its start-up). */
+#define AUTO_GPU_BYTES_PER_CORE (160ull << 20)
+
+/* Whether auto should run this job on the GPU front end: its files'
+ * bytes (regular files, counted until enough) against the rule above;
+ * SSAE_AUTO_GPU_MIN_BYTES overrides the threshold (tests). */
+static int auto_picks_gpu(const opts *o, char *const *paths, size_t n) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned long long cores = o->jobs > 0 ? (unsigned long long)o->jobs
+                             : ncpu < 1  ? 1
+                             : ncpu > 64 ? 64
+                                         : (unsigned long long)ncpu;
+  unsigned long long need = cores * AUTO_GPU_BYTES_PER_CORE, have = 0;
+  const char *env = getenv("SSAE_AUTO_GPU_MIN_BYTES");
+  if (env && *env) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (!errno && !*end) need = v;
+  }
+  for (size_t i = 0; i < n && have < need; i++) {
+    struct stat st;
+    if (!stat(paths[i], &st) && S_ISREG(st.st_mode)) have += (unsigned long long)st.st_size;
+  }
+  return have >= need;
+}
+
 /* Everything but decoding on the GPU, many files per launch: with
- * --backend cuda only. `auto` takes the CPU path: on the H100 host (16
- * cores) the GPU front end scored 10,000 ten-second clips at 0.67x the
- * CPU path's speed (BENCHMARKS.md), and auto must never be slower than
- * cpu. Returns the exit status, or -1 when the GPU front end cannot start
- * (the caller goes on with the backend path). */
+ * --backend cuda, and with auto for large jobs (auto_picks_gpu). Returns
+ * the exit status, or -1 when the GPU front end cannot start (the caller
+ * goes on with the backend path). */
 static int score_on_gpu(const opts *o, const ssae_model *m, char *const *paths, size_t n,
                         FILE *of) {
-  if (strcmp(o->backend, "cuda")) return -1;
+  const int is_auto = !strcmp(o->backend, "auto");
+  if (strcmp(o->backend, "cuda") && !(is_auto && auto_picks_gpu(o, paths, n))) return -1;
   /* Its decoders take no reader options: --strict goes the backend path. */
   if (o->strict) return -1;
   /* Without a device the backend path says why (and the test hook runs
@@ -482,7 +516,8 @@ static int score_on_gpu(const opts *o, const ssae_model *m, char *const *paths, 
   ssae_score_gpu_opts go = {.channel = o->channel, .jobs = o->jobs, .device = o->device,
                             .stats = &st};
   if (ssae_score_files_gpu(m, paths, n, &go, on_gpu_file, &g, &note, &err)) {
-    ssae_cli_error(CMD, "GPU front end unavailable, scoring with the backend: %s", err.msg);
+    if (!is_auto)
+      ssae_cli_error(CMD, "GPU front end unavailable, scoring with the backend: %s", err.msg);
     if (out.wf) ssae_outfile_abort(out.wf);
     return -1;
   }
@@ -490,9 +525,12 @@ static int score_on_gpu(const opts *o, const ssae_model *m, char *const *paths, 
   if (o->stats)
     fprintf(stderr,
             "ssae score: GPU front end: %llu runs of %d files x %zu samples, %.3f s wall: "
-            "%.3f s in the runs (upload, front end, model, scores back), %.3f s waiting for "
-            "the %d decoding threads\n",
-            st.runs, st.files, st.block, st.wall_s, st.gpu_s, st.wait_s, st.jobs);
+            "%.3f s making the front ends (the first files read meanwhile), %.3f s in the "
+            "runs (upload, front end, model, scores back), %.3f s waiting for the %d "
+            "decoding threads, %.3f s writing results; the decoding threads: %.3f s opening "
+            "files, %.3f s reading samples (summed)\n",
+            st.runs, st.files, st.block, st.wall_s, st.setup_s, st.gpu_s, st.wait_s, st.jobs,
+            st.emit_s, st.open_s, st.read_s);
   if (note.msg[0]) ssae_cli_error(CMD, "went on on the CPU: %s", note.msg);
   int status = g.failed ? SSAE_EXIT_INPUT : SSAE_EXIT_OK;
   if (out.wf && ssae_outfile_commit(out.wf, &err)) {
@@ -521,8 +559,9 @@ static int run(const opts *o, char *const *paths, size_t n, FILE *of, ssae_shard
     ssae_model_free(m);
     return gpu_status;
   }
-  /* auto: the CPU path (the CUDA backend with the front end on the CPU is
-   * slower than it end to end, and so is the GPU front end: see above). */
+  /* auto, when the job is too small for the GPU front end (or it could not
+   * start): the CPU path (the CUDA backend with the front end on the CPU
+   * is slower than it end to end). */
   const char *backend = strcmp(o->backend, "auto") ? o->backend : "cpu";
 #else
   const char *backend = o->backend;

@@ -99,6 +99,23 @@ with tempfile.TemporaryDirectory() as d:
     if errors(hook[2]) != errors(ref[2]):
         fail(f"errors differ:\n{hook[2]}\nagainst\n{ref[2]}")
 
+    # auto: the GPU front end for a job of at least the threshold's bytes
+    # (lowered to 1 MB here, these clips are ~2 MB), the CPU path below it
+    # (the default threshold: 160 MB per core); the same output either way.
+    def auto(min_bytes):
+        env = dict(os.environ, SSAE_SCORE_GPU_ON_CPU="1")
+        if min_bytes is not None:
+            env["SSAE_AUTO_GPU_MIN_BYTES"] = str(min_bytes)
+        return subprocess.run([ssae, "score", "-q", "--stats", "--backend", "auto", clips],
+                              capture_output=True, text=True, env=env)
+    for min_bytes, want_gpu in ((1 << 20, True), (1 << 40, False), (None, False)):
+        a = auto(min_bytes)
+        on_gpu = "GPU front end:" in a.stderr
+        if on_gpu != want_gpu or a.stdout != ref[1] or a.returncode != ref[0]:
+            fail(f"auto, threshold {min_bytes}: GPU front end {on_gpu} (wanted {want_gpu}), "
+                 f"rc={a.returncode}, output {'same' if a.stdout == ref[1] else 'differs'}\n"
+                 f"{a.stderr}")
+
     probe = subprocess.run([os.path.join(build, "tests", "gpu", "test_cuda_frontend"), "--probe"],
                            capture_output=True, text=True)
     if probe.returncode == 0:

@@ -7,7 +7,9 @@
 #
 #   tools/bench/bench_gpu_frontend.sh [-b BUILD_DIR] [-n CLIPS] [-r ROUNDS] [-d DIR]
 #
-# Prints a table (wall seconds per round, the median, clips/s), checks that
+# Also `--backend auto` on the same set and, with cpu and cuda, on its first
+# 100 clips (a job too small for the GPU's start-up: auto must stay on the
+# CPU). Prints a table (wall seconds per round, the median, clips/s), checks that
 # the cuda and cpu file scores agree (1e-5 relative), and prints the
 # per-window limits of the GPU path computed from the kernels' arithmetic
 # and data movement (gpu/ssae_cuda_frontend.cu): PCIe bytes per second of
@@ -44,6 +46,8 @@ if [ "$have" -ne "$N" ]; then
   echo "generating $N clips in $DIR ..." >&2
   seq 1 "$N" | xargs -P "$(nproc)" -I{} "$GEN" --seed {} --seconds 10 -o "$DIR/clip{}.wav"
 fi
+SMALL=()
+for i in $(seq 1 100); do SMALL+=("$DIR/clip$i.wav"); done
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
@@ -69,6 +73,11 @@ for r in $(seq 1 "$ROUNDS"); do
   run_timed cuda "$SSAE" score -q --stats --backend cuda "$DIR"
   grep -h "GPU front end:" "$OUT/cuda.err" >&2 || true
   run_timed cpu "$SSAE" score -q --backend cpu "$DIR"
+  run_timed auto "$SSAE" score -q --backend auto "$DIR"
+  # a small job (the first 100 clips): auto must stay on the CPU path
+  run_timed small_auto "$SSAE" score -q --backend auto "${SMALL[@]}"
+  run_timed small_cpu "$SSAE" score -q --backend cpu "${SMALL[@]}"
+  run_timed small_cuda "$SSAE" score -q --backend cuda "${SMALL[@]}"
   if [ $TORCH_OK = 1 ]; then
     run_timed torch "$PY" "$HERE/torch_gpu_pipeline.py" "$MODEL" "$DIR"/clip*.wav
   fi
@@ -80,9 +89,12 @@ fi
 /usr/bin/python3 - "$OUT" "$N" "$TORCH_OK" <<'EOF'
 import statistics, sys
 out, n, torch_ok = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-rows = [("ssae score --backend cuda", "cuda"), ("ssae score --backend cpu", "cpu")]
+rows = [("ssae score --backend cuda", "cuda"), ("ssae score --backend cpu", "cpu"),
+        ("ssae score --backend auto", "auto")]
 if torch_ok:
     rows.append(("PyTorch GPU (torchaudio + module)", "torch"))
+rows += [("100 clips: --backend auto", "small_auto"), ("100 clips: --backend cpu", "small_cpu"),
+         ("100 clips: --backend cuda", "small_cuda")]
 med = {}
 print(f"{'pipeline':36s} {'rounds (s)':28s} {'median s':>9s} {'clips/s':>9s}")
 for label, key in rows:
@@ -90,10 +102,13 @@ for label, key in rows:
     ok = [float(t) for t in ts if t != "fail"]
     m = statistics.median(ok) if ok else float("nan")
     med[key] = m
-    print(f"{label:36s} {' '.join(ts):28s} {m:9.3f} {n / m if ok else float('nan'):9.0f}")
+    clips = 100 if key.startswith("small") else n
+    print(f"{label:36s} {' '.join(ts):28s} {m:9.3f} {clips / m if ok else float('nan'):9.0f}")
 if med["cuda"] == med["cuda"]:
     print(f"cuda / cpu speed-up: {med['cpu'] / med['cuda']:.2f}x"
           + (f", cuda / PyTorch: {med['torch'] / med['cuda']:.1f}x" if torch_ok else ""))
+print(f"auto / cpu: {med['cpu'] / med['auto']:.2f}x ({n} clips), "
+      f"{med['small_cpu'] / med['small_auto']:.2f}x (100 clips)")
 
 def scores(key):
     d = {}
