@@ -241,16 +241,19 @@ def test_module_gradients_on_cuda(windows):
         err = rel_l2(got[name].grad.cpu(), p.grad)
         assert err <= 1e-4, (name, err)
     assert rel_l2(x.grad.cpu(), x64.grad) <= 1e-4
-    # the MSE loss as training uses it, input without gradient; a batch
-    # that is no multiple of the kernel's window groups, of more groups
-    # than partial-gradient blocks (blocks take several)
-    xs = torch.from_numpy(np.tile(windows, (41, 1))[:4999]).cuda()
+    # the MSE loss as training uses it; a batch large enough for the
+    # kernels' large window groups, no multiple of them, of more groups than
+    # partial-gradient blocks (blocks take several); the input's gradient
+    # too
+    xs = torch.from_numpy(np.tile(windows, (41, 1))[:4999]).cuda().requires_grad_(True)
+    xs64 = xs.detach().cpu().double().requires_grad_(True)
     m.zero_grad()
     ref.zero_grad()
-    torch.nn.functional.mse_loss(m(xs), xs).backward()
-    torch.nn.functional.mse_loss(ref(xs.cpu().double()), xs.cpu().double()).backward()
+    torch.nn.functional.mse_loss(m(xs), xs.detach()).backward()
+    torch.nn.functional.mse_loss(ref(xs64), xs64.detach()).backward()
     for name, p in ref.named_parameters():
         assert rel_l2(got[name].grad.cpu(), p.grad) <= 1e-4, name
+    assert rel_l2(xs.grad.cpu(), xs64.grad) <= 1e-4
 
 
 @needs_entry_points
