@@ -31,8 +31,9 @@ static int write_file(const char *path, int kind, int i) {
   enum { FRAMES = 800 + 37 };
   unsigned char b[44 + 2 * FRAMES];
   if (kind == 2) {
-    const char *t = "this is not audio, just some words\n";
-    return write_bytes(path, (const unsigned char *)t, strlen(t) + (size_t)i);
+    char t[64];
+    snprintf(t, sizeof t, "this is not audio, just some words (%d)\n", i);
+    return write_bytes(path, (const unsigned char *)t, strlen(t));
   }
   test_wav_header(b, 16000, 1, 36 + 2 * FRAMES, 2 * FRAMES);
   if (kind == 1) test_le16(b + 20, 0x7777);
