@@ -75,12 +75,10 @@ static void fill_slot(const fill_job *j, int c, fill_time *t) {
     return;
   }
   ssae_err err = {{0}};
-  const double t0 = now_s();
   if (!s->as) {
+    const double t_open = now_s();
     s->as = ssae_audio_open(j->paths[s->file], j->o->channel, j->m->feat.sample_rate, NULL, &err);
-    const double t1 = now_s();
-    t->open_s += t1 - t0;
-    t->read_s -= t1 - t0;
+    t->open_s += now_s() - t_open;
     if (!s->as) {
       s->error = strdup(err.msg[0] ? err.msg : "cannot open");
       l->end[c] = 1;
@@ -88,6 +86,7 @@ static void fill_slot(const fill_job *j, int c, fill_time *t) {
     }
   }
   if (j->open_only) return;
+  const double t_read = now_s();
   float *blk = ssae_cuda_fe_block(l->fe, c);
   /* 16-bit files as they are: no conversion to float and back. */
   const int i16 = ssae_audio_stream_i16(s->as);
@@ -110,7 +109,7 @@ static void fill_slot(const fill_job *j, int c, fill_time *t) {
   }
   l->n[c] = got;
   s->samples += got;
-  t->read_s += now_s() - t0;
+  t->read_s += now_s() - t_read;
   /* 16-bit files cross PCIe as 16 bits. */
   if (got && i16) ssae_cuda_fe_set_i16(l->fe, c);
   else if (got) ssae_cuda_fe_pack_i16(l->fe, c, got);

@@ -342,7 +342,7 @@ class Model:
         on the current stream of x's device; None when the backend in use
         reads no device memory (the caller copies to the host)."""
         import torch
-        from .torch import _on_device
+        from .torch import _on_device, _stream
         if not x.is_contiguous():
             x = x.contiguous()  # the kernels read windows a row apart
         if x.data_ptr() % 16:
@@ -351,7 +351,7 @@ class Model:
         with _on_device(x.device):
             scores = torch.empty(n, dtype=torch.float32, device=x.device)
             y = torch.empty_like(x) if recon else None
-            stream = torch.cuda.current_stream(x.device).cuda_stream
+            stream = _stream(x.get_device())
             err = _lib.errbuf()
             with self._lock:
                 rc = self._lib.ssae_api_model_score_cuda(
@@ -397,8 +397,8 @@ class Model:
         dev = x.get_device()
         if dev != torch.cuda.current_device():
             return None
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        stream = raw(dev) if raw is not None else torch.cuda.current_stream(dev).cuda_stream
+        from .torch import _stream
+        stream = _stream(dev)
         n = s[0]
         scores = torch.empty(n, dtype=torch.float32, device=x.device)
         with self._lock:

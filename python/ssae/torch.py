@@ -148,8 +148,6 @@ def _find_omp_team():
     return None
 
 
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
 # Parameters to one flat vector in one call into torch's C++ (a Python loop
 # of views costs microseconds an operator, as much as the kernels at batch
 # 512); the plain loop where this torch has no such helper.
@@ -160,15 +158,16 @@ except ImportError:
         return torch.cat([t.detach().reshape(-1) for t in ts])
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
-def _stream(device):
-    """The handle of the current stream of a CUDA device (the raw pointer
-    straight from torch where it offers it: a Stream object costs more
-    than the kernel launch at small batches)."""
+
+def _stream(index):
+    """The handle of the current stream of CUDA device index (the raw
+    pointer straight from torch where it offers it: a Stream object costs
+    more than the kernel launch at small batches)."""
     if _raw_stream is not None:
-        return _raw_stream(device.index if device.index is not None else
-                           torch.cuda.current_device())
-    return torch.cuda.current_stream(device).cuda_stream
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def _on_device(device):
@@ -398,7 +397,7 @@ class _Net:
                 return None
             n = x.shape[0]
             with _on_device(x.device):
-                stream = _stream(x.device)
+                stream = _stream(x.get_device())
                 scores = torch.empty(n, dtype=torch.float32, device=x.device)
                 y = torch.empty_like(x)
                 err = _lib.errbuf()
@@ -416,7 +415,7 @@ class _Net:
         """y on the trainer's kernel, from the parameters' flat vector (made
         here when not given)."""
         with _on_device(x.device):
-            stream = _stream(x.device)
+            stream = _stream(x.get_device())
             y = torch.empty_like(x)
             err = _lib.errbuf()
             with self.lock:
@@ -432,7 +431,7 @@ class _Net:
         """(dx or None, parameter gradients) on the trainer's kernels, from
         the flat vector the forward used when given."""
         with _on_device(x.device):
-            stream = _stream(x.device)
+            stream = _stream(x.get_device())
             dp = torch.empty(self.n_params, dtype=torch.float32, device=x.device)
             dx = torch.empty_like(x) if want_dx else None
             err = _lib.errbuf()
