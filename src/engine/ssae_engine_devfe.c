@@ -32,6 +32,10 @@
 /* Marks taken from a group per run, at most (their arrival times are kept
  * for the windows). */
 #define RUN_MARKS 256
+/* Blocks (a group's channels together) from this size on go into the rings
+ * with streaming stores (ssae_engine_pcm.c says why). SSAE_PCM_STREAM_BYTES
+ * sets another size: the tests take every block that way with 0. */
+#define STREAM_BYTES ((size_t)1 << 20)
 
 typedef struct devfe_chan {
   ssae_silence sil;     /* digital silence on the time axis */
@@ -344,12 +348,15 @@ int engine_devfe_new(ssae_engine *e, const ssae_model *m, ssae_err *err) {
 int engine_devfe_setup(ssae_engine *e, ssae_err *err) {
   devfe *d = e->w.dfe;
   worker_state *w = &e->w;
+  const char *sb = getenv("SSAE_PCM_STREAM_BYTES");
+  const size_t stream_bytes = sb && *sb ? (size_t)strtoull(sb, NULL, 10) : STREAM_BYTES;
   for (int g = 0; g < e->G; g++) {
     group *gr = &e->g[g];
     pcm_in *p = &gr->pcm;
     p->len = d->ring_len;
     p->room = engine_devfe_room(e);
     p->max_mark = RUN_MAX;
+    p->stream_bytes = stream_bytes;
     p->bits_words = ((size_t)gr->nc + 63) / 64;
     if (!(d->g[g].zero = calloc(p->bits_words, sizeof *d->g[g].zero)))
       return ssae_err_set(err, "engine: out of memory");

@@ -157,13 +157,15 @@ static int check_enabled(group *gr) {
 }
 
 /* in[i]: channel c0 + i of the group; interleaved (in_stride > 0): channel
- * c0 + i at in[0] + i + k * in_stride. */
+ * c0 + i at in[0] + i + k * in_stride. t: when the block came (the start of
+ * the process call: one call that feeds every group in turn gives them all
+ * its own start, so a later group's latency counts the earlier ones). */
 static void process_group(group *gr, const float *const *in, const float *il,
-                          size_t il_stride, size_t n) {
+                          size_t il_stride, size_t n, int64_t t) {
   if (enter(gr)) return;
   ssae_engine *e = gr->e;
   int en = check_enabled(gr);
-  gr->blk_t = now_ns();
+  gr->blk_t = t;
   for (size_t off = 0; off < n;) {
     size_t len = n - off < e->max_block ? n - off : e->max_block;
     if (!en) {
@@ -188,13 +190,14 @@ static void process_group(group *gr, const float *const *in, const float *il,
 }
 
 void ssae_engine_process(ssae_engine *e, const float *const *in, size_t n) {
+  const int64_t t = now_ns();
   for (int g = 0; g < e->G; g++)
-    process_group(&e->g[g], in ? in + e->g[g].c0 : NULL, NULL, 0, n);
+    process_group(&e->g[g], in ? in + e->g[g].c0 : NULL, NULL, 0, n, t);
 }
 
 void ssae_engine_process_group(ssae_engine *e, int g, const float *const *in,
                                size_t n) {
-  if (g >= 0 && g < e->G) process_group(&e->g[g], in, NULL, 0, n);
+  if (g >= 0 && g < e->G) process_group(&e->g[g], in, NULL, 0, n, now_ns());
 }
 
 void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
@@ -203,7 +206,8 @@ void ssae_engine_process_interleaved(ssae_engine *e, const float *in,
     ssae_engine_process(e, NULL, n);
     return;
   }
-  for (int g = 0; g < e->G; g++) process_group(&e->g[g], NULL, in, (size_t)e->C, n);
+  const int64_t t = now_ns();
+  for (int g = 0; g < e->G; g++) process_group(&e->g[g], NULL, in, (size_t)e->C, n, t);
 }
 
 static void flush_group(group *gr) {

@@ -108,6 +108,7 @@ typedef struct pcm_in {
   size_t len, room;  /* ring_len; positions writable ahead of rpos (len - keep) */
   size_t max_mark;   /* samples per mark at most (the worker's run) */
   size_t bits_words; /* 64-bit words of a mark's channel bits */
+  size_t stream_bytes; /* blocks of this size and more: streaming stores */
   uint64_t wpos;     /* ring position of the next sample */
   uint64_t axis;     /* model-rate samples since the engine started */
   uint64_t rpos_seen;/* rpos when last loaded (one load per full ring) */

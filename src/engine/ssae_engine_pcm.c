@@ -21,8 +21,26 @@
  * audio). Nothing here allocates, locks, waits or makes a system call. */
 #include <math.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "ssae_engine_internal.h"
+
+/* Blocks of at least this many bytes (all channels of a group; the
+ * engine's pcm_in.stream_bytes, which engine_devfe_setup sets) are written
+ * to the rings with non-temporal stores, and each channel's source is
+ * prefetched PREFETCH_AHEAD channels ahead. At thousands of channels
+ * neither the sources nor the rows stay in any cache between periods:
+ * through the cache each 64-byte line of a row is first read for ownership
+ * (a DRAM read per line written), and one channel's 1 KB is too short a
+ * stream for the hardware prefetchers, so the copy waits on memory
+ * latency. Streaming stores write whole lines with no read, and the
+ * prefetches keep several channels' reads in flight: 8192 channels x 256
+ * samples from cold sources took 3.6 ms per block through the cache and
+ * 1.2-1.4 ms this way (tools/bench/copy_bench.c, BENCHMARKS.md). Below the
+ * size the rows may still be in cache for the reader: the cached copy. */
+#define PREFETCH_AHEAD 8
 
 /* Room for m more samples ahead of what the worker still needs (one load
  * of its position, and only when the last one says full). */
@@ -78,13 +96,46 @@ static unsigned copy_noting(float *dst, const float *src, size_t n) {
   return zero | bad << 1;
 }
 
+/* copy_noting with non-temporal stores (the caller fences before the
+ * samples are published: such stores are not ordered by a release). */
+static unsigned copy_noting_stream(float *dst, const float *src, size_t n) {
+#if defined(__SSE2__)
+  size_t i = 0;
+  while (i < n && ((uintptr_t)(dst + i) & 15)) i++;
+  unsigned f = copy_noting(dst, src, i);
+  const __m128 z = _mm_setzero_ps();
+  const __m128i ex = _mm_set1_epi32(0x7f800000);
+  __m128i za = _mm_setzero_si128(), ba = _mm_setzero_si128();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(src + i);
+    _mm_stream_ps(dst + i, v);
+    za = _mm_or_si128(za, _mm_castps_si128(_mm_cmpeq_ps(v, z)));
+    ba = _mm_or_si128(ba, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(v), ex), ex));
+  }
+  f |= (unsigned)(_mm_movemask_epi8(za) != 0) | (unsigned)(_mm_movemask_epi8(ba) != 0) << 1;
+  return f | copy_noting(dst + i, src + i, n - i);
+#else
+  return copy_noting(dst, src, n);
+#endif
+}
+
+/* Makes the streaming stores before it visible before the release that
+ * publishes them. */
+static void stream_fence(void) {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 /* x[0 .. m) to ring row at position pos (it may wrap); 1 when any sample
  * written is zero. Non-finite samples are written as 0 and counted. */
-static int ring_put(group *gr, float *row, uint64_t pos, const float *x, size_t m) {
+static int ring_put(group *gr, float *row, uint64_t pos, const float *x, size_t m,
+                    int stream) {
   const size_t len = gr->pcm.len;
   const size_t at = (size_t)(pos & (len - 1)), first = len - at < m ? len - at : m;
-  unsigned f = copy_noting(row + at, x, first);
-  if (first < m) f |= copy_noting(row, x + first, m - first);
+  unsigned (*copy)(float *, const float *, size_t) = stream ? copy_noting_stream : copy_noting;
+  unsigned f = copy(row + at, x, first);
+  if (first < m) f |= copy(row, x + first, m - first);
   if (!(f & 2)) return f & 1;
   const float *clean = engine_finite_input(gr, x, m);
   memcpy(row + at, clean, first * sizeof *x);
@@ -154,8 +205,14 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
    * state only when resampling): at thousands of channels a cache line
    * more per channel is a sizeable share of the block. */
   const int resampling = f0->rs != NULL;
+  const int stream = (size_t)gr->nc * bound * sizeof(float) >= p->stream_bytes;
+  const int prefetch = stream && !il && in && !resampling;
   for (int i = 0; i < gr->nc; i++) {
     const float *src;
+    if (prefetch && i + PREFETCH_AHEAD < gr->nc && in[i + PREFETCH_AHEAD]) {
+      const char *a = (const char *)(in[i + PREFETCH_AHEAD] + off);
+      for (size_t k = 0; k < n * sizeof(float); k += 64) __builtin_prefetch(a + k, 0, 0);
+    }
     if (il) {
       const float *s = il + off * il_stride + (size_t)(gr->c0 + i);
       for (size_t k = 0; k < n; k++) gr->deint[k] = s[k * il_stride];
@@ -172,8 +229,9 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
                                  gr->rs_out);
       src = gr->rs_out;
     }
-    if (ring_put(gr, p->rows[i], p->wpos, src, m)) bits[i >> 6] |= 1ull << (i & 63);
+    if (ring_put(gr, p->rows[i], p->wpos, src, m, stream)) bits[i >> 6] |= 1ull << (i & 63);
   }
+  if (stream) stream_fence();
   if (m) mark(gr, mk, m, 0);
 }
 

@@ -6,11 +6,15 @@
  *                [--backend cpu|cuda|auto] [--batch B] [--model M]
  *                [--deadline-ms D] [--cpu-threads T] [--spin-ms S]
  *                [--groups G] [--pin] [--nice N] [--no-in-place] [--no-warm]
- *                [--gpu-frontend]
+ *                [--gpu-frontend] [--one-feeder]
  *
  * --groups G: the channels in G input groups, each fed by its own thread
  * (as G sound cards or JACK clients would); the audio-thread columns are
  * then those of the busiest thread.
+ * --one-feeder: with --groups G, one thread feeds every group in turn
+ * through ssae_engine_process (one JACK client with G groups): with the
+ * device front end the worker starts on a group's samples while the next
+ * group is still being copied; latency counts from the start of the call.
  * --pin: feeding thread g runs on CPU 1 + g only (CPU 0 and the rest left to
  * the worker and the system). --nice N: the feeding threads at nice N.
  * Both stand in for SCHED_FIFO where the system refuses it (containers
@@ -55,7 +59,7 @@ static double now_s(void) {
 
 typedef struct bopts {
   double seconds, deadline, spin;
-  int block, cpu_threads, groups, pin, nice, no_in_place, no_warm, gpu_frontend;
+  int block, cpu_threads, groups, pin, nice, no_in_place, no_warm, gpu_frontend, one_feeder;
   long batch;
   const char *backend;
 } bopts;
@@ -100,8 +104,8 @@ static void *feed(void *arg) {
       setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), f->o->nice) != 0)
     perror("engine_bench: --nice");
   const int block = f->o->block;
-  int c0, nc;
-  ssae_engine_group_channels(f->e, f->g, &c0, &nc);
+  int c0 = 0, nc = ssae_engine_channels(f->e);
+  if (!f->o->one_feeder) ssae_engine_group_channels(f->e, f->g, &c0, &nc);
   const float **ptr = malloc((size_t)nc * sizeof *ptr);
   const double period = (double)block / 16000.0;
   f->blocks = (long)(f->o->seconds / period);
@@ -111,7 +115,8 @@ static void *feed(void *arg) {
     t_next += period;
     for (int i = 0; i < nc; i++) ptr[i] = f->buf + (size_t)(c0 + i) * f->len + pos;
     double t0 = now_s();
-    ssae_engine_process_group(f->e, f->g, ptr, (size_t)block);
+    if (f->o->one_feeder) ssae_engine_process(f->e, ptr, (size_t)block);
+    else ssae_engine_process_group(f->e, f->g, ptr, (size_t)block);
     double dt = now_s() - t0;
     f->busy += dt;
     if (dt > f->busy_max) f->busy_max = dt;
@@ -174,19 +179,23 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   const double t0 = now_s();
   for (int g = 0; g < G; g++) {
     fd[g] = (feeder){.e = e, .m = m, .o = o, .g = g, .rt = rt, .buf = buf, .len = len, .t0 = t0};
-    if (G == 1) feed(&fd[0]); /* this thread, as before */
+    if (G == 1 || o->one_feeder) {
+      feed(&fd[0]); /* this thread, as before */
+      break;
+    }
     else pthread_create(&th[g], NULL, feed, &fd[g]);
   }
-  if (G > 1)
+  const int feeders = o->one_feeder ? 1 : G;
+  if (feeders > 1)
     for (int g = 0; g < G; g++) pthread_join(th[g], NULL);
   /* The busiest feeding thread's figures. */
   int w = 0;
-  for (int g = 1; g < G; g++)
+  for (int g = 1; g < feeders; g++)
     if (fd[g].busy > fd[w].busy) w = g;
   const long blocks = fd[w].blocks, fblocks = fd[w].fblocks;
   const double busy = fd[w].busy, fbusy = fd[w].fbusy;
   double busy_max = 0;
-  for (int g = 0; g < G; g++)
+  for (int g = 0; g < feeders; g++)
     if (fd[g].busy_max > busy_max) busy_max = fd[g].busy_max;
   free(fd);
   free(th);
@@ -216,8 +225,10 @@ int main(int argc, char **argv) {
   const char *model_path = NULL;
   for (int i = 1; i < argc; i += 2) {
     if (!strcmp(argv[i], "--pin") || !strcmp(argv[i], "--no-in-place") ||
-        !strcmp(argv[i], "--no-warm") || !strcmp(argv[i], "--gpu-frontend")) {
+        !strcmp(argv[i], "--no-warm") || !strcmp(argv[i], "--gpu-frontend") ||
+        !strcmp(argv[i], "--one-feeder")) {
       if (!strcmp(argv[i], "--pin")) o.pin = 1;
+      else if (!strcmp(argv[i], "--one-feeder")) o.one_feeder = 1;
       else if (!strcmp(argv[i], "--no-warm")) o.no_warm = 1;
       else if (!strcmp(argv[i], "--gpu-frontend")) o.gpu_frontend = 1;
       else o.no_in_place = 1;
@@ -258,13 +269,15 @@ int main(int argc, char **argv) {
   }
   printf("# engine_bench: %g s per run at real-time pace, blocks of %d samples "
          "(16 kHz), backend %s, max batch %ld, deadline %g ms, CPU threads %d, "
-         "spin %g ms (0: none), %d feeding thread(s) %s%s, nice %d%s%s%s\n",
+         "spin %g ms (0: none), %d feeding thread(s) %s%s, nice %d%s%s%s%s\n",
          o.seconds, o.block, o.backend, o.batch ? o.batch : 256, o.deadline,
-         o.cpu_threads, o.spin == 0 ? 0.5 : o.spin < 0 ? 0.0 : o.spin, o.groups > 1 ? o.groups : 1,
+         o.cpu_threads, o.spin == 0 ? 0.5 : o.spin < 0 ? 0.0 : o.spin,
+         o.groups > 1 && !o.one_feeder ? o.groups : 1,
          rt ? "SCHED_FIFO" : "normal priority", o.pin ? ", pinned" : "", o.nice,
          o.no_in_place ? ", windows copied out of the rings" : "",
          o.no_warm ? ", worker not warmed" : "",
-         o.gpu_frontend ? ", device front end" : "");
+         o.gpu_frontend ? ", device front end" : "",
+         o.one_feeder && o.groups > 1 ? ", one thread feeding every group" : "");
   printf("# chans   windows  dropped  batches  p50(ms)  p99(ms)  max(ms) "
          "blk_mean  blk_max frameblk  audio%%  rss(MB) take/score/publish backend\n");
   char *list = strdup(chans);
