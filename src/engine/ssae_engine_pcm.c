@@ -29,18 +29,19 @@
 
 /* Blocks of at least this many bytes (all channels of a group; the
  * engine's pcm_in.stream_bytes, which engine_devfe_setup sets) are written
- * to the rings with non-temporal stores, and each channel's source is
- * prefetched PREFETCH_AHEAD channels ahead. At thousands of channels
+ * to the rings with non-temporal stores, and the sources of the channel
+ * PREFETCH_AHEAD on are prefetched. At thousands of channels
  * neither the sources nor the rows stay in any cache between periods:
  * through the cache each 64-byte line of a row is first read for ownership
  * (a DRAM read per line written), and one channel's 1 KB is too short a
  * stream for the hardware prefetchers, so the copy waits on memory
  * latency. Streaming stores write whole lines with no read, and the
  * prefetches keep several channels' reads in flight: 8192 channels x 256
- * samples from cold sources took 3.6 ms per block through the cache and
- * 1.2-1.4 ms this way (tools/bench/copy_bench.c, BENCHMARKS.md). Below the
- * size the rows may still be in cache for the reader: the cached copy. */
-#define PREFETCH_AHEAD 8
+ * samples from cold sources took 2.4-2.5 ms per block through the cache
+ * and 1.8 ms this way on the H100 host's Xeon (3.6 and 1.4 ms on a 2-core
+ * VM; tools/bench/copy_bench.c, BENCHMARKS.md). Below the size the rows
+ * may still be in cache for the reader: the cached copy. */
+#define PREFETCH_AHEAD 4
 
 /* Room for m more samples ahead of what the worker still needs (one load
  * of its position, and only when the last one says full). */

@@ -6,7 +6,7 @@
  * cold in DRAM at thousands of channels) or warm (one block's buffers
  * reused every period, as a JACK client's port buffers are).
  *
- *   copy_bench [--channels C] [--block B] [--blocks N] [--cpu K]
+ *   copy_bench [--channels C] [--block B] [--blocks N] [--cpu K] [--ahead K[,K...]]
  *
  * Variants, run in turn block by block so that the host's noise falls on
  * all of them alike:
@@ -14,7 +14,7 @@
  *   stream    non-temporal stores: each 64-byte line of a row is written
  *             whole, with no read of the line first
  *   stream+pfK the same, the sources of the channels K ahead prefetched
- *             (K = 4, 8: the engine's choice is 8)
+ *             (--ahead: default 4,8,16; the engine takes 4)
  * Each copy also notes zeros and non-finite samples, as the engine's does.
  * Prints mean, p50, p99 and max milliseconds per block and GB/s (bytes
  * copied over the mean). */
@@ -86,14 +86,16 @@ static int cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-enum { V = 4 };
-static const char *names[V] = {"cached", "stream", "stream+pf4", "stream+pf8"};
-static const int ahead[V] = {0, 0, 4, 8};
+enum { VMAX = 10 };
 
 int main(int argc, char **argv) {
-  int C = 8192, B = 256, N = 300, cpu = 1;
+  int C = 8192, B = 256, N = 300, cpu = 1, V = 2;
+  int ahead[VMAX] = {0, 0};
+  char names[VMAX][24] = {"cached", "stream"};
+  const char *list = "4,8,16";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--channels")) C = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--ahead")) list = argv[i + 1];
     else if (!strcmp(argv[i], "--block")) B = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--blocks")) N = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--cpu")) cpu = atoi(argv[i + 1]);
@@ -101,6 +103,16 @@ int main(int argc, char **argv) {
       fprintf(stderr, "copy_bench: unknown option %s\n", argv[i]);
       return 2;
     }
+  }
+  for (const char *q = list; *q && V < VMAX; V++) {
+    ahead[V] = atoi(q);
+    snprintf(names[V], sizeof names[V], "stream+pf%d", ahead[V]);
+    q = strchr(q, ',');
+    if (!q) {
+      V++;
+      break;
+    }
+    q++;
   }
   if (C < 1 || B < 16 || B > 2048 || N < 10) {
     fprintf(stderr, "copy_bench: bad sizes\n");
@@ -114,7 +126,7 @@ int main(int argc, char **argv) {
   float *rows = huge(sizeof(float) * row * (size_t)C);
   float *cold = huge(sizeof(float) * len * (size_t)C);
   float *warm = huge(sizeof(float) * (size_t)B * (size_t)C);
-  double *t = malloc(sizeof(double) * (size_t)N * V * 2);
+  double *t = malloc(sizeof(double) * (size_t)N * VMAX * 2);
   const float **src = malloc(sizeof(*src) * (size_t)C);
   if (!rows || !cold || !warm || !t || !src) {
     fprintf(stderr, "copy_bench: out of memory\n");
