@@ -129,7 +129,8 @@ pcie_in = 2 * sr                      # 16-bit files: PCM read by the device as 
 pcie_out = 4 * win_per_s              # one float score per window
 print(f"PCIe per second of audio: {pcie_in + pcie_out:,.0f} B "
       f"({pcie_in:,} B PCM in as int16 (float files: twice that), {pcie_out:,.0f} B scores out)")
-fft = 5 * nfft * (nfft.bit_length() - 1)      # complex radix-2, real input in a complex FFT
+h = nfft // 2                                  # the real frame as a half-size complex FFT
+fft = 5 * h * (h.bit_length() - 1) + 10 * h    # and its split into the real transform's bins
 mel_w = 2 * bins                               # Slaney bank: about two weights per bin
 front = nfft + fft + 3 * bins + 2 * mel_w + 30 * M   # window, FFT, power, mel, log
 model = 2 * (M * S + L * C + L * L + F * M * L) + 3 * F * M
