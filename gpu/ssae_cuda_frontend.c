@@ -390,7 +390,19 @@ static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const uns
                           fe->cfg.max_block);
   fe->ring_pos = pos;
   const long long blk_len = (long long)fe->cfg.max_block;
-  for (int i = 0; i < nc; i++) {
+  /* The run takes the channels from the first that brings samples or ends
+   * to the last (lo .. hi-1), on the host and on the device: one input
+   * group's run of many costs its share. A channel that brings nothing and
+   * does not end makes no frame and no window; it only says so. */
+  int lo = nc, hi = 0;
+  for (int i = 0; i < nc; i++)
+    if (n[i] || (end && end[i])) {
+      if (i < lo) lo = i;
+      hi = i + 1;
+    }
+  for (int i = 0; i < nc; i++)
+    if (i < lo || i >= hi) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
+  for (int i = lo; i < hi; i++) {
     fe_chan *c = &fe->ch[i];
     if (pos) c->origin = pos[i] - c->n_in;
     uint64_t t0, t1;
@@ -418,10 +430,10 @@ static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const uns
                    : (long long)i * blk_len * (packed ? 2 : 1);
     }
   }
-  if (fe->dev) {
+  if (fe->dev && lo < hi) {
     int poison = fe->fail_after >= 0 && fe->runs >= fe->fail_after;
     ssae_err derr = {{0}};
-    if (ssae_fe_dev_run(fe->dev, poison, &derr)) {
+    if (ssae_fe_dev_run(fe->dev, lo, hi, poison, &derr)) {
       /* To the CPU for good; this run again there, from the host copy. */
       fe->note = derr;
       /* The caller's samples move to the CPU blocks first (the ring is
@@ -440,7 +452,7 @@ static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const uns
     }
   }
   fe->runs++;
-  for (int i = 0; i < nc; i++) {
+  for (int i = lo; i < hi; i++) {
     fe_chan *c = &fe->ch[i];
     const int e = end && end[i];
     if (!fe->dev) {

@@ -70,14 +70,17 @@ struct ssae_fe_dev {
    * the caller's rings (ext_in), page-locked only. */
   void *h_in, *d_in_map;
   int ext_registered; /* h_in is the caller's memory (cfg.ext_in), page-locked here */
-  float *d_buf[2];
+  /* Two sample buffers of channels x buf_stride floats, one after the
+   * other: channel c's hist is in buffer par[c] (ssae_fe_desc.buf), and each
+   * run that takes the channel moves it to the other. */
+  float *d_bufs;
+  unsigned char *par;
   /* With the caller's ring: each run's new samples, channels x max_block,
    * copied in by the copy engine (rows of a ring: 2D copies, one or two
    * per run of channels that share their positions), which moves them
    * over PCIe several times faster than the kernel's reads of mapped
    * memory (a few bytes per thread in flight). */
   float *d_stage;
-  int cur; /* which d_buf holds the hist */
   ssae_fe_desc *d_desc, *h_desc;
   float *d_rows, *d_cache_rows, *h_rows;
   double *d_codes, *d_cache_codes;
@@ -101,10 +104,17 @@ __device__ __forceinline__ long long reflect_index(long long j, long long n) {
   return m;
 }
 
-__global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in, float *buf) {
-  const int c = blockIdx.y;
+/* Channel c's sample buffer b (0, 1). */
+__device__ __forceinline__ float *chan_buf(const dev_params &p, float *bufs, int b, int c) {
+  return bufs + ((size_t)b * p.channels + c) * p.buf_stride;
+}
+
+/* The launches below take channels c_lo .. c_lo + gridDim (the run's range). */
+__global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in, float *bufs,
+                          int c_lo) {
+  const int c = c_lo + blockIdx.y;
   const ssae_fe_desc d = desc[c];
-  float *dst = buf + (size_t)c * p.buf_stride + d.hlen;
+  float *dst = chan_buf(p, bufs, d.buf, c) + d.hlen;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d.n; i += gridDim.x * blockDim.x) {
     if (p.staged) {
       dst[i] = ((const float *)in)[(size_t)c * p.max_block + i];
@@ -120,8 +130,8 @@ __global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in
 
 /* rows <- cache (dir 0, the carry in front) or cache <- last rows (dir 1). */
 __global__ void fe_cache(dev_params p, const ssae_fe_desc *desc, float *rows, double *codes,
-                         float *cache_rows, double *cache_codes, int dir) {
-  const int c = blockIdx.x;
+                         float *cache_rows, double *cache_codes, int dir, int c_lo) {
+  const int c = c_lo + blockIdx.x;
   const ssae_fe_desc d = desc[c];
   const int keep_rows = p.F - 1;
   int n, from;
@@ -168,9 +178,9 @@ __device__ __forceinline__ double gelu_d(double v) {
  * quarter of the shared-memory traffic and of the barriers: the kernel is
  * bound by shared memory (ncu, H100). */
 __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
-                          const float *buf, float *rows, double *codes) {
+                          float *bufs, float *rows, double *codes, int c_lo) {
   extern __shared__ double2 sh[];
-  const int c = blockIdx.y, i = blockIdx.x;
+  const int c = c_lo + blockIdx.y, i = blockIdx.x;
   const ssae_fe_desc d = desc[c];
   if (i >= d.nnew) return;
   const int N = p.n_fft, tid = threadIdx.x, nt = blockDim.x;
@@ -179,7 +189,7 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   double *stats = (double *)(band + ((p.n_mels + 1) & ~1));
   const long long start = (d.t0 + i) * p.hop - (p.center ? p.half : 0);
   const long long n_total = d.n_in + d.n, base = d.n_in - d.hlen;
-  const float *s = buf + (size_t)c * p.buf_stride;
+  const float *s = chan_buf(p, bufs, d.buf, c);
   /* Sample k of the frame, windowed. */
   auto sample = [&](int k) -> double {
     const long long j = start + k;
@@ -319,7 +329,8 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
  * the warp's windows: one window per warp read ~160 KB of weights per
  * window. Shared memory: 2 L doubles per window. */
 __global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
-                           const float *rows, const double *codes, float *scores, int max_win) {
+                           const float *rows, const double *codes, float *scores, int max_win,
+                           int c_lo, int c_hi) {
   extern __shared__ double wsh[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long long k0 = ((long long)blockIdx.x * kWinWarps + warp) * kWinPerWarp;
@@ -330,8 +341,8 @@ __global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   int ok[kWinPerWarp], f = -1;
   for (int v = 0; v < V; v++) {
     const long long k = k0 + v;
-    const int c = (int)(k / max_win), w = (int)(k % max_win);
-    ok[v] = c < p.channels && w <= desc[c].carry + desc[c].nnew - p.F;
+    const int c = c_lo + (int)(k / max_win), w = (int)(k % max_win);
+    ok[v] = c < c_hi && w <= desc[c].carry + desc[c].nnew - p.F;
     r[v] = (long long)c * p.max_rows + w;
     if (ok[v] && f < 0) f = v;
   }
@@ -407,12 +418,11 @@ __global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   }
 }
 
-__global__ void fe_compact(dev_params p, const ssae_fe_desc *desc, const float *src,
-                           float *dst) {
-  const int c = blockIdx.y;
+__global__ void fe_compact(dev_params p, const ssae_fe_desc *desc, float *bufs, int c_lo) {
+  const int c = c_lo + blockIdx.y;
   const ssae_fe_desc d = desc[c];
-  const float *s = src + (size_t)c * p.buf_stride + (d.hlen + d.n - d.keep);
-  float *o = dst + (size_t)c * p.buf_stride;
+  const float *s = chan_buf(p, bufs, d.buf, c) + (d.hlen + d.n - d.keep);
+  float *o = chan_buf(p, bufs, 1 - d.buf, c);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d.keep; i += gridDim.x * blockDim.x)
     o[i] = s[i];
 }
@@ -430,8 +440,8 @@ extern "C" void ssae_fe_dev_free(ssae_fe_dev *d) {
     cudaStreamDestroy(d->stream);
   }
   cudaFree(d->d_tables);
-  cudaFree(d->d_buf[0]);
-  cudaFree(d->d_buf[1]);
+  cudaFree(d->d_bufs);
+  free(d->par);
   cudaFree(d->d_desc);
   cudaFree(d->d_stage);
   cudaFree(d->d_rows);
@@ -566,8 +576,8 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fe_frames, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)d->smem_frames);
-  if (e == cudaSuccess) e = cudaMalloc(&d->d_buf[0], sizeof(float) * ch * p.buf_stride);
-  if (e == cudaSuccess) e = cudaMalloc(&d->d_buf[1], sizeof(float) * ch * p.buf_stride);
+  if (e == cudaSuccess) e = cudaMalloc(&d->d_bufs, sizeof(float) * 2 * ch * p.buf_stride);
+  if (e == cudaSuccess && !(d->par = (unsigned char *)calloc(ch, 1))) e = cudaErrorMemoryAllocation;
   if (e == cudaSuccess) e = cudaMalloc(&d->d_desc, sizeof(ssae_fe_desc) * ch);
   p.staged = cfg->ext_in != NULL;
   if (e == cudaSuccess && p.staged)
@@ -627,29 +637,31 @@ extern "C" const float *ssae_fe_dev_rows(const ssae_fe_dev *d, int ch) {
   return d->h_rows ? d->h_rows + (size_t)ch * d->cfg.max_rows * d->cfg.M : NULL;
 }
 
-extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err) {
+extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err) {
   const dev_params &p = d->p;
-  const int ch = p.channels;
+  if (lo < 0 || hi > p.channels || lo >= hi)
+    return ssae_err_set(err, "GPU front end: channels %d .. %d of %d", lo, hi - 1, p.channels);
+  const int ch = hi - lo;
   int max_n = 0, max_new = 0, max_win = 0;
-  for (int c = 0; c < ch; c++) {
-    const ssae_fe_desc *g = &d->h_desc[c];
+  for (int c = lo; c < hi; c++) {
+    ssae_fe_desc *g = &d->h_desc[c];
+    g->buf = d->par[c];
     if (g->n > max_n) max_n = g->n;
     if (g->nnew > max_new) max_new = g->nnew;
     if (g->carry + g->nnew - p.F + 1 > max_win) max_win = g->carry + g->nnew - p.F + 1;
   }
   cudaStream_t s = d->stream;
   CK(cudaSetDevice(d->cfg.device), "selecting the device");
-  CK(cudaMemcpyAsync(d->d_desc, d->h_desc, sizeof(ssae_fe_desc) * (size_t)ch,
+  CK(cudaMemcpyAsync(d->d_desc + lo, d->h_desc + lo, sizeof(ssae_fe_desc) * (size_t)ch,
                      cudaMemcpyHostToDevice, s),
      "descriptor copy");
-  float *cur = d->d_buf[d->cur], *next = d->d_buf[1 - d->cur];
   if (max_n && p.staged) {
     /* Runs of channels whose samples lie at the same place in their rows. */
     const size_t len = d->cfg.ext_row, row = sizeof(float) * len;
-    for (int c0 = 0; c0 < ch;) {
+    for (int c0 = lo; c0 < hi;) {
       const ssae_fe_desc *g = &d->h_desc[c0];
       int c1 = c0 + 1;
-      while (c1 < ch && d->h_desc[c1].n == g->n && d->h_desc[c1].src == g->src) c1++;
+      while (c1 < hi && d->h_desc[c1].n == g->n && d->h_desc[c1].src == g->src) c1++;
       if (g->n) {
         const size_t at = (size_t)g->src, n = (size_t)g->n, first = len - at < n ? len - at : n;
         const float *src = (const float *)d->h_in + (size_t)c0 * len;
@@ -669,45 +681,46 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err) {
   if (max_n) {
     dim3 grid((unsigned)((max_n + 255) / 256 < 64 ? (max_n + 255) / 256 : 64), (unsigned)ch);
     fe_append<<<grid, poison ? 0 : 256, 0, s>>>(p, d->d_desc, p.staged ? d->d_stage : d->d_in_map,
-                                                 cur);
+                                                 d->d_bufs, lo);
     CK(cudaGetLastError(), "append launch");
   }
   if (p.F > 1) {
     fe_cache<<<ch, 128, 0, s>>>(p, d->d_desc, d->d_rows, d->d_codes, d->d_cache_rows,
-                                d->d_cache_codes, 0);
+                                d->d_cache_codes, 0, lo);
     CK(cudaGetLastError(), "carry launch");
   }
   if (max_new) {
     fe_frames<<<dim3((unsigned)max_new, (unsigned)ch), kFrameThreads, d->smem_frames, s>>>(
-        p, d->t, d->d_desc, cur, d->d_rows, d->d_codes);
+        p, d->t, d->d_desc, d->d_bufs, d->d_rows, d->d_codes, lo);
     CK(cudaGetLastError(), "frame launch");
   }
   if (max_win > 0) {
     const long long warps = ((long long)max_win * ch + kWinPerWarp - 1) / kWinPerWarp;
     fe_windows<<<(unsigned)((warps + kWinWarps - 1) / kWinWarps), 32 * kWinWarps,
                  sizeof(double) * 2 * (size_t)p.L * kWinPerWarp * kWinWarps, s>>>(
-        p, d->t, d->d_desc, d->d_rows, d->d_codes, d->d_scores, max_win);
+        p, d->t, d->d_desc, d->d_rows, d->d_codes, d->d_scores, max_win, lo, hi);
     CK(cudaGetLastError(), "window launch");
   }
   if (p.F > 1) {
     fe_cache<<<ch, 128, 0, s>>>(p, d->d_desc, d->d_rows, d->d_codes, d->d_cache_rows,
-                                d->d_cache_codes, 1);
+                                d->d_cache_codes, 1, lo);
     CK(cudaGetLastError(), "cache launch");
   }
   {
     dim3 grid((unsigned)((p.n_fft + 255) / 256), (unsigned)ch);
-    fe_compact<<<grid, 256, 0, s>>>(p, d->d_desc, cur, next);
+    fe_compact<<<grid, 256, 0, s>>>(p, d->d_desc, d->d_bufs, lo);
     CK(cudaGetLastError(), "compact launch");
   }
-  const size_t rows = (size_t)ch * (size_t)p.max_rows;
+  const size_t rows = (size_t)ch * (size_t)p.max_rows, r0 = (size_t)lo * (size_t)p.max_rows;
   if (max_win > 0)
-    CK(cudaMemcpyAsync(d->h_scores, d->d_scores, sizeof(float) * rows, cudaMemcpyDeviceToHost, s),
+    CK(cudaMemcpyAsync(d->h_scores + r0, d->d_scores + r0, sizeof(float) * rows,
+                       cudaMemcpyDeviceToHost, s),
        "score copy");
   if (d->h_rows && max_new)
-    CK(cudaMemcpyAsync(d->h_rows, d->d_rows, sizeof(float) * rows * (size_t)p.M,
-                       cudaMemcpyDeviceToHost, s),
+    CK(cudaMemcpyAsync(d->h_rows + r0 * p.M, d->d_rows + r0 * p.M,
+                       sizeof(float) * rows * (size_t)p.M, cudaMemcpyDeviceToHost, s),
        "frame copy");
   CK(cudaStreamSynchronize(s), "running the front end");
-  d->cur = 1 - d->cur;
+  for (int c = lo; c < hi; c++) d->par[c] ^= 1;
   return 0;
 }

@@ -36,6 +36,8 @@ typedef struct ssae_fe_desc {
    * (ext_in): their first position in the channel's row, which they may
    * run past (they go on at the row's start). */
   long long src;
+  int buf;        /* set by the device half: which of its two sample buffers
+                     holds the channel's hist (each run moves it to the other) */
 } ssae_fe_desc;
 
 /* The tables, built on the host in double precision. */
@@ -85,15 +87,17 @@ void *ssae_fe_dev_block(ssae_fe_dev *d, int ch);
 /* Page-locked descriptors, one per channel, filled before each run. */
 ssae_fe_desc *ssae_fe_dev_desc(ssae_fe_dev *d);
 
-/* Copies the inputs and descriptors in, makes the frames and scores, copies
- * them out, and waits. poison: launch with an invalid configuration (the
- * SSAE_CUDA_FAIL_AFTER test hook: the real CUDA error path). -1 with err
- * on any CUDA error; the object is then unusable. */
-int ssae_fe_dev_run(ssae_fe_dev *d, int poison, ssae_err *err);
+/* Copies the inputs and descriptors of channels lo .. hi-1 in, makes their
+ * frames and scores, copies them out, and waits; the other channels are not
+ * touched (a run of one input group of many costs that group's share).
+ * poison: launch with an invalid configuration (the SSAE_CUDA_FAIL_AFTER
+ * test hook: the real CUDA error path). -1 with err on any CUDA error; the
+ * object is then unusable. */
+int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err);
 
 /* After a run, page-locked: channel ch's window scores (in order), and its
  * rows (carry + nnew frames of n_mels floats; the new frames from row
- * carry on; only with keep_frames). */
+ * carry on; only with keep_frames), for a channel of that run's range. */
 const float *ssae_fe_dev_scores(const ssae_fe_dev *d, int ch);
 const float *ssae_fe_dev_rows(const ssae_fe_dev *d, int ch);
 
