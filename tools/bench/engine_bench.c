@@ -15,8 +15,10 @@
  * through ssae_engine_process (one JACK client with G groups): with the
  * device front end the worker starts on a group's samples while the next
  * group is still being copied; latency counts from the start of the call.
- * --pin: feeding thread g runs on CPU 1 + g only (CPU 0 and the rest left to
- * the worker and the system). --nice N: the feeding threads at nice N.
+ * --pin: feeding thread g runs on CPU 1 + g only, and the engine's own
+ * threads (the worker, the CUDA runtime's) are made on the other CPUs, so
+ * that the scheduler cannot put them on a feeding thread's CPU (a
+ * real-time audio thread would preempt them; here they would preempt it). --nice N: the feeding threads at nice N.
  * Both stand in for SCHED_FIFO where the system refuses it (containers
  * without a real-time budget): at normal priority the scheduler may queue
  * two feeding threads on one core while another idles, and the second waits
@@ -153,8 +155,20 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   cfg.no_warm = o->no_warm;
   cfg.gpu_frontend = o->gpu_frontend;
   cfg.params.threshold = 1e30;
+  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  const int feeders = o->one_feeder ? 1 : G;
+  cpu_set_t was;
+  const int keep_off = o->pin && ncpu > feeders + 1 &&
+                       sched_getaffinity(0, sizeof was, &was) == 0;
+  if (keep_off) {
+    /* The engine's threads inherit this mask: every CPU but the feeders'. */
+    cpu_set_t rest = was;
+    for (int g = 0; g < feeders; g++) CPU_CLR(1 + g, &rest);
+    if (sched_setaffinity(0, sizeof rest, &rest) != 0) perror("engine_bench: --pin");
+  }
   ssae_err err;
   ssae_engine *e = ssae_engine_new(m, &cfg, &err);
+  if (keep_off) sched_setaffinity(0, sizeof was, &was);
   if (!e) {
     fprintf(stderr, "engine: %s\n", err.msg);
     return -1;
@@ -185,7 +199,6 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
     }
     else pthread_create(&th[g], NULL, feed, &fd[g]);
   }
-  const int feeders = o->one_feeder ? 1 : G;
   if (feeders > 1)
     for (int g = 0; g < G; g++) pthread_join(th[g], NULL);
   /* The busiest feeding thread's figures. */
