@@ -384,24 +384,24 @@ static void keep_history(ssae_cuda_fe *fe, int ch, size_t n) {
 static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const unsigned char *end,
                ssae_err *err) {
   const int nc = fe->cfg.channels;
-  for (int i = 0; i < nc; i++)
-    if (n[i] > fe->cfg.max_block)
-      return ssae_err_set(err, "GPU front end: %zu samples for channel %d, at most %zu", n[i], i,
-                          fe->cfg.max_block);
-  fe->ring_pos = pos;
-  const long long blk_len = (long long)fe->cfg.max_block;
   /* The run takes the channels from the first that brings samples or ends
    * to the last (lo .. hi-1), on the host and on the device: one input
    * group's run of many costs its share. A channel that brings nothing and
    * does not end makes no frame and no window; it only says so. */
   int lo = nc, hi = 0;
-  for (int i = 0; i < nc; i++)
+  for (int i = 0; i < nc; i++) {
+    if (n[i] > fe->cfg.max_block)
+      return ssae_err_set(err, "GPU front end: %zu samples for channel %d, at most %zu", n[i], i,
+                          fe->cfg.max_block);
     if (n[i] || (end && end[i])) {
       if (i < lo) lo = i;
       hi = i + 1;
     }
-  for (int i = 0; i < nc; i++)
-    if (i < lo || i >= hi) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
+  }
+  for (int i = 0; i < lo; i++) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
+  for (int i = hi > lo ? hi : nc; i < nc; i++) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
+  fe->ring_pos = pos;
+  const long long blk_len = (long long)fe->cfg.max_block;
   for (int i = lo; i < hi; i++) {
     fe_chan *c = &fe->ch[i];
     if (pos) c->origin = pos[i] - c->n_in;

@@ -123,7 +123,12 @@ typedef struct ssae_engine_cfg {
                               end and ring; one worker scores them all. For
                               more channels than one core can turn into
                               features within the latency wanted (several
-                              sound cards, JACK clients, network streams). */
+                              sound cards, JACK clients, network streams).
+                              One thread may also feed every group in turn
+                              through ssae_engine_process: with gpu_frontend
+                              the worker then starts on each group's samples
+                              while the next group's are still being copied
+                              (thousands of channels: about 1024 a group). */
   double input_rate;       /* rate of the samples given to process(); 0 = the
                               model's rate. Resampled when it differs. */
   size_t max_block;        /* hint: largest block per process() call; larger

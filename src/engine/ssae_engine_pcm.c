@@ -27,8 +27,10 @@
 
 #include "ssae_engine_internal.h"
 
-/* Blocks of at least this many bytes (all channels of a group; the
- * engine's pcm_in.stream_bytes, which engine_devfe_setup sets) are written
+/* Blocks of at least this many bytes over all the engine's channels (a
+ * period of every group: pcm_in.stream_bytes, which engine_devfe_setup
+ * sets; one group of many is small, but the rows of the others pass
+ * through the same caches in the same period) are written
  * to the rings with non-temporal stores, and the sources of the channel
  * PREFETCH_AHEAD on are prefetched. At thousands of channels
  * neither the sources nor the rows stay in any cache between periods:
@@ -206,7 +208,7 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
    * state only when resampling): at thousands of channels a cache line
    * more per channel is a sizeable share of the block. */
   const int resampling = f0->rs != NULL;
-  const int stream = (size_t)gr->nc * bound * sizeof(float) >= p->stream_bytes;
+  const int stream = (size_t)e->C * bound * sizeof(float) >= p->stream_bytes;
   const int prefetch = stream && !il && in && !resampling;
   for (int i = 0; i < gr->nc; i++) {
     const float *src;
