@@ -1,11 +1,12 @@
 /* The device half of the GPU front end (ssae_cuda_frontend_dev.h).
  *
- * One run is seven launches on one stream, then one wait:
- *   append   the new samples (float, or int16 / 32768), read from mapped
+ * One run is four launches on one stream over the run's channels, then the
+ * copies out and one wait:
+ *   start    the new samples (float, or int16 / 32768), read from mapped
  *            page-locked memory (blocks) or from the staging buffer that
  *            the copy engine filled from the caller's ring, after each
- *            channel's hist
- *   carry    each channel's cached frames and codes in front of its rows
+ *            channel's hist; and each channel's cached frames and codes in
+ *            front of its rows (when the run makes frames)
  *   frames   one block per new frame: window, FFT, power, mel, dB (double
  *            precision: float rounding inside the FFT leaves errors of
  *            0.01 dB on bins 80-90 dB under a frame's peak, ten times the
@@ -14,9 +15,9 @@
  *   windows  four windows per warp (each weight loaded once for the
  *            four): their F codes, latent, bottleneck, the folded decoder
  *            and the squared error against their F frames
- *   save     each channel's last F-1 rows back to its cache
- *   compact  each channel's newest n_fft samples to the front of the other
- *            sample buffer (two buffers: no launch reads what it writes)
+ *   finish   each channel's newest n_fft samples to the front of its other
+ *            sample buffer (two buffers: no launch reads what it writes),
+ *            and its last F-1 rows back to its cache
  *   copies   scores (and frames) to page-locked host memory
  * The model runs in double as the CPU reference does (ssae_cpu.c), so the
  * scores agree with it to float rounding. */
@@ -65,7 +66,7 @@ struct ssae_fe_dev {
   cudaStream_t stream;
   int have_stream;
   void *d_tables; /* one allocation behind t */
-  /* The input blocks: page-locked and mapped, read by fe_append straight
+  /* The input blocks: page-locked and mapped, read by fe_start straight
    * over PCIe (only the samples each channel brings; no staging copy); or
    * the caller's rings (ext_in), page-locked only. */
   void *h_in, *d_in_map;
@@ -109,13 +110,15 @@ __device__ __forceinline__ float *chan_buf(const dev_params &p, float *bufs, int
   return bufs + ((size_t)b * p.channels + c) * p.buf_stride;
 }
 
-/* The launches below take channels c_lo .. c_lo + gridDim (the run's range). */
-__global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in, float *bufs,
-                          int c_lo) {
-  const int c = c_lo + blockIdx.y;
-  const ssae_fe_desc d = desc[c];
+/* The launches below take channels c_lo .. c_lo + gridDim.y (the run's
+ * range); the parts of fe_start and fe_finish take nb of their x-blocks,
+ * this block being number b of them. */
+
+/* Channel c's new samples after its hist. */
+__device__ void append_part(const dev_params &p, const ssae_fe_desc &d, const void *in,
+                            float *bufs, int c, int b, int nb) {
   float *dst = chan_buf(p, bufs, d.buf, c) + d.hlen;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d.n; i += gridDim.x * blockDim.x) {
+  for (int i = b * blockDim.x + threadIdx.x; i < d.n; i += nb * blockDim.x) {
     if (p.staged) {
       dst[i] = ((const float *)in)[(size_t)c * p.max_block + i];
       continue;
@@ -128,11 +131,10 @@ __global__ void fe_append(dev_params p, const ssae_fe_desc *desc, const void *in
   }
 }
 
-/* rows <- cache (dir 0, the carry in front) or cache <- last rows (dir 1). */
-__global__ void fe_cache(dev_params p, const ssae_fe_desc *desc, float *rows, double *codes,
-                         float *cache_rows, double *cache_codes, int dir, int c_lo) {
-  const int c = c_lo + blockIdx.x;
-  const ssae_fe_desc d = desc[c];
+/* Channel c's rows <- its cache (dir 0, the carry in front) or cache <- its
+ * last rows (dir 1). */
+__device__ void cache_part(const dev_params &p, const ssae_fe_desc &d, float *rows, double *codes,
+                           float *cache_rows, double *cache_codes, int dir, int c) {
   const int keep_rows = p.F - 1;
   int n, from;
   /* A run that makes no frame makes no window either: its carry is neither
@@ -418,13 +420,36 @@ __global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   }
 }
 
-__global__ void fe_compact(dev_params p, const ssae_fe_desc *desc, float *bufs, int c_lo) {
-  const int c = c_lo + blockIdx.y;
-  const ssae_fe_desc d = desc[c];
+/* Channel c's newest n_fft samples to the front of its other buffer. */
+__device__ void compact_part(const dev_params &p, const ssae_fe_desc &d, float *bufs, int c, int b,
+                             int nb) {
   const float *s = chan_buf(p, bufs, d.buf, c) + (d.hlen + d.n - d.keep);
   float *o = chan_buf(p, bufs, 1 - d.buf, c);
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d.keep; i += gridDim.x * blockDim.x)
-    o[i] = s[i];
+  for (int i = b * blockDim.x + threadIdx.x; i < d.keep; i += nb * blockDim.x) o[i] = s[i];
+}
+
+/* A run's first launch: x-blocks 0 .. n_app-1 append the new samples; one
+ * more, when the run makes frames (carry), puts the carry in front of the
+ * rows. Its last: x-blocks 0 .. n_cmp-1 compact the samples; one more, when
+ * the run makes frames, saves the last rows to the cache. Each pair in one
+ * launch: a run of one group of many is a few microseconds of work, and
+ * each launch costs about as much. */
+__global__ void fe_start(dev_params p, const ssae_fe_desc *desc, const void *in, float *bufs,
+                         float *rows, double *codes, float *cache_rows, double *cache_codes,
+                         int n_app, int c_lo) {
+  const int c = c_lo + blockIdx.y, b = blockIdx.x;
+  const ssae_fe_desc d = desc[c];
+  if (b < n_app) append_part(p, d, in, bufs, c, b, n_app);
+  else cache_part(p, d, rows, codes, cache_rows, cache_codes, 0, c);
+}
+
+__global__ void fe_finish(dev_params p, const ssae_fe_desc *desc, float *bufs, float *rows,
+                          double *codes, float *cache_rows, double *cache_codes, int n_cmp,
+                          int c_lo) {
+  const int c = c_lo + blockIdx.y, b = blockIdx.x;
+  const ssae_fe_desc d = desc[c];
+  if (b < n_cmp) compact_part(p, d, bufs, c, b, n_cmp);
+  else cache_part(p, d, rows, codes, cache_rows, cache_codes, 1, c);
 }
 
 extern "C" int ssae_fe_dev_present(void) {
@@ -678,16 +703,15 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_
       c0 = c1;
     }
   }
-  if (max_n) {
-    dim3 grid((unsigned)((max_n + 255) / 256 < 64 ? (max_n + 255) / 256 : 64), (unsigned)ch);
-    fe_append<<<grid, poison ? 0 : 256, 0, s>>>(p, d->d_desc, p.staged ? d->d_stage : d->d_in_map,
-                                                 d->d_bufs, lo);
+  /* The carry moves only in runs that make frames (cache_part skips the
+   * channels that make none). */
+  const int carry = p.F > 1 && max_new > 0;
+  const int n_app = max_n ? ((max_n + 255) / 256 < 64 ? (max_n + 255) / 256 : 64) : 0;
+  if (n_app + carry) {
+    fe_start<<<dim3((unsigned)(n_app + carry), (unsigned)ch), poison ? 0 : 256, 0, s>>>(
+        p, d->d_desc, p.staged ? d->d_stage : d->d_in_map, d->d_bufs, d->d_rows, d->d_codes,
+        d->d_cache_rows, d->d_cache_codes, n_app, lo);
     CK(cudaGetLastError(), "append launch");
-  }
-  if (p.F > 1) {
-    fe_cache<<<ch, 128, 0, s>>>(p, d->d_desc, d->d_rows, d->d_codes, d->d_cache_rows,
-                                d->d_cache_codes, 0, lo);
-    CK(cudaGetLastError(), "carry launch");
   }
   if (max_new) {
     fe_frames<<<dim3((unsigned)max_new, (unsigned)ch), kFrameThreads, d->smem_frames, s>>>(
@@ -701,14 +725,11 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_
         p, d->t, d->d_desc, d->d_rows, d->d_codes, d->d_scores, max_win, lo, hi);
     CK(cudaGetLastError(), "window launch");
   }
-  if (p.F > 1) {
-    fe_cache<<<ch, 128, 0, s>>>(p, d->d_desc, d->d_rows, d->d_codes, d->d_cache_rows,
-                                d->d_cache_codes, 1, lo);
-    CK(cudaGetLastError(), "cache launch");
-  }
   {
-    dim3 grid((unsigned)((p.n_fft + 255) / 256), (unsigned)ch);
-    fe_compact<<<grid, 256, 0, s>>>(p, d->d_desc, d->d_bufs, lo);
+    const int n_cmp = (p.n_fft + 255) / 256;
+    fe_finish<<<dim3((unsigned)(n_cmp + carry), (unsigned)ch), 256, 0, s>>>(
+        p, d->d_desc, d->d_bufs, d->d_rows, d->d_codes, d->d_cache_rows, d->d_cache_codes, n_cmp,
+        lo);
     CK(cudaGetLastError(), "compact launch");
   }
   const size_t rows = (size_t)ch * (size_t)p.max_rows, r0 = (size_t)lo * (size_t)p.max_rows;
