@@ -21,11 +21,9 @@
  * audio). Nothing here allocates, locks, waits or makes a system call. */
 #include <math.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "ssae_engine_internal.h"
+#include "ssae_pcm_copy.h"
 
 /* Blocks of at least this many bytes over all the engine's channels (a
  * period of every group: pcm_in.stream_bytes, which engine_devfe_setup
@@ -84,59 +82,14 @@ static void restart_resamplers(group *gr) {
   }
 }
 
-/* src[0 .. n) to dst in one pass; bit 0 of the result: some sample is
- * zero, bit 1: some is NaN or infinite (branch-free: it vectorises). */
-static unsigned copy_noting(float *dst, const float *src, size_t n) {
-  uint32_t zero = 0, bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    const float v = src[i];
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    dst[i] = v;
-    zero |= v == 0.0f;
-    bad |= (u & 0x7f800000u) == 0x7f800000u;
-  }
-  return zero | bad << 1;
-}
-
-/* copy_noting with non-temporal stores (the caller fences before the
- * samples are published: such stores are not ordered by a release). */
-static unsigned copy_noting_stream(float *dst, const float *src, size_t n) {
-#if defined(__SSE2__)
-  size_t i = 0;
-  while (i < n && ((uintptr_t)(dst + i) & 15)) i++;
-  unsigned f = copy_noting(dst, src, i);
-  const __m128 z = _mm_setzero_ps();
-  const __m128i ex = _mm_set1_epi32(0x7f800000);
-  __m128i za = _mm_setzero_si128(), ba = _mm_setzero_si128();
-  for (; i + 4 <= n; i += 4) {
-    const __m128 v = _mm_loadu_ps(src + i);
-    _mm_stream_ps(dst + i, v);
-    za = _mm_or_si128(za, _mm_castps_si128(_mm_cmpeq_ps(v, z)));
-    ba = _mm_or_si128(ba, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(v), ex), ex));
-  }
-  f |= (unsigned)(_mm_movemask_epi8(za) != 0) | (unsigned)(_mm_movemask_epi8(ba) != 0) << 1;
-  return f | copy_noting(dst + i, src + i, n - i);
-#else
-  return copy_noting(dst, src, n);
-#endif
-}
-
-/* Makes the streaming stores before it visible before the release that
- * publishes them. */
-static void stream_fence(void) {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
 /* x[0 .. m) to ring row at position pos (it may wrap); 1 when any sample
  * written is zero. Non-finite samples are written as 0 and counted. */
 static int ring_put(group *gr, float *row, uint64_t pos, const float *x, size_t m,
                     int stream) {
   const size_t len = gr->pcm.len;
   const size_t at = (size_t)(pos & (len - 1)), first = len - at < m ? len - at : m;
-  unsigned (*copy)(float *, const float *, size_t) = stream ? copy_noting_stream : copy_noting;
+  unsigned (*copy)(float *, const float *, size_t) =
+      stream ? ssae_pcm_copy_stream : ssae_pcm_copy_cached;
   unsigned f = copy(row + at, x, first);
   if (first < m) f |= copy(row, x + first, m - first);
   if (!(f & 2)) return f & 1;
@@ -234,7 +187,7 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
     }
     if (ring_put(gr, p->rows[i], p->wpos, src, m, stream)) bits[i >> 6] |= 1ull << (i & 63);
   }
-  if (stream) stream_fence();
+  if (stream) ssae_pcm_stream_fence();
   if (m) mark(gr, mk, m, 0);
 }
 

@@ -15,7 +15,8 @@
  *             whole, with no read of the line first
  *   stream+pfK the same, the sources of the channels K ahead prefetched
  *             (--ahead: default 4,8,16; the engine takes 4)
- * Each copy also notes zeros and non-finite samples, as the engine's does.
+ * The copies are the engine's own (src/engine/ssae_pcm_copy.h): each also
+ * notes zeros and non-finite samples.
  * Prints mean, p50, p99 and max milliseconds per block and GB/s (bytes
  * copied over the mean). */
 #define _GNU_SOURCE
@@ -26,49 +27,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+
+#include "ssae_pcm_copy.h"
 
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static unsigned copy_cached(float *dst, const float *src, size_t n) {
-  uint32_t zero = 0, bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    const float v = src[i];
-    uint32_t u;
-    memcpy(&u, &v, sizeof u);
-    dst[i] = v;
-    zero |= v == 0.0f;
-    bad |= (u & 0x7f800000u) == 0x7f800000u;
-  }
-  return zero | bad << 1;
-}
-
-static unsigned copy_stream(float *dst, const float *src, size_t n) {
-#if defined(__SSE2__)
-  size_t i = 0;
-  unsigned f = 0;
-  while (i < n && ((uintptr_t)(dst + i) & 15)) i++;
-  f |= copy_cached(dst, src, i);
-  const __m128 z = _mm_setzero_ps();
-  const __m128i ex = _mm_set1_epi32(0x7f800000);
-  __m128i za = _mm_setzero_si128(), ba = _mm_setzero_si128();
-  for (; i + 4 <= n; i += 4) {
-    const __m128 v = _mm_loadu_ps(src + i);
-    _mm_stream_ps(dst + i, v);
-    za = _mm_or_si128(za, _mm_castps_si128(_mm_cmpeq_ps(v, z)));
-    ba = _mm_or_si128(ba, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(v), ex), ex));
-  }
-  f |= (_mm_movemask_epi8(za) != 0) | (_mm_movemask_epi8(ba) != 0) << 1;
-  return f | copy_cached(dst + i, src + i, n - i);
-#else
-  return copy_cached(dst, src, n);
-#endif
 }
 
 static void *huge(size_t bytes) {
@@ -151,17 +116,15 @@ int main(int argc, char **argv) {
       const double t0 = now_ms();
       for (int i = 0; i < C; i++) {
         float *d = rows + (size_t)i * row + at;
-        if (v == 0) flags += copy_cached(d, src[i], (size_t)B);
+        if (v == 0) flags += ssae_pcm_copy_cached(d, src[i], (size_t)B);
         else {
           const int a = ahead[v];
           if (a && i + a < C)
             for (int k = 0; k < B; k += 16) __builtin_prefetch(src[i + a] + k, 0, 0);
-          flags += copy_stream(d, src[i], (size_t)B);
+          flags += ssae_pcm_copy_stream(d, src[i], (size_t)B);
         }
       }
-#if defined(__SSE2__)
-      _mm_sfence();
-#endif
+      ssae_pcm_stream_fence();
       t[(size_t)s * N * V + (size_t)v * N + (size_t)(b / V)] = now_ms() - t0;
       if (v == V - 1) {
         pos = pos + 2 * (size_t)B > len ? 0 : pos + (size_t)B;
