@@ -22,6 +22,23 @@
  * `ssae score` queue: 10,000 opens took 6-7 s of their time, summed.) */
 static pthread_rwlock_t open_lock = PTHREAD_RWLOCK_INITIALIZER;
 
+/* An open made alone (the write side of open_lock): a file by its path
+ * (path not NULL) or a descriptor; a failure's reason goes into why (n
+ * bytes) before any other open can replace it. */
+static SNDFILE *open_alone(const char *path, int fd, int mode, SF_INFO *info, int close_desc,
+                           char *why, size_t n) {
+  pthread_rwlock_wrlock(&open_lock);
+  SNDFILE *sf = path ? sf_open(path, mode, info) : sf_open_fd(fd, mode, info, close_desc);
+  if (!sf && why && n) snprintf(why, n, "%s", sf_strerror(NULL));
+  pthread_rwlock_unlock(&open_lock);
+  return sf;
+}
+
+SNDFILE *ssae_audio_sf_open_fd(int fd, int mode, SF_INFO *info, int close_desc, char *why,
+                               size_t n) {
+  return open_alone(NULL, fd, mode, info, close_desc, why, n);
+}
+
 int ssae_audio_parse_channel(const char *s, int *channel, ssae_err *err) {
   if (!s || !*s) return ssae_err_set(err, "empty channel: give an index from 0, 'mix' or 'all'");
   if (!strcasecmp(s, "mix")) {
@@ -244,10 +261,9 @@ ssae_audio_stream *ssae_audio_open(const char *path, int channel, int target_rat
     }
   } else {
     /* a pipe or a device is read once: opened alone */
-    pthread_rwlock_wrlock(&open_lock);
-    s->sf = sf_open(path, SFM_READ, &info);
-    if (!s->sf) ssae_err_set(err, "%s: not a readable audio file: %s", path, sf_strerror(NULL));
-    pthread_rwlock_unlock(&open_lock);
+    char why[SSAE_ERR_LEN];
+    s->sf = open_alone(path, -1, SFM_READ, &info, 0, why, sizeof why);
+    if (!s->sf) ssae_err_set(err, "%s: not a readable audio file: %s", path, why);
   }
   if (!s->sf) goto fail;
   const int ch = info.channels;

@@ -105,6 +105,16 @@ void ssae_audio_close(ssae_audio_stream *s);
  * finite. */
 size_t ssae_audio_find_nonfinite(const float *x, size_t n);
 
+/* libsndfile's sf_open_fd for writing (mode SFM_WRITE or SFM_RDWR) made
+ * alone under the lock the reader's opens take: libsndfile keeps a failed
+ * open's reason in process-wide variables, which other threads' opens
+ * would overwrite. Returns the SNDFILE, or NULL with that open's own reason
+ * in why (n bytes; why may be NULL). Arguments otherwise as sf_open_fd's. */
+struct sf_private_tag;
+struct SF_INFO;
+struct sf_private_tag *ssae_audio_sf_open_fd(int fd, int mode, struct SF_INFO *info,
+                                             int close_desc, char *why, size_t n);
+
 /* Parses a --channel argument ("0", "3", "mix", "all"). */
 int ssae_audio_parse_channel(const char *s, int *channel, ssae_err *err);
 

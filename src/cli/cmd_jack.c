@@ -27,7 +27,7 @@ typedef struct opts {
   const char *model, *events, *name, *backend;
   int inputs, clients, passthrough, on, off, gpu_frontend;
   ssae_cli_list connect;
-  double duration, threshold, smoothing, status;
+  double duration, threshold, smoothing, status, watchdog;
   ssae_cli_service_args svc;
 } opts;
 
@@ -58,6 +58,10 @@ static const ssae_cli_opt options[] = {
      .help = "client name"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--duration", O(duration), .metavar = "S", .min = 0.001,
      .max = 1e9, .help = "stop after S seconds", .def = "until stopped"},
+    {.kind = SSAE_CLI_DOUBLE, .name = "--watchdog", O(watchdog), .metavar = "S", .min = 0,
+     .max = 3600,
+     .help = "take the server as gone when it has run no process cycle of the client for S "
+             "seconds (a server that hung, or died without notice); 0: never"},
     SSAE_CLI_DETECTOR_OPTIONS(opts),
     SSAE_CLI_SERVICE_OPTIONS(opts, svc),
     {0}};
@@ -70,10 +74,12 @@ static const ssae_cli_cmd command = {
              "0/1) as audio-rate control signals. Follows the server's sample rate\n"
              "and buffer size. Events as JSON lines (--events, and stdout when it\n"
              "is not a terminal). Ctrl-C, SIGTERM or the server going away end it\n"
-             "cleanly with the events flushed.",
+             "cleanly with the events flushed; a server that stops running the client\n"
+             "counts as gone (--watchdog), and a JACK client that cannot be closed is\n"
+             "left behind after a few seconds, with a message.",
     .epilogue = "Exit status: 0 stopped normally, 1 no JACK server, a port that could not be\n"
-                "connected, the server going away, or an unwritable events file, 2 usage\n"
-                "error.",
+                "connected, the server going away, a JACK client that could not be closed,\n"
+                "or an unwritable events file, 2 usage error.",
     .opts = options,
 };
 
@@ -153,9 +159,23 @@ static ssae_io_jack **open_clients(const opts *o) {
   return jc;
 }
 
-static void free_clients(ssae_io_jack **jc, int K) {
-  for (int k = 0; jc && k < K; k++) ssae_io_jack_free(jc[k]);
+/* Stops and closes the clients within SSAE_IO_JACK_CLOSE_S (libjack can
+ * block for good once the server has gone: such a client is left open, with
+ * a message). Returns 0, or -1 when a client was left. *engine_ok is set
+ * to 0 when a client's callbacks may still use the engine (it must stay). */
+static int free_clients(ssae_io_jack **jc, int K, int *engine_ok) {
+  if (!jc) return 0;
+  for (int k = 0; k < K; k++)
+    if (ssae_io_jack_stop(jc[k])) {
+      ssae_cli_error(CMD, "client '%s': the JACK process callback did not return within 2 s",
+                     ssae_io_jack_name(jc[k]));
+      if (engine_ok) *engine_ok = 0;
+    }
+  ssae_err err = {{0}};
+  int rc = ssae_io_jack_close(jc, K, SSAE_IO_JACK_CLOSE_S, &err);
+  if (rc) ssae_cli_error(CMD, "%s", err.msg);
   free(jc);
+  return rc;
 }
 
 /* --connect: port i to input i, on the client whose group holds it. */
@@ -282,13 +302,15 @@ static int run(const opts *o) {
   }
   if (!started) {
     if (jc) ssae_cli_error(CMD, "%s", err.msg);
-    free_clients(jc, K);
-    ssae_engine_free(e);
+    int engine_ok = 1;
+    free_clients(jc, K, &engine_ok);
+    if (engine_ok) ssae_engine_free(e);
     ssae_evsink_free(sink);
     ssae_model_free(m);
     return SSAE_EXIT_INPUT;
   }
   ssae_cli_service_attach(svc, e);
+  for (int k = 0; k < K; k++) ssae_io_jack_set_watchdog(jc[k], o->watchdog);
   int rc = connect_inputs(o, e, jc);
   ssae_io_jack *j = jc[0];
   if (K == 1)
@@ -311,17 +333,18 @@ static int run(const opts *o) {
     ssae_evsink_note(sink, s.audio_s, "server_shutdown", why);
     rc = SSAE_EXIT_INPUT;
   }
-  /* The process callbacks stop before the engine goes: the clients are
-   * closed (which joins their threads; after a server shutdown a client's
-   * thread may still be running its last callback, and deactivating is
-   * then impossible). */
-  for (int k = 0; k < K; k++) ssae_io_jack_stop(jc[k]);
-  free_clients(jc, K);
+  /* The callbacks leave the engine before it goes: the clients are
+   * detached, then closed within a bound (after a server shutdown, or with
+   * a server that does not answer, libjack can block in the close: the
+   * client is then left behind, and the outputs are written all the
+   * same). */
+  int engine_ok = 1;
+  if (free_clients(jc, K, &engine_ok)) rc = SSAE_EXIT_INPUT;
   jc = NULL;
-  ssae_engine_drain(e);
+  if (engine_ok) ssae_engine_drain(e);
   summary(e, sink);
   ssae_cli_service_detach(svc);
-  ssae_engine_free(e);
+  if (engine_ok) ssae_engine_free(e);
   ssae_err cerr = {{0}};
   if (ssae_evsink_close(sink, &cerr)) {
     ssae_cli_error(CMD, "%s", cerr.msg[0] ? cerr.msg : "writing the events file failed");
@@ -337,7 +360,7 @@ static int run(const opts *o) {
 int ssae_cmd_jack(int argc, char **argv) {
   opts o = {.name = "ssae", .backend = "auto", .inputs = 1, .clients = 1,
             .on = SSAE_DETECTOR_ON_COUNT, .off = SSAE_DETECTOR_OFF_COUNT, .threshold = NAN,
-            .smoothing = SSAE_DETECTOR_SMOOTHING_S, .status = 10};
+            .smoothing = SSAE_DETECTOR_SMOOTHING_S, .status = 10, .watchdog = 10};
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;

@@ -21,6 +21,8 @@
 
 #include <sndfile.h>
 
+#include "ssae_audio.h"
+
 #define CHUNK 4096
 #define PREFIX "ssae_"
 
@@ -153,14 +155,17 @@ static void job_start(ssae_clips *c, const req *r) {
   info.channels = 1;
   info.format = c->cfg.flac ? SF_FORMAT_FLAC | SF_FORMAT_PCM_16
                             : SF_FORMAT_WAV | SF_FORMAT_PCM_16;
-  if (j->fd >= 0) {
+  /* The reason of a failed open is this open's own: made under the audio
+   * reader's open lock (libsndfile keeps it in process-wide variables). */
+  char why[256] = "";
+  if (j->fd < 0) snprintf(why, sizeof why, "%s", strerror(errno));
+  else {
     fchmod(j->fd, 0644);
-    j->sf = sf_open_fd(j->fd, SFM_WRITE, &info, 0);
+    j->sf = ssae_audio_sf_open_fd(j->fd, SFM_WRITE, &info, 0, why, sizeof why);
   }
   if (!j->sf) {
     char msg[700];
-    snprintf(msg, sizeof msg, "cannot create a clip in %s: %s", c->dir,
-             j->fd < 0 ? strerror(errno) : sf_strerror(NULL));
+    snprintf(msg, sizeof msg, "cannot create a clip in %s: %s", c->dir, why);
     report(c, j, 0, msg);
     atomic_fetch_add(&c->failed, 1);
     if (j->fd >= 0) {

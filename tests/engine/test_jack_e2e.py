@@ -3,8 +3,11 @@ frames), sndfile-jackplay playing a generated recording into `ssae jack`.
 A recording with an injected anomaly (3.0-5.0 s) gives one alarm_on near
 3 s and one alarm_off after 5 s; a normal recording gives none. Also: the
 ports, a buffer-size change (jack_bufsize) under a running client,
-`ssae monitor` live through PortAudio's JACK device, and the server going
-away (both end cleanly: exit 1, a clear message, events flushed). Skips (77) without jackd or
+`ssae monitor` live through PortAudio's JACK device, the server going
+away (both end cleanly: exit 1, a clear message, events flushed), and a
+server that stops answering (SIGSTOP: `ssae jack` takes it as gone after
+--watchdog seconds and gives up closing its client after a bound, with the
+same clean end). Skips (77) without jackd or
 sndfile-jackplay or a JACK-enabled ssae.
 
 The model is made here so that the anomaly is known to score high: its
@@ -318,6 +321,41 @@ def main():
                 evs = read_events(mev)
                 assert any(e["event"] == "device_lost" for e in evs), evs
                 assert evs[-1]["event"] == "status", evs
+
+            # A server that stops answering without going (SIGSTOP: no
+            # shutdown notice, its sockets stay open): the client has no
+            # process cycle for --watchdog seconds and takes the server as
+            # gone; closing the client blocks in libjack and is given up
+            # after its bound (5 s). A clear message, events flushed, exit 1.
+            jack = Jack(tmp, "ssae_test_jack_e2e", RATE)
+            # libjack's threads of the client left open are not joined (see
+            # the monitor above): not a leak of ours under ThreadSanitizer.
+            jack.env["TSAN_OPTIONS"] = (jack.env.get("TSAN_OPTIONS", "") +
+                                        " report_thread_leaks=0").strip()
+            events = os.path.join(tmp, "hung.jsonl")
+            p, _ = start_client(jack, tmp, model, thr, "ssae_hung", events,
+                                ("--inputs", "1", "--watchdog", "1"))
+            time.sleep(0.5)
+            t_stop = time.monotonic()
+            jack.proc.send_signal(signal.SIGSTOP)
+            try:
+                out, err = p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                raise AssertionError("ssae jack did not exit with the server stopped: " + err)
+            finally:
+                jack.proc.kill()  # a stopped process ends on SIGKILL too
+                jack.proc.wait()
+            took = time.monotonic() - t_stop
+            print(f"server stopped: ssae jack exited after {took:.1f} s")
+            assert p.returncode == 1, (p.returncode, err)
+            assert "JACK server went away (no process cycle" in err, err
+            assert "did not finish within" in err, err
+            assert took < 1 + 5 + 4, (took, err)
+            evs = read_events(events)
+            assert any(e["event"] == "server_shutdown" for e in evs), evs
+            assert evs[-1]["event"] == "status" and evs[-1]["dropped"] == 0, evs
         finally:
             jack.stop()
     return 0
