@@ -32,9 +32,10 @@
 /* Marks taken from a group per run, at most (their arrival times are kept
  * for the windows). */
 #define RUN_MARKS 256
-/* Blocks (a group's channels together) from this size on go into the rings
- * with streaming stores (ssae_engine_pcm.c says why). SSAE_PCM_STREAM_BYTES
- * sets another size: the tests take every block that way with 0. */
+/* Periods (every group's block together) from this size on go into the
+ * rings with streaming stores (ssae_engine_pcm.c says why).
+ * SSAE_PCM_STREAM_BYTES sets another size: the tests take every block that
+ * way with 0. */
 #define STREAM_BYTES ((size_t)1 << 20)
 
 typedef struct devfe_chan {

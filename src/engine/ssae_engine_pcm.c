@@ -25,22 +25,18 @@
 #include "ssae_engine_internal.h"
 #include "ssae_pcm_copy.h"
 
-/* Blocks of at least this many bytes over all the engine's channels (a
- * period of every group: pcm_in.stream_bytes, which engine_devfe_setup
- * sets; one group of many is small, but the rows of the others pass
- * through the same caches in the same period) are written
- * to the rings with non-temporal stores, and the sources of the channel
- * PREFETCH_AHEAD on are prefetched. At thousands of channels
- * neither the sources nor the rows stay in any cache between periods:
- * through the cache each 64-byte line of a row is first read for ownership
- * (a DRAM read per line written), and one channel's 1 KB is too short a
- * stream for the hardware prefetchers, so the copy waits on memory
- * latency. Streaming stores write whole lines with no read, and the
- * prefetches keep several channels' reads in flight: 8192 channels x 256
- * samples from cold sources took 2.4-2.5 ms per block through the cache
- * and 1.8 ms this way on the H100 host's Xeon (3.6 and 1.4 ms on a 2-core
- * VM; tools/bench/copy_bench.c, BENCHMARKS.md). Below the size the rows
- * may still be in cache for the reader: the cached copy. */
+/* When a period over all the engine's channels (every group's block) is
+ * at least pcm_in.stream_bytes, the rings are written with streaming
+ * stores and the source of the channel PREFETCH_AHEAD on is prefetched
+ * (ssae_pcm_copy.h). At thousands of channels neither the sources nor the
+ * rows stay in any cache from one period to the next: through the cache
+ * each 64-byte line of a row is first read for ownership, and one
+ * channel's block is too short a stream for the hardware prefetchers, so
+ * the copy waits on memory latency. 8192 channels x 256 samples from cold
+ * sources: 1.9-3.3 ms per block through the cache, 1.7-1.8 ms this way on
+ * the H100 hosts' Xeons (tools/bench/copy_bench.c, BENCHMARKS.md). Smaller
+ * periods may still find the rows in cache for the reader: the cached
+ * copy. */
 #define PREFETCH_AHEAD 4
 
 /* Room for m more samples ahead of what the worker still needs (one load
@@ -165,10 +161,8 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
   const int prefetch = stream && !il && in && !resampling;
   for (int i = 0; i < gr->nc; i++) {
     const float *src;
-    if (prefetch && i + PREFETCH_AHEAD < gr->nc && in[i + PREFETCH_AHEAD]) {
-      const char *a = (const char *)(in[i + PREFETCH_AHEAD] + off);
-      for (size_t k = 0; k < n * sizeof(float); k += 64) __builtin_prefetch(a + k, 0, 0);
-    }
+    if (prefetch && i + PREFETCH_AHEAD < gr->nc && in[i + PREFETCH_AHEAD])
+      ssae_pcm_prefetch(in[i + PREFETCH_AHEAD] + off, n);
     if (il) {
       const float *s = il + off * il_stride + (size_t)(gr->c0 + i);
       for (size_t k = 0; k < n; k++) gr->deint[k] = s[k * il_stride];

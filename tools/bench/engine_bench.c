@@ -12,13 +12,14 @@
  * (as G sound cards or JACK clients would); the audio-thread columns are
  * then those of the busiest thread.
  * --one-feeder: with --groups G, one thread feeds every group in turn
- * through ssae_engine_process (one JACK client with G groups): with the
+ * through ssae_engine_process (one audio callback for every channel): with the
  * device front end the worker starts on a group's samples while the next
  * group is still being copied; latency counts from the start of the call.
  * --pin: feeding thread g runs on CPU 1 + g only, and the engine's own
  * threads (the worker, the CUDA runtime's) are made on the other CPUs, so
  * that the scheduler cannot put them on a feeding thread's CPU (a
- * real-time audio thread would preempt them; here they would preempt it). --nice N: the feeding threads at nice N.
+ * real-time audio thread would preempt them; here they would preempt it).
+ * --nice N: the feeding threads at nice N.
  * Both stand in for SCHED_FIFO where the system refuses it (containers
  * without a real-time budget): at normal priority the scheduler may queue
  * two feeding threads on one core while another idles, and the second waits
