@@ -1,15 +1,16 @@
 /* Forward and vector-Jacobian product on CUDA tensors (ssae_cuda_vjp.h).
  *
- * k_vjp runs the trainer's group_fwd and group_bwd
+ * Two kernels. k_vjp_tc (ssae_cuda_vjp_tc.cuh): the default dimensions on
+ * sm_80+, every product on the tensor cores in 3xTF32. k_vjp, for any
+ * dimensions: the trainer's group_fwd and group_bwd
  * (ssae_cuda_train_kernels.cuh, whose k_update it uses too; the header's
  * kernels are file-local, so this file has its own copies) without the
  * loss: the forward writes the reconstruction; the backward starts from the
  * caller's dy instead of 2 (y - x) scale, and also takes the gradient
  * through the first LayerNorm to the input. Per call:
  *   k_update(UPD_PREP)      normalised basis and transposes from params
- *   k_vjp                   forward, or forward + backward (one partial
- *                           gradient per block, dx per window), in groups
- *                           of 4 windows, or 16 for large batches
+ *   k_vjp_tc or k_vjp       forward, or forward + backward (one partial
+ *                           gradient per block, dx per window)
  *   k_update(UPD_GRAD_OUT)  partials summed in block order in double,
  *                           through the basis normalisation, to dparams
  * all on the caller's stream. */
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "ssae_cuda_train_kernels.cuh"
+#include "ssae_cuda_vjp_tc.cuh"
 
 namespace {
 
@@ -91,6 +93,8 @@ struct ssae_cuda_vjp {
   dims_t d, d_large; /* the same but for windows per group (wb) */
   size_t smem, smem_large;
   int dev;
+  int tc;      /* k_vjp_tc serves (default dimensions, sm_80+, its shared memory) */
+  int nsm;     /* the device's multiprocessors: k_vjp_tc's blocks */
   dev_w w;     /* w.p is set per call to the caller's parameters */
   float *part; /* kVjpMaxBlocks partial gradients */
   cudaEvent_t done; /* the last call's work */
@@ -166,7 +170,12 @@ const dims_t &dims_for(const ssae_cuda_vjp *v, size_t n, size_t *smem) {
 int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float *y,
             cudaStream_t s, ssae_err *err) {
   if (begin(v, params, s, err)) return -1;
-  if (n) {
+  if (n && v->tc) {
+    const size_t groups = (n + kTcWin - 1) / kTcWin;
+    const unsigned grid = (unsigned)(groups < (size_t)v->nsm ? groups : (size_t)v->nsm);
+    k_vjp_tc<<<grid, kTcThreads, tc_smem_bytes(), s>>>(v->d, v->w, x, n, NULL, y, NULL, NULL);
+    CKV(cudaGetLastError(), "launching the forward kernel");
+  } else if (n) {
     size_t smem;
     const dims_t &d = dims_for(v, n, &smem);
     const size_t groups = (n + d.wb - 1) / d.wb;
@@ -184,11 +193,19 @@ int backward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n,
     CKV(cudaMemsetAsync(dparams, 0, sizeof(float) * (size_t)v->d.P, s), "clearing gradients");
     return end(v, s, err);
   }
-  size_t smem;
-  const dims_t &d = dims_for(v, n, &smem);
-  const size_t groups = (n + d.wb - 1) / d.wb;
-  const int nparts = (int)(groups < (size_t)kVjpMaxBlocks ? groups : (size_t)kVjpMaxBlocks);
-  k_vjp<<<(unsigned)nparts, kFwdThreads, smem, s>>>(d, v->w, x, n, dy, NULL, dx, v->part);
+  int nparts;
+  if (v->tc) {
+    const size_t groups = (n + kTcWin - 1) / kTcWin;
+    nparts = (int)(groups < (size_t)v->nsm ? groups : (size_t)v->nsm);
+    k_vjp_tc<<<(unsigned)nparts, kTcThreads, tc_smem_bytes(), s>>>(v->d, v->w, x, n, dy, NULL,
+                                                                    dx, v->part);
+  } else {
+    size_t smem;
+    const dims_t &d = dims_for(v, n, &smem);
+    const size_t groups = (n + d.wb - 1) / d.wb;
+    nparts = (int)(groups < (size_t)kVjpMaxBlocks ? groups : (size_t)kVjpMaxBlocks);
+    k_vjp<<<(unsigned)nparts, kFwdThreads, smem, s>>>(d, v->w, x, n, dy, NULL, dx, v->part);
+  }
   CKV(cudaGetLastError(), "launching the backward kernel");
   adam_args a;
   memset(&a, 0, sizeof a);
@@ -254,6 +271,15 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   CKN(cudaFuncSetAttribute(k_vjp, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            (int)(v->smem_large > v->smem ? v->smem_large : v->smem)),
       "raising the kernel's shared-memory limit");
+  /* SSAE_CUDA_VJP=simt keeps k_vjp (a test hook: both kernels are checked) */
+  const char *pick = getenv("SSAE_CUDA_VJP");
+  v->nsm = prop.multiProcessorCount < kVjpMaxBlocks ? prop.multiProcessorCount : kVjpMaxBlocks;
+  v->tc = d.M == 64 && d.S == 64 && d.L == 32 && d.F == 5 && prop.major >= 8 &&
+          tc_smem_bytes() <= prop.sharedMemPerBlockOptin && !(pick && !strcmp(pick, "simt"));
+  if (v->tc)
+    CKN(cudaFuncSetAttribute(k_vjp_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)tc_smem_bytes()),
+        "raising the kernel's shared-memory limit");
   const size_t P = (size_t)d.P, LC = (size_t)d.L * d.C;
   CKN(cudaMalloc(&v->w.bn, sizeof(float) * LC), "allocating the basis");
   CKN(cudaMalloc(&v->w.bnt, sizeof(float) * LC), "allocating the basis");

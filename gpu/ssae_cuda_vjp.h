@@ -2,12 +2,18 @@
  * caller's parameters (one flat float vector in state_dict order), input
  * and upstream gradient in device memory, results written to the caller's
  * device memory, all queued on the caller's stream (a cudaStream_t; NULL:
- * the legacy default stream) without waiting. The kernels are the CUDA
- * trainer's (gpu/ssae_cuda_train_kernels.cuh: float32 products, float64
- * LayerNorm statistics and batch sums, no atomics: the same bits on every
- * run); the backward takes an upstream gradient of the reconstruction
- * instead of the trainer's mean squared error, and also gives the input
- * gradient. Present when the build found nvcc (SSAE_HAVE_CUDA).
+ * the legacy default stream) without waiting. The default dimensions
+ * (64 mels, 5 frames, latent 32, slice latent 64) on sm_80 or newer run on
+ * a tensor-core kernel (gpu/ssae_cuda_vjp_tc.cuh: every product in 3xTF32,
+ * fp32 accuracy), others on the CUDA trainer's kernels
+ * (gpu/ssae_cuda_train_kernels.cuh: float32 products); both keep LayerNorm
+ * statistics in float64, sum the blocks' partial gradients in float64 in
+ * block order and use no atomics: the same bits on every run on one
+ * device. The backward takes an upstream gradient of the
+ * reconstruction instead of the trainer's mean squared error, and also
+ * gives the input gradient. SSAE_CUDA_VJP=simt (read when an object is
+ * made) keeps the trainer's kernels for every dimension. Present when the
+ * build found nvcc (SSAE_HAVE_CUDA).
  *
  * An object keeps scratch on the device it was made on (the current device
  * then): derived weights and per-block partial gradients. Calls on one

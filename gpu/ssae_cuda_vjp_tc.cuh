@@ -1,0 +1,547 @@
+/* The VJP's tensor-core kernel (k_vjp_tc) for the default dimensions
+ * (M = S = 64, L = 32, 5 frames) on sm_80 or newer: the forward, or the
+ * forward again and the backward, of groups of 16 windows, every matrix
+ * product on mma.sync in the 3xTF32 form (ssae_cuda_mma_tf32.cuh: fp32
+ * accuracy), LayerNorms and GELU on the CUDA cores as in k_vjp (statistics
+ * in double, normcdff). Included by ssae_cuda_train_vjp.cu after
+ * ssae_cuda_train_kernels.cuh (dims_t, dev_w, gelu, warp_sum).
+ *
+ * Why not k_vjp: its products are one output per thread with both operands
+ * from shared memory, about 8 % of the FMA pipes; at 65,536 windows the
+ * training step took 2.2x PyTorch's (cuBLAS) time.
+ *
+ * One block of 16 warps per SM takes groups of 16 windows (80 slices) in
+ * turn. A group's activations live in shared memory, slice-major (a slice's
+ * 64 values in a row of 68 floats: the A fragments' eight rows fall in
+ * distinct banks), window-level ones in rows of 36. A product is a set of
+ * 16 x 16 output tiles that the warps take in turn, operands read through
+ * accessors (any layout or transpose; the weights are copied to shared
+ * memory once per block); the four K = 320 products over the
+ * latent (16 x 32 outputs) are split over k in eight parts summed in a
+ * fixed order. The weight gradients (the four large matrices: 76 tiles of
+ * 16 x 16) stay in registers across the block's groups, up to 5 per warp
+ * (tile T of warp w: slot (T - w) / 16); biases' and LayerNorms' sums in
+ * shared memory. Each block writes one partial gradient at the end, which
+ * k_update sums in block order: no atomics, the same bits on every run. */
+#ifndef SSAE_CUDA_VJP_TC_CUH
+#define SSAE_CUDA_VJP_TC_CUH
+
+#include "ssae_cuda_mma_tf32.cuh"
+
+namespace {
+
+const int kTcWarps = 16, kTcThreads = kTcWarps * 32;
+const int kTcWin = 16;             /* windows per group */
+const int kTcRows = kTcWin * 5;    /* slices per group */
+const int kTcLd = 68, kTcLdw = 36; /* row strides: slice-level, window-level */
+const int kTcSlots = 5;            /* gradient tile pairs per warp */
+/* gradient tile pairs (16 x 16): decoder weight, bottleneck weight, basis,
+ * encoder weight */
+enum { TC_WD = 0, TC_WB = 16, TC_BN = 20, TC_WE = 60, TC_TILES = 76 };
+/* sums kept in shared memory: LayerNorm 1 weight and bias, encoder bias,
+ * LayerNorm 2 weight and bias, bottleneck bias, decoder bias */
+enum { GA_LN1W = 0, GA_LN1B = 64, GA_BE = 128, GA_LN2W = 192, GA_LN2B = 224, GA_BB = 256,
+       GA_BD = 288, GA_TOTAL = 352 };
+
+/* Shared memory, floats: five slice arrays and seven window arrays (the
+ * kernel names them), the split-k parts, LayerNorm 1's rstd, LayerNorm 2's,
+ * the sums, LayerNorm 1's means (doubles), then the weights: encoder and
+ * decoder (64 rows of kTcLd), bottleneck (32 of kTcLdw), the normalised
+ * basis (32 of kTcLdb). LayerNorm 1's output and xhat are made again from
+ * the input where the backward needs them (the group's 20 KB of input, in
+ * L2 by then) to leave room for the weights. */
+const int kTcLdb = 324;
+const int kTcSlice = kTcRows * kTcLd, kTcWinA = kTcWin * kTcLdw;
+const int kTcSmemFloats = 5 * kTcSlice + 7 * kTcWinA + 8 * 512 + kTcRows + kTcWin + GA_TOTAL +
+                          2 * kTcRows + 2 * 64 * kTcLd + 32 * kTcLdw + 32 * kTcLdb;
+
+inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
+
+/* c[j] += A B over KS k steps of 8 from k0 for the two 16 x 8 tiles at
+ * rows m0.., columns n0 + 8 j..: the A fragment serves both (operand
+ * loads and splits are most of the instructions). Unrolled, so that the
+ * loads of several steps are in flight. */
+template <int KS, class FA, class FB>
+__device__ __forceinline__ void tc_tile2(float (&c)[2][4], const FA &A, const FB &B, int m0,
+                                         int n0, int k0, int g, int t) {
+  /* the small terms in their own accumulators, added at the end: four
+   * independent chains of MMAs instead of two chains of three */
+  float cs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+  for (int ks = 0; ks < KS; ks++) {
+    const int k = k0 + 8 * ks;
+    unsigned ab[4], as[4];
+    ssae_split_t(A(m0 + g, k + t), ab[0], as[0]);
+    ssae_split_t(A(m0 + g + 8, k + t), ab[1], as[1]);
+    ssae_split_t(A(m0 + g, k + t + 4), ab[2], as[2]);
+    ssae_split_t(A(m0 + g + 8, k + t + 4), ab[3], as[3]);
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      unsigned bb[2], bs[2];
+      ssae_split_t(B(k + t, n0 + 8 * j + g), bb[0], bs[0]);
+      ssae_split_t(B(k + t + 4, n0 + 8 * j + g), bb[1], bs[1]);
+      ssae_mma(cs[j], as, bb);
+      ssae_mma(cs[j], ab, bs);
+      ssae_mma(c[j], ab, bb);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 2; j++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) c[j][r] += cs[j][r];
+}
+
+template <class FS>
+__device__ __forceinline__ void tc_put(const float (&c)[4], const FS &S, int m0, int n0, int g,
+                                       int t) {
+  S(m0 + g, n0 + 2 * t, c[0]);
+  S(m0 + g, n0 + 2 * t + 1, c[1]);
+  S(m0 + g + 8, n0 + 2 * t, c[2]);
+  S(m0 + g + 8, n0 + 2 * t + 1, c[3]);
+}
+
+template <class FS>
+__device__ __forceinline__ void tc_put2(const float (&c)[2][4], const FS &S, int m0, int n0,
+                                        int g, int t) {
+  tc_put(c[0], S, m0, n0, g, t);
+  tc_put(c[1], S, m0, n0 + 8, g, t);
+}
+
+/* Out (MR x NC) = A (MR x K) B (K x NC), each element through S(row, col,
+ * value); the block's warps take the 16 x 16 tiles in turn. */
+template <int MR, int NC, int K, class FA, class FB, class FS>
+__device__ __forceinline__ void tc_gemm(const FA &A, const FB &B, const FS &S) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  constexpr int nt = NC / 16, items = (MR / 16) * nt;
+  for (int it = warp; it < items; it += kTcWarps) {
+    const int m0 = it / nt * 16, n0 = it % nt * 16;
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    tc_tile2<K / 8>(c, A, B, m0, n0, 0, g, t);
+    tc_put2(c, S, m0, n0, g, t);
+  }
+}
+
+/* The 16 x 32 products over K = 320: warp w takes columns 16 (w % 2)..,
+ * k part w / 2 (of 40), into parts[part][16 x 32]; tc_k320_sum adds the
+ * eight in order. */
+template <class FA, class FB>
+__device__ __forceinline__ void tc_gemm_k320(float *parts, const FA &A, const FB &B) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int n0 = (warp & 1) * 16, kp = warp >> 1;
+  float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  tc_tile2<5>(c, A, B, 0, n0, kp * 40, g, t);
+  float *o = parts + kp * 512;
+  tc_put2(c, [&](int r, int col, float v) { o[r * 32 + col] = v; }, 0, n0, g, t);
+}
+
+__device__ __forceinline__ float tc_k320_sum(const float *parts, int i) {
+  float v = parts[i];
+#pragma unroll
+  for (int p = 1; p < 8; p++) v += parts[p * 512 + i];
+  return v;
+}
+
+/* acc (this warp's slots I0..I1) += A B for the gradient tile pairs
+ * [LO, HI) (16 x 16 each) of an output NTN pairs wide, K = KS * 8. */
+template <int I0, int I1, int LO, int HI, int NTN, int KS, class FA, class FB>
+__device__ __forceinline__ void tc_grad(float (&acc)[kTcSlots][2][4], const FA &A, const FB &B) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = I0; i <= I1; i++) {
+    const int T = warp + kTcWarps * i;
+    if (T >= LO && T < HI) {
+      const int e = T - LO;
+      tc_tile2<KS>(acc[i], A, B, e / NTN * 16, e % NTN * 16, 0, g, t);
+    }
+  }
+}
+
+/* LayerNorm of one row of n = 32 * PER values at xi (one warp, lane's
+ * values j = lane + 32 i), x - mean in double (as ln_fwd_exact): xhat and
+ * the output to their rows; the rstd returned. */
+template <int PER>
+__device__ __forceinline__ float tc_ln_row(const float (&xv)[PER], const float *__restrict__ gw,
+                                           const float *__restrict__ gb, float *xh, float *out) {
+  const int lane = threadIdx.x & 31;
+  double s = 0;
+#pragma unroll
+  for (int i = 0; i < PER; i++) s += xv[i];
+  const double mean = warp_sum(s) / (32 * PER);
+  double ss = 0;
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    const double d = xv[i] - mean;
+    ss += d * d;
+  }
+  const float rf = (float)(1.0 / sqrt(warp_sum(ss) / (32 * PER) + kLnEps));
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    const int j = lane + 32 * i;
+    const float v = (float)(((double)xv[i] - mean) * (double)rf);
+    xh[j] = v;
+    out[j] = v * __ldg(gw + j) + __ldg(gb + j);
+  }
+  return rf;
+}
+
+/* The input gradient of one LayerNorm row (as ln_bwd_dx): lane's values of
+ * dout and xhat in, dx out. */
+template <int PER>
+__device__ __forceinline__ void tc_ln_bwd_row(const float (&dv)[PER], const float (&xh)[PER],
+                                              float rstd, const float *__restrict__ gw,
+                                              float (&dx)[PER]) {
+  const int lane = threadIdx.x & 31;
+  double s1 = 0, s2 = 0;
+  float t[PER];
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    t[i] = dv[i] * __ldg(gw + lane + 32 * i);
+    s1 += (double)t[i];
+    s2 += (double)t[i] * xh[i];
+  }
+  const float m1 = (float)(warp_sum(s1) / (32 * PER)), m2 = (float)(warp_sum(s2) / (32 * PER));
+#pragma unroll
+  for (int i = 0; i < PER; i++) dx[i] = rstd * (t[i] - m1 - xh[i] * m2);
+}
+
+/* LayerNorm 1 of one value from its row's mean and rstd: xhat and the
+ * output, the same bits wherever the kernel computes them again. */
+__device__ __forceinline__ void tc_ln1(float xv, double mean, float rf, float gw, float gb,
+                                       float &xh, float &u) {
+  xh = (float)(((double)xv - mean) * (double)rf);
+  u = fmaf(xh, gw, gb);
+}
+
+/* Forward (dyg NULL: y_out gets the reconstruction) or forward + backward
+ * (block b's partial gradient at part + b * d.P, the input gradient at dx
+ * when not NULL) of n windows at x. */
+__global__ void __launch_bounds__(kTcThreads, 1)
+    k_vjp_tc(dims_t d, dev_w w, const float *__restrict__ x, size_t n,
+             const float *__restrict__ dyg, float *__restrict__ y_out, float *__restrict__ dx,
+             float *__restrict__ part) {
+  extern __shared__ float4 smem_tc[];
+  float *sm = reinterpret_cast<float *>(smem_tc);
+  /* slice arrays: H the GELU output; G1 its derivative, then the encoder's
+   * pre-GELU gradient; RR the LayerNorm 1 output (forward), then the
+   * reconstruction codes; DY the output gradient, then LayerNorm 1's
+   * output gradient; DR the codes' gradient, then LayerNorm 1's output
+   * again */
+  float *H = sm, *G1 = H + kTcSlice, *RR = G1 + kTcSlice, *DY = RR + kTcSlice;
+  float *DR = DY + kTcSlice, *U = RR;
+  float *ZH = DR + kTcSlice, *V = ZH + kTcWinA, *ZP = V + kTcWinA, *G2 = ZP + kTcWinA;
+  float *DZP = G2 + kTcWinA, *DV = DZP + kTcWinA, *DZ = DV + kTcWinA;
+  float *SK = DZ + kTcWinA, *RS1 = SK + 8 * 512, *RS2 = RS1 + kTcRows, *GA = RS2 + kTcWin;
+  double *MU1 = reinterpret_cast<double *>(GA + GA_TOTAL);
+  float *WE = reinterpret_cast<float *>(MU1 + kTcRows), *WD = WE + 64 * kTcLd;
+  float *WB = WD + 64 * kTcLd, *BN = WB + 32 * kTcLdw;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const float *__restrict__ P = w.p;
+  const float *ln1w = P + d.off[0], *ln1b = P + d.off[1];
+  const float *be = P + d.off[3], *bbias = P + d.off[8], *bd = P + d.off[10];
+  const size_t ngroups = (n + kTcWin - 1) / kTcWin;
+  const bool grad = dyg != NULL;
+
+  /* the weights, once per block */
+  for (int i = tid; i < 4096; i += kTcThreads) {
+    WE[(i >> 6) * kTcLd + (i & 63)] = __ldg(P + d.off[2] + i);
+    WD[(i >> 6) * kTcLd + (i & 63)] = __ldg(P + d.off[9] + i);
+  }
+  for (int i = tid; i < 1024; i += kTcThreads) WB[(i >> 5) * kTcLdw + (i & 31)] = __ldg(P + d.off[7] + i);
+  for (int i = tid; i < 32 * 320; i += kTcThreads)
+    BN[(i / 320) * kTcLdb + i % 320] = __ldg(w.bn + i);
+  float acc[kTcSlots][2][4];
+#pragma unroll
+  for (int i = 0; i < kTcSlots; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[i][j >> 2][j & 3] = 0.f;
+  for (int i = tid; i < GA_TOTAL; i += kTcThreads) GA[i] = 0.f;
+  __syncthreads();
+
+  /* slice s's element j of a slice array; window wi's code cc (its slices
+   * side by side) in one */
+  auto sl = [](const float *a, int s, int j) { return a[s * kTcLd + j]; };
+  auto code = [](int wi, int cc) { return (wi * 5 + (cc >> 6)) * kTcLd + (cc & 63); };
+  /* LayerNorm 1's output of the group again, into U2 (rows past the last
+   * window zero) */
+  auto ln1_again = [&](const float *xg, int R, float *U2) {
+    for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
+      const int s = i >> 6, j = i & 63;
+      float xh = 0.f, u = 0.f;
+      if (s < R) tc_ln1(__ldg(xg + i), MU1[s], RS1[s], __ldg(ln1w + j), __ldg(ln1b + j), xh, u);
+      U2[s * kTcLd + j] = u;
+    }
+  };
+
+  for (size_t grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
+    const size_t base = grp * kTcWin;
+    const int nw = (int)(n - base < (size_t)kTcWin ? n - base : (size_t)kTcWin);
+    const int R = nw * 5;
+    const float *xg = x + base * 320;
+
+    /* LayerNorm 1, a warp per slice (five each, their loads first),
+     * x - mean in double; the rows past the last window zero */
+    {
+      constexpr int RW = kTcRows / kTcWarps;
+      float xv[RW][2];
+#pragma unroll
+      for (int q = 0; q < RW; q++) {
+        const int s = warp + kTcWarps * q;
+        xv[q][0] = s < R ? __ldg(xg + s * 64 + lane) : 0.f;
+        xv[q][1] = s < R ? __ldg(xg + s * 64 + lane + 32) : 0.f;
+      }
+#pragma unroll
+      for (int q = 0; q < RW; q++) {
+        const int s = warp + kTcWarps * q;
+        const double mean = warp_sum((double)xv[q][0] + (double)xv[q][1]) / 64;
+        const double d0 = xv[q][0] - mean, d1 = xv[q][1] - mean;
+        const float rf = (float)(1.0 / sqrt(warp_sum(d0 * d0 + d1 * d1) / 64 + kLnEps));
+        float xh, u0 = 0.f, u1 = 0.f;
+        if (s < R) {
+          tc_ln1(xv[q][0], mean, rf, __ldg(ln1w + lane), __ldg(ln1b + lane), xh, u0);
+          tc_ln1(xv[q][1], mean, rf, __ldg(ln1w + lane + 32), __ldg(ln1b + lane + 32), xh, u1);
+          if (lane == 0) {
+            RS1[s] = rf;
+            MU1[s] = mean;
+          }
+        }
+        U[s * kTcLd + lane] = u0;
+        U[s * kTcLd + lane + 32] = u1;
+      }
+    }
+    __syncthreads();
+    /* slice encoder: h = GELU(u We^T + be), GELU' kept */
+    tc_gemm<kTcRows, 64, 64>(
+        [&](int s, int k) { return sl(U, s, k); }, [&](int k, int o) { return WE[o * kTcLd + k]; },
+        [&](int s, int o, float v) {
+          gelu(v + __ldg(be + o), &H[s * kTcLd + o], &G1[s * kTcLd + o]);
+        });
+    __syncthreads();
+    /* z = B c */
+    tc_gemm_k320(
+        SK, [&](int wi, int cc) { return H[code(wi, cc)]; },
+        [&](int cc, int l) { return BN[l * kTcLdb + cc]; });
+    __syncthreads();
+    {
+      const int wi = tid >> 5, l = tid & 31;
+      DV[wi * kTcLdw + l] = tc_k320_sum(SK, tid);
+    }
+    __syncthreads();
+    /* LayerNorm 2, a warp per window */
+    {
+      const float zv[1] = {DV[warp * kTcLdw + lane]};
+      const float rf = tc_ln_row<1>(zv, P + d.off[5], P + d.off[6], ZH + warp * kTcLdw,
+                                    V + warp * kTcLdw);
+      if (lane == 0) RS2[warp] = rf;
+    }
+    __syncthreads();
+    /* bottleneck: z' = GELU(v Wb^T + bb) */
+    tc_gemm<kTcWin, 32, 32>(
+        [&](int wi, int k) { return V[wi * kTcLdw + k]; },
+        [&](int k, int l) { return WB[l * kTcLdw + k]; },
+        [&](int wi, int l, float v) {
+          gelu(v + __ldg(bbias + l), &ZP[wi * kTcLdw + l], &G2[wi * kTcLdw + l]);
+        });
+    __syncthreads();
+    /* r = B^T z', into the slices' rows */
+    tc_gemm<kTcWin, 320, 32>(
+        [&](int wi, int l) { return ZP[wi * kTcLdw + l]; },
+        [&](int l, int cc) { return BN[l * kTcLdb + cc]; },
+        [&](int wi, int cc, float v) { RR[code(wi, cc)] = v; });
+    __syncthreads();
+
+    if (!grad) {
+      /* y = r Wd^T + bd */
+      float *yg = y_out + base * 320;
+      tc_gemm<kTcRows, 64, 64>(
+          [&](int s, int k) { return sl(RR, s, k); },
+          [&](int k, int m) { return WD[m * kTcLd + k]; },
+          [&](int s, int m, float v) {
+            if (s < R) yg[s * 64 + m] = v + __ldg(bd + m);
+          });
+      __syncthreads();
+      continue;
+    }
+
+    /* the upstream gradient (zero past the last window) */
+    {
+      const float *dg = dyg + base * 320;
+      for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
+        const int s = i >> 6, m = i & 63;
+        DY[s * kTcLd + m] = s < R ? __ldg(dg + i) : 0.f;
+      }
+    }
+    __syncthreads();
+    /* decoder: dWd += dy^T r, dbd, dr = dy Wd */
+    tc_grad<0, 0, TC_WD, TC_WB, 4, kTcRows / 8>(
+        acc, [&](int m, int s) { return sl(DY, s, m); },
+        [&](int s, int j) { return sl(RR, s, j); });
+    tc_gemm<kTcRows, 64, 64>(
+        [&](int s, int m) { return sl(DY, s, m); },
+        [&](int m, int j) { return WD[m * kTcLd + j]; },
+        [&](int s, int j, float v) { DR[s * kTcLd + j] = v; });
+    /* the bias sums on warps 8 and 9 (warps 0-3 take a second tile above) */
+    if (tid >= 256 && tid < 320) {
+      const int j = tid - 256;
+      float a = 0.f;
+      for (int s = 0; s < kTcRows; s++) a += sl(DY, s, j);
+      GA[GA_BD + j] += a;
+    }
+    __syncthreads();
+    /* dz' = B dr, times GELU' */
+    tc_gemm_k320(
+        SK, [&](int wi, int cc) { return DR[code(wi, cc)]; },
+        [&](int cc, int l) { return BN[l * kTcLdb + cc]; });
+    __syncthreads();
+    {
+      const int wi = tid >> 5, l = tid & 31;
+      DZP[wi * kTcLdw + l] = tc_k320_sum(SK, tid) * G2[wi * kTcLdw + l];
+    }
+    __syncthreads();
+    /* bottleneck Linear: dWb += dp^T v, dbb, dv = dp Wb */
+    tc_grad<1, 1, TC_WB, TC_BN, 2, kTcWin / 8>(
+        acc, [&](int l, int wi) { return DZP[wi * kTcLdw + l]; },
+        [&](int wi, int k) { return V[wi * kTcLdw + k]; });
+    tc_gemm<kTcWin, 32, 32>(
+        [&](int wi, int l) { return DZP[wi * kTcLdw + l]; },
+        [&](int l, int k) { return WB[l * kTcLdw + k]; },
+        [&](int wi, int k, float v) { DV[wi * kTcLdw + k] = v; });
+    if (warp == 8) {
+      float a = 0.f;
+      for (int wi = 0; wi < kTcWin; wi++) a += DZP[wi * kTcLdw + lane];
+      GA[GA_BB + lane] += a;
+    }
+    __syncthreads();
+    /* LayerNorm 2: its parameters, dz */
+    if (tid < 32) {
+      float gw = 0.f, gb = 0.f;
+      for (int wi = 0; wi < kTcWin; wi++) {
+        gw = fmaf(DV[wi * kTcLdw + tid], ZH[wi * kTcLdw + tid], gw);
+        gb += DV[wi * kTcLdw + tid];
+      }
+      GA[GA_LN2W + tid] += gw;
+      GA[GA_LN2B + tid] += gb;
+    }
+    {
+      const float dv[1] = {DV[warp * kTcLdw + lane]}, zh[1] = {ZH[warp * kTcLdw + lane]};
+      float dz[1];
+      tc_ln_bwd_row<1>(dv, zh, RS2[warp], P + d.off[5], dz);
+      DZ[warp * kTcLdw + lane] = dz[0];
+    }
+    __syncthreads();
+    /* the basis from both uses: dB += z'^T dr + dz^T c; dc = dz B, times
+     * GELU', in place of GELU' */
+    tc_grad<1, 3, TC_BN, TC_WE, 20, kTcWin / 8>(
+        acc, [&](int l, int wi) { return ZP[wi * kTcLdw + l]; },
+        [&](int wi, int cc) { return DR[code(wi, cc)]; });
+    tc_grad<1, 3, TC_BN, TC_WE, 20, kTcWin / 8>(
+        acc, [&](int l, int wi) { return DZ[wi * kTcLdw + l]; },
+        [&](int wi, int cc) { return H[code(wi, cc)]; });
+    tc_gemm<kTcWin, 320, 32>(
+        [&](int wi, int l) { return DZ[wi * kTcLdw + l]; },
+        [&](int l, int cc) { return BN[l * kTcLdb + cc]; },
+        [&](int wi, int cc, float v) {
+          const int i = code(wi, cc);
+          G1[i] = v * G1[i];
+        });
+    __syncthreads();
+    float *U2 = DR; /* the codes' gradient is spent */
+    ln1_again(xg, R, U2);
+    __syncthreads();
+    /* slice encoder Linear: dWe += da^T u, dbe, du = da We (into DY) */
+    tc_grad<3, 4, TC_WE, TC_TILES, 4, kTcRows / 8>(
+        acc, [&](int o, int s) { return sl(G1, s, o); },
+        [&](int s, int i) { return sl(U2, s, i); });
+    tc_gemm<kTcRows, 64, 64>(
+        [&](int s, int o) { return sl(G1, s, o); },
+        [&](int o, int i) { return WE[o * kTcLd + i]; },
+        [&](int s, int i, float v) { DY[s * kTcLd + i] = v; });
+    if (tid >= 256 && tid < 320) {
+      const int j = tid - 256;
+      float a = 0.f;
+      for (int s = 0; s < kTcRows; s++) a += sl(G1, s, j);
+      GA[GA_BE + j] += a;
+    }
+    __syncthreads();
+    /* LayerNorm 1: its parameters, and with dx the input gradient (xhat
+     * again from x) */
+    {
+      constexpr int RW = kTcRows / kTcWarps;
+      float xv[RW][2];
+#pragma unroll
+      for (int q = 0; q < RW; q++) {
+        const int s = warp + kTcWarps * q;
+        xv[q][0] = s < R ? __ldg(xg + s * 64 + lane) : 0.f;
+        xv[q][1] = s < R ? __ldg(xg + s * 64 + lane + 32) : 0.f;
+      }
+      /* the parameters' sums per warp (its five rows), then over the warps */
+      float gw[2] = {0.f, 0.f}, gb[2] = {0.f, 0.f};
+#pragma unroll
+      for (int q = 0; q < RW; q++) {
+        const int s = warp + kTcWarps * q;
+        if (s >= R) continue;
+        float dv[2], xh[2], u;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+          dv[i] = sl(DY, s, lane + 32 * i);
+          tc_ln1(xv[q][i], MU1[s], RS1[s], 0.f, 0.f, xh[i], u);
+          gw[i] = fmaf(dv[i], xh[i], gw[i]);
+          gb[i] += dv[i];
+        }
+        if (dx) {
+          float o[2];
+          tc_ln_bwd_row<2>(dv, xh, RS1[s], ln1w, o);
+          dx[(base * 5 + s) * 64 + lane] = o[0];
+          dx[(base * 5 + s) * 64 + lane + 32] = o[1];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        SK[warp * 128 + lane + 32 * i] = gw[i];
+        SK[warp * 128 + 64 + lane + 32 * i] = gb[i];
+      }
+    }
+    __syncthreads();
+    if (tid < 128) {
+      float a = 0.f;
+#pragma unroll
+      for (int q = 0; q < kTcWarps; q++) a += SK[q * 128 + tid];
+      GA[(tid < 64 ? GA_LN1W : GA_LN1B - 64) + tid] += a;
+    }
+    __syncthreads();
+  }
+  if (!grad) return;
+
+  /* this block's partial gradient */
+  float *pb = part + (size_t)blockIdx.x * d.P;
+  {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < kTcSlots; i++) {
+      const int T = warp + kTcWarps * i;
+      if (T >= TC_TILES) continue;
+      int e, ntn, cols, off;
+      if (T < TC_WB) e = T - TC_WD, ntn = 4, cols = 64, off = d.off[9];
+      else if (T < TC_BN) e = T - TC_WB, ntn = 2, cols = 32, off = d.off[7];
+      else if (T < TC_WE) e = T - TC_BN, ntn = 20, cols = 320, off = d.off[4];
+      else e = T - TC_WE, ntn = 4, cols = 64, off = d.off[2];
+      float *o = pb + off;
+      tc_put2(acc[i], [&](int r, int c, float v) { o[r * cols + c] = v; }, e / ntn * 16,
+              e % ntn * 16, g, t);
+    }
+  }
+  for (int i = tid; i < 64; i += kTcThreads) {
+    pb[d.off[0] + i] = GA[GA_LN1W + i];
+    pb[d.off[1] + i] = GA[GA_LN1B + i];
+    pb[d.off[3] + i] = GA[GA_BE + i];
+    pb[d.off[10] + i] = GA[GA_BD + i];
+  }
+  for (int i = tid; i < 32; i += kTcThreads) {
+    pb[d.off[5] + i] = GA[GA_LN2W + i];
+    pb[d.off[6] + i] = GA[GA_LN2B + i];
+    pb[d.off[8] + i] = GA[GA_BB + i];
+  }
+}
+
+}  // namespace
+
+#endif
