@@ -12,33 +12,6 @@
 namespace ssae_cuda {
 namespace {
 
-int pad4(int v) { return (v + 3) & ~3; }
-
-ssae_cuda_layout make_layout(const ssae_dims *d) {
-  ssae_cuda_layout lo;
-  lo.M = d->n_mels;
-  lo.F = d->frames;
-  lo.L = d->latent;
-  lo.S = d->slice_latent;
-  const int C = lo.F * lo.S, FM = lo.F * lo.M;
-  int o = 0;
-  lo.we = o; o += pad4(lo.M * lo.S);
-  lo.bt = o; o += pad4(C * lo.L);
-  lo.wbt = o; o += pad4(lo.L * lo.L);
-  lo.dt = o; o += pad4(lo.L * FM);
-  lo.be = o; o += pad4(lo.S);
-  lo.bb = o; o += pad4(lo.L);
-  lo.bd = o; o += pad4(lo.M);
-  /* The tiled kernel copies [0, tiled_total) into shared memory. */
-  lo.tiled_total = o;
-  lo.we_r = o; o += pad4(lo.M * lo.S);
-  lo.b_r = o; o += pad4(C * lo.L);
-  lo.wb_r = o; o += pad4(lo.L * lo.L);
-  lo.d_r = o; o += pad4(lo.L * FM);
-  lo.total = o;
-  return lo;
-}
-
 /* Folds the LayerNorm affine parameters into the next Linear and the
  * decoder into the reconstruction (see ssae_cuda_layout.cuh), in double. */
 void fold_weights(const ssae_model *m, const ssae_cuda_layout &lo, float *w) {
@@ -145,7 +118,7 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     }
   }
   c->fail_after = -1;
-  c->lo = make_layout(d);
+  c->lo = ssae_cuda_layout_make(d->n_mels, d->frames, d->latent, d->slice_latent);
   c->tl = ssae_tc_layout_of(&c->lo);
   c->FM = d->frames * d->n_mels;
   const char *fa = getenv("SSAE_CUDA_FAIL_AFTER");

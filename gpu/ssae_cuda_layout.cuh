@@ -30,6 +30,34 @@ struct ssae_cuda_layout {
   int total;                       /* floats, multiple of 4 */
 };
 
+static inline int ssae_cuda_pad4(int v) { return (v + 3) & ~3; }
+
+/* The layout of a model of M mels, F frames, latent L, slice latent S. */
+static inline ssae_cuda_layout ssae_cuda_layout_make(int M, int F, int L, int S) {
+  ssae_cuda_layout lo;
+  lo.M = M;
+  lo.F = F;
+  lo.L = L;
+  lo.S = S;
+  const int C = F * S, FM = F * M;
+  int o = 0;
+  lo.we = o; o += ssae_cuda_pad4(M * S);
+  lo.bt = o; o += ssae_cuda_pad4(C * L);
+  lo.wbt = o; o += ssae_cuda_pad4(L * L);
+  lo.dt = o; o += ssae_cuda_pad4(L * FM);
+  lo.be = o; o += ssae_cuda_pad4(S);
+  lo.bb = o; o += ssae_cuda_pad4(L);
+  lo.bd = o; o += ssae_cuda_pad4(M);
+  /* The tiled kernel copies [0, tiled_total) into shared memory. */
+  lo.tiled_total = o;
+  lo.we_r = o; o += ssae_cuda_pad4(M * S);
+  lo.b_r = o; o += ssae_cuda_pad4(C * L);
+  lo.wb_r = o; o += ssae_cuda_pad4(L * L);
+  lo.d_r = o; o += ssae_cuda_pad4(L * FM);
+  lo.total = o;
+  return lo;
+}
+
 /* Float offsets of warp_3xtf32's fragment-ordered weights in its shared
  * memory (ssae_cuda_warp_3xtf32.cuh; after them the biases, then the warps'
  * buffers). */

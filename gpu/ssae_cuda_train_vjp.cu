@@ -24,6 +24,7 @@
 
 #include "ssae_cuda_train_kernels.cuh"
 #include "ssae_cuda_vjp_tc.cuh"
+#include "ssae_cuda_warp_3xtf32.cuh"
 
 namespace {
 
@@ -87,6 +88,63 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   }
 }
 
+/* The inference kernels' folded weights (ssae_cuda_layout.cuh, the part
+ * [0, tiled_total)) from the flat parameters and the normalised basis, in
+ * double as fold_weights (ssae_cuda_instance.cu) does on the host: one
+ * thread per folded value. */
+__global__ void k_fold(dims_t d, const float *__restrict__ P, const float *__restrict__ bn,
+                       ssae_cuda_layout lo, float *__restrict__ w) {
+  const int M = d.M, F = d.F, L = d.L, S = d.S, C = d.C, FM = F * M;
+  const float *ln1w = P + d.off[0], *ln1b = P + d.off[1], *We = P + d.off[2];
+  const float *be = P + d.off[3], *ln2w = P + d.off[5], *ln2b = P + d.off[6];
+  const float *Wb = P + d.off[7], *bb = P + d.off[8], *Wd = P + d.off[9], *bd = P + d.off[10];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < M * S) { /* [k][s]: We diag(ln1 weight) */
+    const int k = i / S, s = i % S;
+    w[lo.we + i] = (float)((double)We[s * M + k] * ln1w[k]);
+    return;
+  }
+  i -= M * S;
+  if (i < S) { /* be + We ln1 bias */
+    double b = be[i];
+    for (int k = 0; k < M; k++) b += (double)We[i * M + k] * ln1b[k];
+    w[lo.be + i] = (float)b;
+    return;
+  }
+  i -= S;
+  if (i < C * L) { /* [c][l]: the normalised basis */
+    w[lo.bt + i] = bn[(i % L) * C + i / L];
+    return;
+  }
+  i -= C * L;
+  if (i < L * L) { /* [k][l]: Wb diag(ln2 weight) */
+    const int k = i / L, l = i % L;
+    w[lo.wbt + i] = (float)((double)Wb[l * L + k] * ln2w[k]);
+    return;
+  }
+  i -= L * L;
+  if (i < L) { /* bb + Wb ln2 bias */
+    double b = bb[i];
+    for (int k = 0; k < L; k++) b += (double)Wb[i * L + k] * ln2b[k];
+    w[lo.bb + i] = (float)b;
+    return;
+  }
+  i -= L;
+  if (i < L * FM) { /* [l][f M + m]: D_f = Wd B_f^T */
+    const int l = i / FM, j = i % FM, f = j / M, mm = j % M;
+    double a = 0;
+    for (int s = 0; s < S; s++) a += (double)Wd[mm * S + s] * bn[l * C + f * S + s];
+    w[lo.dt + i] = (float)a;
+    return;
+  }
+  i -= L * FM;
+  if (i < M) w[lo.bd + i] = bd[i];
+}
+
+int fold_threads(const dims_t &d) {
+  return d.M * d.S + d.S + d.C * d.L + d.L * d.L + d.L + d.L * d.F * d.M + d.M;
+}
+
 }  // namespace
 
 struct ssae_cuda_vjp {
@@ -95,6 +153,13 @@ struct ssae_cuda_vjp {
   int dev;
   int tc;      /* k_vjp_tc serves (default dimensions, sm_80+, its shared memory) */
   int nsm;     /* the device's multiprocessors: k_vjp_tc's blocks */
+  /* The forward alone on the inference kernel (warp_3xtf32) where tc: its
+   * layout, folded weights and a score buffer it also writes */
+  ssae_cuda_layout lo;
+  ssae_tc_layout tl;
+  int fwd_inf; /* the inference kernel fits */
+  float *wf, *scores;
+  size_t scores_cap;
   dev_w w;     /* w.p is set per call to the caller's parameters */
   float *part; /* kVjpMaxBlocks partial gradients */
   cudaEvent_t done; /* the last call's work */
@@ -170,7 +235,27 @@ const dims_t &dims_for(const ssae_cuda_vjp *v, size_t n, size_t *smem) {
 int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float *y,
             cudaStream_t s, ssae_err *err) {
   if (begin(v, params, s, err)) return -1;
-  if (n && v->tc) {
+  if (n && v->fwd_inf && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0) {
+    /* the inference kernel (the same function to fp32 accuracy, 3-4x
+     * faster: no block-wide barriers); its scores go to scratch */
+    if (v->scores_cap < n) {
+      cudaFree(v->scores);
+      v->scores = NULL;
+      v->scores_cap = 0;
+      CKV(cudaMalloc(&v->scores, sizeof(float) * n), "allocating a score buffer");
+      v->scores_cap = n;
+    }
+    const int nf = fold_threads(v->d);
+    k_fold<<<(unsigned)((nf + kThreads - 1) / kThreads), kThreads, 0, s>>>(v->d, v->w.p, v->w.bn,
+                                                                          v->lo, v->wf);
+    CKV(cudaGetLastError(), "launching the weight folding");
+    const size_t tiles = (n + SSAE_WARP_TW - 1) / SSAE_WARP_TW;
+    const size_t blocks = (tiles + SSAE_WARP_NW - 1) / SSAE_WARP_NW;
+    const unsigned grid = (unsigned)(blocks < (size_t)v->nsm ? blocks : (size_t)v->nsm);
+    ssae_warp_3xtf32_kernel<5><<<grid, 32 * SSAE_WARP_NW, ssae_tc_smem(&v->lo), s>>>(
+        v->wf, v->lo, v->tl, x, n, v->scores, y);
+    CKV(cudaGetLastError(), "launching the forward kernel");
+  } else if (n && v->tc) {
     const size_t groups = (n + kTcWin - 1) / kTcWin;
     const unsigned grid = (unsigned)(groups < (size_t)v->nsm ? groups : (size_t)v->nsm);
     k_vjp_tc<<<grid, kTcThreads, tc_smem_bytes(), s>>>(v->d, v->w, x, n, NULL, y, NULL, NULL);
@@ -224,7 +309,8 @@ extern "C" void ssae_cuda_vjp_free(ssae_cuda_vjp *v) {
   int prev = -1;
   if (cudaGetDevice(&prev) != cudaSuccess) cudaGetLastError();
   if (prev != v->dev) cudaSetDevice(v->dev);
-  void *ptrs[] = {v->w.bn, v->w.bnt, v->w.enct, v->w.bnwt, v->w.dect, v->w.gnorm, v->part};
+  void *ptrs[] = {v->w.bn, v->w.bnt,   v->w.enct, v->w.bnwt, v->w.dect,
+                  v->w.gnorm, v->part, v->wf, v->scores};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) cudaFree(ptrs[i]);
   if (v->done) cudaEventDestroy(v->done);
   if (prev >= 0 && prev != v->dev) cudaSetDevice(prev);
@@ -276,10 +362,22 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   v->nsm = prop.multiProcessorCount < kVjpMaxBlocks ? prop.multiProcessorCount : kVjpMaxBlocks;
   v->tc = d.M == 64 && d.S == 64 && d.L == 32 && d.F == 5 && prop.major >= 8 &&
           tc_smem_bytes() <= prop.sharedMemPerBlockOptin && !(pick && !strcmp(pick, "simt"));
-  if (v->tc)
+  if (v->tc) {
     CKN(cudaFuncSetAttribute(k_vjp_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)tc_smem_bytes()),
         "raising the kernel's shared-memory limit");
+    v->lo = ssae_cuda_layout_make(d.M, d.F, d.L, d.S);
+    v->tl = ssae_tc_layout_of(&v->lo);
+    v->fwd_inf = ssae_tc_smem(&v->lo) <= prop.sharedMemPerBlockOptin;
+  }
+  if (v->fwd_inf) {
+    CKN(cudaFuncSetAttribute(ssae_warp_3xtf32_kernel<5>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)ssae_tc_smem(&v->lo)),
+        "raising the kernel's shared-memory limit");
+    CKN(cudaMalloc(&v->wf, sizeof(float) * v->lo.total), "allocating folded weights");
+    CKN(cudaMemset(v->wf, 0, sizeof(float) * v->lo.total), "clearing folded weights");
+  }
   const size_t P = (size_t)d.P, LC = (size_t)d.L * d.C;
   CKN(cudaMalloc(&v->w.bn, sizeof(float) * LC), "allocating the basis");
   CKN(cudaMalloc(&v->w.bnt, sizeof(float) * LC), "allocating the basis");
