@@ -1,0 +1,99 @@
+"""Benchmark (not a test): the drop-in module's training step on CUDA
+tensors, split into the forward and the loss + backward (CUDA events), then
+the whole step (forward, MSE loss, backward, synchronised) against the plain
+SPEC module (tools/ssae_torch.py) in float32, per batch size.
+
+usage: PYTHONPATH=build/python:tools python3 tools/bench/bench_torch_step.py
+       [--sizes 512,8192,65536] [--rounds 2]
+Each round runs every size twice in separate processes: once on the
+trainer's kernels (SSAE_CUDA_VJP=simt) and once on the default ones (for the
+default dimensions: the inference kernel's forward, the tensor-core
+backward), so the two alternate in one invocation."""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+
+def run_sizes(sizes):
+    import torch
+    import ssae.torch as st
+    import ssae_torch
+
+    torch.manual_seed(0)
+    m = st.SpectralShapeAutoencoder().cuda()
+    plain = ssae_torch.SpectralShapeAutoencoder().cuda()
+    plain.load_state_dict(m.state_dict())
+    kernels = "trainer's" if os.environ.get("SSAE_CUDA_VJP") == "simt" else "default"
+    for n in sizes:
+        g = torch.Generator().manual_seed(1)
+        x = (torch.randn(n, 320, generator=g) * 12 - 40).cuda()
+
+        def step(mod):
+            mod.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(mod(x), x).backward()
+
+        for _ in range(5):
+            step(m)
+            step(plain)
+        torch.cuda.synchronize()
+        reps = 50 if n <= 8192 else 20
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        f = b = 0.0
+        for _ in range(reps):
+            m.zero_grad(set_to_none=True)
+            ev[0].record()
+            y = m(x)
+            ev[1].record()
+            torch.nn.functional.mse_loss(y, x).backward()
+            ev[2].record()
+            torch.cuda.synchronize()
+            f += ev[0].elapsed_time(ev[1])
+            b += ev[1].elapsed_time(ev[2])
+        t = {}
+        for name, mod in (("ssae", m), ("torch", plain)):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                step(mod)
+            torch.cuda.synchronize()
+            t[name] = (time.perf_counter() - t0) / reps * 1e3
+        if not m.uses_kernel:
+            print("note: the drop-in module fell back to plain PyTorch", file=sys.stderr)
+        print("%-9s %6d %9.3f %15.3f %12.3f %7.3f %9.2f" % (
+            kernels, n, f / reps, b / reps, t["ssae"], t["torch"], t["torch"] / t["ssae"]),
+            flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="512,8192,65536")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    sizes = [int(v) for v in a.sizes.split(",")]
+    if a.child:
+        run_sizes(sizes)
+        return 0
+    import torch
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 1
+    print("# %s, torch %s" % (torch.cuda.get_device_name(0), torch.__version__))
+    print("kernels    batch  fwd (ms)  loss+bwd (ms)  step: ssae   torch   x torch")
+    for _ in range(a.rounds):
+        for simt in (True, False):
+            env = dict(os.environ)
+            env.pop("SSAE_CUDA_VJP", None)
+            if simt:
+                env["SSAE_CUDA_VJP"] = "simt"
+            rc = subprocess.call([sys.executable, __file__, "--child", "--sizes", a.sizes],
+                                 env=env)
+            if rc:
+                return rc
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
