@@ -203,9 +203,14 @@ int ssae_api_model_score_cuda(ssae_api_model *m, const float *x_dev, size_t n,
  * takes it; the net's own parameters are not used). The first call makes
  * the net's device scratch (on the current device; later calls must use
  * memory of that device). Calls on one net may come on different streams
- * (each waits on the device for the previous one's work). The kernels are
- * the CUDA trainer's (float32, float64 LayerNorm statistics and batch sums;
- * deterministic). Non-finite parameters are not refused. The net's test
+ * (each waits on the device for the previous one's work). The kernels
+ * (gpu/ssae_cuda_vjp.h): for the default dimensions on sm_80 or newer the
+ * forward on the inference kernel (3xTF32, weights folded on the device
+ * each call; x_dev and y_dev 16-byte aligned, else the next kernel's
+ * forward) and the backward on a 3xTF32 tensor-core kernel; otherwise the
+ * CUDA trainer's (float32). float64 LayerNorm statistics and sums of the
+ * blocks' partial gradients; deterministic. Non-finite parameters are not
+ * refused. The net's test
  * hook (ssae_api_net_fail_next) applies. */
 int ssae_api_net_forward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
                               size_t n, float *y_dev, void *stream, ssae_err *err);
