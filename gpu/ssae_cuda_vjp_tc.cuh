@@ -156,6 +156,31 @@ __device__ __forceinline__ void tc_grad(float (&acc)[kTcSlots][2][4], const FA &
   }
 }
 
+/* The backward of a 64 -> 64 Linear over the group's slices (slice
+ * arrays of rows kTcLd, W in shared memory, [out][in] in rows of kTcLd):
+ * the weight's gradient tiles [LO, HI) (slots I0..I1) += dout^T in,
+ * din = dout W, and the bias's sums added to gbias[64] by warps 8 and 9
+ * (warps 0-3 take a second tile of din). */
+template <int I0, int I1, int LO, int HI>
+__device__ __forceinline__ void tc_linear_bwd(float (&acc)[kTcSlots][2][4], const float *dout,
+                                              const float *in, const float *W, float *din,
+                                              float *gbias) {
+  tc_grad<I0, I1, LO, HI, 4, kTcRows / 8>(
+      acc, [&](int o, int s) { return dout[s * kTcLd + o]; },
+      [&](int s, int i) { return in[s * kTcLd + i]; });
+  tc_gemm<kTcRows, 64, 64>(
+      [&](int s, int o) { return dout[s * kTcLd + o]; },
+      [&](int o, int i) { return W[o * kTcLd + i]; },
+      [&](int s, int i, float v) { din[s * kTcLd + i] = v; });
+  const int tid = threadIdx.x;
+  if (tid >= 256 && tid < 320) {
+    const int j = tid - 256;
+    float a = 0.f;
+    for (int s = 0; s < kTcRows; s++) a += dout[s * kTcLd + j];
+    gbias[j] += a;
+  }
+}
+
 /* LayerNorm of one row of n = 32 * PER values at xi (one warp, lane's
  * values j = lane + 32 i), x - mean in double (as ln_fwd_exact): xhat and
  * the output to their rows; the rstd returned. */
@@ -372,20 +397,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     }
     __syncthreads();
     /* decoder: dWd += dy^T r, dbd, dr = dy Wd */
-    tc_grad<0, 0, TC_WD, TC_WB, 4, kTcRows / 8>(
-        acc, [&](int m, int s) { return sl(DY, s, m); },
-        [&](int s, int j) { return sl(RR, s, j); });
-    tc_gemm<kTcRows, 64, 64>(
-        [&](int s, int m) { return sl(DY, s, m); },
-        [&](int m, int j) { return WD[m * kTcLd + j]; },
-        [&](int s, int j, float v) { DR[s * kTcLd + j] = v; });
-    /* the bias sums on warps 8 and 9 (warps 0-3 take a second tile above) */
-    if (tid >= 256 && tid < 320) {
-      const int j = tid - 256;
-      float a = 0.f;
-      for (int s = 0; s < kTcRows; s++) a += sl(DY, s, j);
-      GA[GA_BD + j] += a;
-    }
+    tc_linear_bwd<0, 0, TC_WD, TC_WB>(acc, DY, RR, WD, DR, GA + GA_BD);
     __syncthreads();
     /* dz' = B dr, times GELU' */
     tc_gemm_k320(
@@ -448,19 +460,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     ln1_again(xg, R, U2);
     __syncthreads();
     /* slice encoder Linear: dWe += da^T u, dbe, du = da We (into DY) */
-    tc_grad<3, 4, TC_WE, TC_TILES, 4, kTcRows / 8>(
-        acc, [&](int o, int s) { return sl(G1, s, o); },
-        [&](int s, int i) { return sl(U2, s, i); });
-    tc_gemm<kTcRows, 64, 64>(
-        [&](int s, int o) { return sl(G1, s, o); },
-        [&](int o, int i) { return WE[o * kTcLd + i]; },
-        [&](int s, int i, float v) { DY[s * kTcLd + i] = v; });
-    if (tid >= 256 && tid < 320) {
-      const int j = tid - 256;
-      float a = 0.f;
-      for (int s = 0; s < kTcRows; s++) a += sl(G1, s, j);
-      GA[GA_BE + j] += a;
-    }
+    tc_linear_bwd<3, 4, TC_WE, TC_TILES>(acc, G1, U2, WE, DY, GA + GA_BE);
     __syncthreads();
     /* LayerNorm 1: its parameters, and with dx the input gradient (xhat
      * again from x) */
