@@ -2,7 +2,12 @@
  * ssae_cuda_train_kernels.cuh.
  *
  * Per Adam step two launches:
- *  - k_fwd_bwd: each block takes groups of WB windows (gathered straight
+ *  - k_vjp_tc (ssae_cuda_vjp_tc.cuh) for the default dimensions on sm_80+:
+ *    groups of 16 windows gathered through the offset table, every product
+ *    on the tensor cores in 3xTF32, one partial gradient and sum of squared
+ *    errors per block (one block per multiprocessor); or
+ *  - k_fwd_bwd (other dimensions, validation scores, SSAE_CUDA_VJP=simt):
+ *    each block takes groups of WB windows (gathered straight
  *    from the frames on the device through an offset table), runs the
  *    forward pass keeping every activation in shared memory, then the
  *    backward pass, and writes its own partial gradient (w.r.t. the
@@ -29,6 +34,7 @@
 #include <string.h>
 
 #include "ssae_cuda_train_kernels.cuh"
+#include "ssae_cuda_vjp_tc.cuh"
 
 namespace {
 
@@ -41,6 +47,8 @@ struct ctrain {
   dims_t d;
   size_t smem;
   int dev;
+  int tc;  /* the gradient steps on k_vjp_tc (as ssae_cuda_vjp: default dimensions, sm_80+) */
+  int nsm; /* its blocks: the multiprocessors, at most kMaxBlocks */
   cudaStream_t st;
   dev_w w;
   float *d_part;
@@ -129,6 +137,10 @@ int launch_update(ctrain *c, int upd, int nparts, double *sse_out, const adam_ar
 }
 
 unsigned grid_for(const ctrain *c, size_t n, int grad) {
+  if (grad && c->tc) {
+    const size_t groups = (n + kTcWin - 1) / kTcWin;
+    return (unsigned)(groups < (size_t)c->nsm ? groups : (size_t)c->nsm);
+  }
   const size_t groups = (n + c->d.wb - 1) / c->d.wb;
   const size_t cap = grad ? (size_t)kMaxBlocks : (size_t)65535;
   return (unsigned)(groups < cap ? groups : cap);
@@ -138,6 +150,12 @@ unsigned grid_for(const ctrain *c, size_t n, int grad) {
 int launch_fwd(ctrain *c, const float *data, const unsigned long long *offs, size_t n,
                double scale, int mode, float *scores, ssae_err *err) {
   const float s2 = 2.0f * (float)scale;
+  if (mode == MODE_GRAD && c->tc) {
+    k_vjp_tc<<<grid_for(c, n, 1), kTcThreads, tc_smem_bytes(), c->st>>>(
+        c->d, c->w, data, offs, n, TC_MSE, s2, NULL, NULL, NULL, c->d_part, c->d_psse);
+    CK(cudaGetLastError(), "launching the training kernel");
+    return 0;
+  }
   k_fwd_bwd<<<grid_for(c, n, mode == MODE_GRAD), kFwdThreads, c->smem, c->st>>>(
       c->d, c->w, data, offs, n, s2, mode, c->d_part, c->d_psse, scores);
   CK(cudaGetLastError(), "launching the training kernel");
@@ -439,6 +457,19 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
   CKN(cudaFuncSetAttribute(k_fwd_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            (int)c->smem),
       "raising the kernel's shared-memory limit");
+  {
+    /* the gradient steps on the tensor cores where the VJP's are
+     * (ssae_cuda_vjp.h; SSAE_CUDA_VJP=simt keeps k_fwd_bwd); validation
+     * scores stay on k_fwd_bwd */
+    const char *pick = getenv("SSAE_CUDA_VJP");
+    c->nsm = prop.multiProcessorCount < kMaxBlocks ? prop.multiProcessorCount : kMaxBlocks;
+    c->tc = d.M == 64 && d.S == 64 && d.L == 32 && d.F == 5 && prop.major >= 8 &&
+            tc_smem_bytes() <= prop.sharedMemPerBlockOptin && !(pick && !strcmp(pick, "simt"));
+    if (c->tc)
+      CKN(cudaFuncSetAttribute(k_vjp_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)tc_smem_bytes()),
+          "raising the kernel's shared-memory limit");
+  }
   const size_t P = (size_t)d.P, LC = (size_t)d.L * d.C;
   CKN(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "creating a stream");
   for (int i = 0; i < kInflight; i++)

@@ -258,7 +258,8 @@ int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, flo
   } else if (n && v->tc) {
     const size_t groups = (n + kTcWin - 1) / kTcWin;
     const unsigned grid = (unsigned)(groups < (size_t)v->nsm ? groups : (size_t)v->nsm);
-    k_vjp_tc<<<grid, kTcThreads, tc_smem_bytes(), s>>>(v->d, v->w, x, n, NULL, y, NULL, NULL);
+    k_vjp_tc<<<grid, kTcThreads, tc_smem_bytes(), s>>>(v->d, v->w, x, NULL, n, TC_FORWARD,
+                                                        0.f, NULL, y, NULL, NULL, NULL);
     CKV(cudaGetLastError(), "launching the forward kernel");
   } else if (n) {
     size_t smem;
@@ -282,8 +283,8 @@ int backward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n,
   if (v->tc) {
     const size_t groups = (n + kTcWin - 1) / kTcWin;
     nparts = (int)(groups < (size_t)v->nsm ? groups : (size_t)v->nsm);
-    k_vjp_tc<<<(unsigned)nparts, kTcThreads, tc_smem_bytes(), s>>>(v->d, v->w, x, n, dy, NULL,
-                                                                    dx, v->part);
+    k_vjp_tc<<<(unsigned)nparts, kTcThreads, tc_smem_bytes(), s>>>(
+        v->d, v->w, x, NULL, n, TC_UPSTREAM, 0.f, dy, NULL, dx, v->part, NULL);
   } else {
     size_t smem;
     const dims_t &d = dims_for(v, n, &smem);

@@ -237,13 +237,20 @@ __device__ __forceinline__ void tc_ln1(float xv, double mean, float rf, float gw
   u = fmaf(xh, gw, gb);
 }
 
-/* Forward (dyg NULL: y_out gets the reconstruction) or forward + backward
- * (block b's partial gradient at part + b * d.P, the input gradient at dx
- * when not NULL) of n windows at x. */
+/* What k_vjp_tc does: the forward (y_out gets the reconstruction); the
+ * forward and the backward from the upstream gradient dyg (the input
+ * gradient at dx when not NULL); or the forward and the backward of the
+ * trainer's loss, the squared error scaled by s2 / 2 (block b's sum of
+ * squared errors at part_sse[b]). With a backward, block b's partial
+ * gradient goes to part + b * d.P. */
+enum { TC_FORWARD = 0, TC_UPSTREAM = 1, TC_MSE = 2 };
+
+/* n windows; window i at x + offs[i] (offs NULL: x + i * 320). */
 __global__ void __launch_bounds__(kTcThreads, 1)
-    k_vjp_tc(dims_t d, dev_w w, const float *__restrict__ x, size_t n,
+    k_vjp_tc(dims_t d, dev_w w, const float *__restrict__ x,
+             const unsigned long long *__restrict__ offs, size_t n, int mode, float s2,
              const float *__restrict__ dyg, float *__restrict__ y_out, float *__restrict__ dx,
-             float *__restrict__ part) {
+             float *__restrict__ part, double *__restrict__ part_sse) {
   extern __shared__ float4 smem_tc[];
   float *sm = reinterpret_cast<float *>(smem_tc);
   /* slice arrays: H the GELU output; G1 its derivative, then the encoder's
@@ -264,7 +271,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   const float *ln1w = P + d.off[0], *ln1b = P + d.off[1];
   const float *be = P + d.off[3], *bbias = P + d.off[8], *bd = P + d.off[10];
   const size_t ngroups = (n + kTcWin - 1) / kTcWin;
-  const bool grad = dyg != NULL;
+  const bool grad = mode != TC_FORWARD;
+  double sse = 0; /* TC_MSE: this warp's windows' squared errors */
 
   /* the weights, once per block */
   for (int i = tid; i < 4096; i += kTcThreads) {
@@ -288,11 +296,14 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   auto code = [](int wi, int cc) { return (wi * 5 + (cc >> 6)) * kTcLd + (cc & 63); };
   /* LayerNorm 1's output of the group again, into U2 (rows past the last
    * window zero) */
-  auto ln1_again = [&](const float *xg, int R, float *U2) {
+  auto ln1_again = [&](size_t base, int R, float *U2) {
     for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
       const int s = i >> 6, j = i & 63;
       float xh = 0.f, u = 0.f;
-      if (s < R) tc_ln1(__ldg(xg + i), MU1[s], RS1[s], __ldg(ln1w + j), __ldg(ln1b + j), xh, u);
+      if (s < R) {
+        const float *xr = x + (offs ? offs[base + s / 5] : (base + s / 5) * 320) + s % 5 * 64;
+        tc_ln1(__ldg(xr + j), MU1[s], RS1[s], __ldg(ln1w + j), __ldg(ln1b + j), xh, u);
+      }
       U2[s * kTcLd + j] = u;
     }
   };
@@ -301,7 +312,10 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     const size_t base = grp * kTcWin;
     const int nw = (int)(n - base < (size_t)kTcWin ? n - base : (size_t)kTcWin);
     const int R = nw * 5;
-    const float *xg = x + base * 320;
+    /* slice s (< R) of the group's windows */
+    auto xrow = [&](int s) {
+      return x + (offs ? offs[base + s / 5] : (base + s / 5) * 320) + s % 5 * 64;
+    };
 
     /* LayerNorm 1, a warp per slice (five each, their loads first),
      * x - mean in double; the rows past the last window zero */
@@ -311,8 +325,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
 #pragma unroll
       for (int q = 0; q < RW; q++) {
         const int s = warp + kTcWarps * q;
-        xv[q][0] = s < R ? __ldg(xg + s * 64 + lane) : 0.f;
-        xv[q][1] = s < R ? __ldg(xg + s * 64 + lane + 32) : 0.f;
+        xv[q][0] = s < R ? __ldg(xrow(s) + lane) : 0.f;
+        xv[q][1] = s < R ? __ldg(xrow(s) + lane + 32) : 0.f;
       }
 #pragma unroll
       for (int q = 0; q < RW; q++) {
@@ -387,15 +401,33 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       continue;
     }
 
-    /* the upstream gradient (zero past the last window) */
-    {
+    if (mode == TC_UPSTREAM) {
+      /* the upstream gradient (zero past the last window) */
       const float *dg = dyg + base * 320;
       for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
         const int s = i >> 6, m = i & 63;
         DY[s * kTcLd + m] = s < R ? __ldg(dg + i) : 0.f;
       }
+      __syncthreads();
+    } else {
+      /* the loss's: y - x (zero past the last window), then per window
+       * (a warp each) its squared error in double and s2 (y - x) */
+      tc_gemm<kTcRows, 64, 64>(
+          [&](int s, int k) { return sl(RR, s, k); },
+          [&](int k, int m) { return WD[m * kTcLd + k]; },
+          [&](int s, int m, float v) {
+            DY[s * kTcLd + m] = s < R ? (v + __ldg(bd + m)) - __ldg(xrow(s) + m) : 0.f;
+          });
+      __syncthreads();
+      double e = 0;
+      for (int i = lane; i < 320; i += 32) {
+        float *p = DY + (warp * 5 + (i >> 6)) * kTcLd + (i & 63);
+        e += (double)*p * (double)*p;
+        *p = s2 * *p;
+      }
+      sse += warp_sum(e);
+      __syncthreads();
     }
-    __syncthreads();
     /* decoder: dWd += dy^T r, dbd, dr = dy Wd */
     tc_linear_bwd<0, 0, TC_WD, TC_WB>(acc, DY, RR, WD, DR, GA + GA_BD);
     __syncthreads();
@@ -457,7 +489,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         });
     __syncthreads();
     float *U2 = DR; /* the codes' gradient is spent */
-    ln1_again(xg, R, U2);
+    ln1_again(base, R, U2);
     __syncthreads();
     /* slice encoder Linear: dWe += da^T u, dbe, du = da We (into DY) */
     tc_linear_bwd<3, 4, TC_WE, TC_TILES>(acc, G1, U2, WE, DY, GA + GA_BE);
@@ -470,8 +502,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
 #pragma unroll
       for (int q = 0; q < RW; q++) {
         const int s = warp + kTcWarps * q;
-        xv[q][0] = s < R ? __ldg(xg + s * 64 + lane) : 0.f;
-        xv[q][1] = s < R ? __ldg(xg + s * 64 + lane + 32) : 0.f;
+        xv[q][0] = s < R ? __ldg(xrow(s) + lane) : 0.f;
+        xv[q][1] = s < R ? __ldg(xrow(s) + lane + 32) : 0.f;
       }
       /* the parameters' sums per warp (its five rows), then over the warps */
       float gw[2] = {0.f, 0.f}, gb[2] = {0.f, 0.f};
@@ -510,6 +542,17 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     __syncthreads();
   }
   if (!grad) return;
+  if (mode == TC_MSE) {
+    /* the warps' sums in warp order */
+    __syncthreads();
+    if (lane == 0) MU1[warp] = sse;
+    __syncthreads();
+    if (tid == 0) {
+      double b = 0;
+      for (int q = 0; q < kTcWarps; q++) b += MU1[q];
+      part_sse[blockIdx.x] = b;
+    }
+  }
 
   /* this block's partial gradient */
   float *pb = part + (size_t)blockIdx.x * d.P;
