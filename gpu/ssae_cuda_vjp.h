@@ -12,7 +12,9 @@
  * device. The backward takes an upstream gradient of the
  * reconstruction instead of the trainer's mean squared error, and also
  * gives the input gradient. SSAE_CUDA_VJP=simt (read when an object is
- * made) keeps the trainer's kernels for every dimension. Present when the
+ * made) keeps the trainer's kernels for every dimension (and makes
+ * `ssae train --backend cuda`, whose gradient steps also run on the
+ * tensor-core kernel, keep its own). Present when the
  * build found nvcc (SSAE_HAVE_CUDA).
  *
  * An object keeps scratch on the device it was made on (the current device

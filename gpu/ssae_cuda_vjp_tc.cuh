@@ -1,10 +1,14 @@
-/* The VJP's tensor-core kernel (k_vjp_tc) for the default dimensions
- * (M = S = 64, L = 32, 5 frames) on sm_80 or newer: the forward, or the
- * forward again and the backward, of groups of 16 windows, every matrix
+/* The tensor-core kernel of the VJP and of the CUDA trainer's gradient
+ * steps (k_vjp_tc) for the default dimensions (M = S = 64, L = 32, 5
+ * frames) on sm_80 or newer: the forward, or the forward again and the
+ * backward from an upstream gradient or from the trainer's squared error,
+ * of groups of 16 windows (contiguous, or gathered through an offset
+ * table), every matrix
  * product on mma.sync in the 3xTF32 form (ssae_cuda_mma_tf32.cuh: fp32
  * accuracy), LayerNorms and GELU on the CUDA cores as in k_vjp (statistics
- * in double, normcdff). Included by ssae_cuda_train_vjp.cu after
- * ssae_cuda_train_kernels.cuh (dims_t, dev_w, gelu, warp_sum).
+ * in double, normcdff). Included by ssae_cuda_train_vjp.cu and
+ * ssae_cuda_train.cu after ssae_cuda_train_kernels.cuh (dims_t, dev_w,
+ * gelu, warp_sum).
  *
  * Why not k_vjp: its products are one output per thread with both operands
  * from shared memory, about 8 % of the FMA pipes; at 65,536 windows the
