@@ -3,9 +3,8 @@
  * frames) on sm_80 or newer: the forward, or the forward again and the
  * backward from an upstream gradient or from the trainer's squared error,
  * of groups of 16 windows (contiguous, or gathered through an offset
- * table), every matrix
- * product on mma.sync in the 3xTF32 form (ssae_cuda_mma_tf32.cuh: fp32
- * accuracy), LayerNorms and GELU on the CUDA cores as in k_vjp (statistics
+ * table), every matrix product on mma.sync in the 3xTF32 form
+ * (ssae_cuda_mma_tf32.cuh: fp32 accuracy), LayerNorms and GELU on the CUDA cores as in k_vjp (statistics
  * in double, normcdff). Included by ssae_cuda_train_vjp.cu and
  * ssae_cuda_train.cu after ssae_cuda_train_kernels.cuh (dims_t, dev_w,
  * gelu, warp_sum).
