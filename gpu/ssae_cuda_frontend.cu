@@ -644,6 +644,16 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
     ssae_fe_dev_free(d);
     return NULL;
   }
+  /* The clears and the tables' upload went on the legacy default stream,
+   * which the runs' non-blocking stream does not wait for: without this,
+   * a first run on a busy GPU could start before them (its frames then
+   * cleared under it: cuda_frontend failed in 6 of 120 runs beside two
+   * other GPU processes). */
+  if ((e = cudaStreamSynchronize(0)) != cudaSuccess) {
+    ssae_err_set(err, "CUDA front end: setting up %zu channels: %s", ch, cudaGetErrorString(e));
+    ssae_fe_dev_free(d);
+    return NULL;
+  }
   return d;
 }
 

@@ -175,6 +175,10 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
   CKN(cudaMallocHost(&c->h_recon, sizeof(float) * FM * c->cap), "allocating pinned memory");
   CKN(cudaMemcpy(c->d_w, w.data(), sizeof(float) * c->lo.total, cudaMemcpyHostToDevice),
       "uploading the weights");
+  /* From pageable memory the copy may still be in flight on the legacy
+   * stream when cudaMemcpy returns, and the kernels' non-blocking stream
+   * does not wait for it. */
+  CKN(cudaStreamSynchronize(0), "uploading the weights");
 #undef CKN
   return c;
 }

@@ -307,6 +307,9 @@ int cb_begin(void *ctx, const ssae_window_set *train, const ssae_window_set *val
         goto out;
       }
     }
+    /* from pageable memory the copies above may still be in flight on the
+     * legacy stream, which c->st (non-blocking) does not wait for */
+    CKB(cudaStreamSynchronize(0), "uploading the windows");
     CKB(cudaMalloc(&c->d_poff, sizeof(unsigned long long) * (train->n ? train->n : 1)),
         "allocating the shuffled offsets");
     CKB(cudaMallocHost(&c->h_poff, sizeof(unsigned long long) * (train->n ? train->n : 1)),
@@ -491,6 +494,8 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
   c->sse_cap = 1;
   CKN(cudaMemset(c->w.m, 0, sizeof(float) * P), "clearing Adam");
   CKN(cudaMemset(c->w.v, 0, sizeof(float) * P), "clearing Adam");
+  /* on the legacy stream, which c->st (non-blocking) does not wait for */
+  CKN(cudaStreamSynchronize(0), "clearing Adam");
 #undef CKN
   return c;
 }

@@ -378,6 +378,8 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
         "raising the kernel's shared-memory limit");
     CKN(cudaMalloc(&v->wf, sizeof(float) * v->lo.total), "allocating folded weights");
     CKN(cudaMemset(v->wf, 0, sizeof(float) * v->lo.total), "clearing folded weights");
+    /* on the legacy stream: the callers' streams may not wait for it */
+    CKN(cudaStreamSynchronize(0), "clearing folded weights");
   }
   const size_t P = (size_t)d.P, LC = (size_t)d.L * d.C;
   CKN(cudaMalloc(&v->w.bn, sizeof(float) * LC), "allocating the basis");
