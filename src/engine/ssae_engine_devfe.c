@@ -46,6 +46,9 @@ typedef struct devfe_chan {
   uint64_t next_window; /* window index since the engine started (the
                            dropped ones counted, as on the default path) */
   uint64_t dropped_seen;/* the audio thread's drop count when last looked at */
+  size_t nflag;         /* this run's first windows whose silence flag is in flag[] */
+  int64_t sil_shift;    /* frame_base * hop less the stream's first sample
+                           (engine_window_silent) */
 } devfe_chan;
 
 typedef struct devfe_group {
@@ -72,10 +75,44 @@ struct devfe {
   devfe_chan *ch;     /* C */
   devfe_group *g;     /* G */
   size_t cap;         /* windows per run, at most (batch_hdr[0] / batch_scores[0]) */
+  unsigned char *flag;/* C x flag_cap: silence flags of a run's windows (scan_blocks) */
+  size_t flag_cap;
 };
 
 /* ------------------------------------------------------------------ */
 /* worker                                                              */
+
+/* Channel c's samples of this run (ring row `row`), block by block (its
+ * marks), each window's silence flag taken once the block that brings its
+ * last sample is scanned, as the default path's front end does. A run can
+ * take many blocks (a loaded host), and the scan keeps only the latest
+ * SSAE_SILENCE_SPANS runs of zeros: scanned all at once, more runs of zeros
+ * than that after a window could merge over it where the default path's
+ * would not. The windows that reach past the last sample (a stream's end)
+ * are flagged in collect. */
+static void scan_blocks(ssae_engine *e, const devfe_group *dg, int c, const float *row) {
+  devfe *d = e->w.dfe;
+  devfe_chan *k = &d->ch[c];
+  ssae_silence *s = &k->sil;
+  unsigned char *fl = d->flag + (size_t)c * d->flag_cap;
+  const size_t mask = d->ring_len - 1;
+  const uint64_t w0 = k->frame_base + k->windows;
+  uint64_t a = dg->axis0;
+  for (size_t mi = 0; mi < dg->nm; mi++) {
+    const uint64_t b = dg->mark_axis[mi];
+    const size_t n = (size_t)(b - a), at = (size_t)((dg->pos0 + (a - dg->axis0)) & mask);
+    const size_t first = d->ring_len - at < n ? d->ring_len - at : n;
+    ssae_silence_scan(s, a, row + at, first);
+    if (first < n) ssae_silence_scan(s, a + first, row, n - first);
+    a = b;
+    while (k->nflag < d->flag_cap) {
+      uint64_t wf, we;
+      ssae_window_samples(&e->feat, w0 + k->nflag, &wf, &we);
+      if ((int64_t)we - k->sil_shift > (int64_t)b) break; /* its last sample comes later */
+      fl[k->nflag++] = (unsigned char)engine_window_silent(s, wf, we, k->sil_shift);
+    }
+  }
+}
 
 /* Group g's marks for this run: in order, up to RUN_MAX samples; a
  * restart only as the run's first mark of the group (it applies before
@@ -106,6 +143,7 @@ static void take_group(ssae_engine *e, int g) {
         ssae_cuda_fe_reset(d->fe, c);
         devfe_chan *k = &d->ch[c];
         k->frame_base = dg->axis0 / hop; /* the time axis goes on where the samples are */
+        k->sil_shift = (int64_t)(k->frame_base * hop) - (int64_t)dg->axis0;
         k->frames = k->windows = 0;
         /* The windows dropped before this restart (counted before its mark
          * was committed) keep their indices. */
@@ -130,20 +168,16 @@ static void take_group(ssae_engine *e, int g) {
     d->pos[c] = dg->pos0;
     d->n[c] = dg->n;
     d->end[c] = (unsigned char)dg->end;
+    d->ch[c].nflag = 0;
   }
   /* The silence scan over the samples taken, on the time axis. */
   if (!dg->n) return;
-  const size_t mask = d->ring_len - 1, at = (size_t)(dg->pos0 & mask);
-  const size_t first = d->ring_len - at < dg->n ? d->ring_len - at : dg->n;
   for (int i = 0; i < gr->nc; i++) {
     ssae_silence *s = &d->ch[gr->c0 + i].sil;
-    if (!(dg->zero[i >> 6] >> (i & 63) & 1)) {
+    if (!(dg->zero[i >> 6] >> (i & 63) & 1))
       ssae_silence_scan_nonzero(s, dg->axis0, dg->n);
-      continue;
-    }
-    const float *row = gr->pcm.rows[i];
-    ssae_silence_scan(s, dg->axis0, row + at, first);
-    if (first < dg->n) ssae_silence_scan(s, dg->axis0 + first, row, dg->n - first);
+    else
+      scan_blocks(e, dg, gr->c0 + i, gr->pcm.rows[i]);
   }
 }
 
@@ -176,7 +210,10 @@ static size_t collect(ssae_engine *e) {
         h->channel = (uint32_t)c;
         h->window = k->next_window++;
         ssae_window_samples(&e->feat, k->frame_base + k->windows++, &first, &h->end_sample);
-        h->flags = ssae_silence_touches(&k->sil, first, h->end_sample) ? ITEM_GAP : 0;
+        const int silent =
+            j < k->nflag ? d->flag[(size_t)c * d->flag_cap + j]
+                         : engine_window_silent(&k->sil, first, h->end_sample, k->sil_shift);
+        h->flags = silent ? ITEM_GAP : 0;
         h->t_ns = arrival(dg, h->end_sample);
         w->batch_scores[0][nb] = sc[j];
       }
@@ -185,9 +222,12 @@ static size_t collect(ssae_engine *e) {
           memory_order_relaxed);
       k->frames += ssae_cuda_fe_new_frames(d->fe, c);
       if (dg->end) {
-        /* The next stream's frames continue this one's numbering. */
+        /* The next stream's frames continue this one's numbering; its
+         * first sample is the one after this run's. */
         k->frame_base += k->frames;
         k->frames = k->windows = 0;
+        k->sil_shift = (int64_t)(k->frame_base * (uint64_t)e->feat.hop_length) -
+                       (int64_t)dg->mark_axis[dg->nm - 1];
       }
     }
   }
@@ -315,7 +355,11 @@ int engine_devfe_new(ssae_engine *e, const ssae_model *m, ssae_err *err) {
   d->end = calloc(C, 1);
   d->ch = calloc(C, sizeof *d->ch);
   d->g = calloc((size_t)e->G, sizeof *d->g);
-  if (!d->pos || !d->n || !d->end || !d->ch || !d->g)
+  /* a run's windows per channel: RUN_MAX samples' frames and the ones
+   * they complete */
+  d->flag_cap = RUN_MAX / (size_t)m->feat.hop_length + (size_t)m->feat.frames + 2;
+  d->flag = calloc(C, d->flag_cap);
+  if (!d->pos || !d->n || !d->end || !d->ch || !d->g || !d->flag)
     return ssae_err_set(err, "engine: out of memory");
   /* The ring: the history the CPU path may read, a run in the worker's
    * hands, and room for the audio threads: by default about a quarter of
@@ -409,6 +453,7 @@ void engine_devfe_free(ssae_engine *e) {
   free(d->end);
   free(d->ch);
   free(d->g);
+  free(d->flag);
   free(d);
   e->w.dfe = NULL;
 }

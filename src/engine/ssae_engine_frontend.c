@@ -32,6 +32,7 @@ void engine_stream_restart(group *gr, int i) {
   ssae_window_reset(f->win);
   /* Continue the time axis where the samples are. */
   f->frame_base = f->samples / (uint64_t)e->feat.hop_length;
+  f->sil_shift = (int64_t)(f->frame_base * (uint64_t)e->feat.hop_length) - (int64_t)f->samples;
   f->frames = 0;
 }
 
@@ -72,7 +73,7 @@ void engine_on_frame(void *user, int i, const float *frame) {
   uint64_t first;
   ssae_window_samples(&e->feat, f->frame_base + f->frames - (uint64_t)e->feat.frames, &first,
                       &h->end_sample);
-  h->flags = ssae_silence_touches(&f->sil, first, h->end_sample) ? ITEM_GAP : 0;
+  h->flags = engine_window_silent(&f->sil, first, h->end_sample, f->sil_shift) ? ITEM_GAP : 0;
   h->t_ns = gr->blk_t;
   ssae_ring_commit(gr->ring);
 }
@@ -227,6 +228,7 @@ static void flush_group(group *gr) {
     uint64_t next = f->frame_base + f->frames;
     engine_stream_restart(gr, i);
     f->frame_base = next;
+    f->sil_shift = (int64_t)(next * (uint64_t)e->feat.hop_length) - (int64_t)f->samples;
   }
   leave(gr);
 }

@@ -65,6 +65,20 @@ typedef struct item_hdr {
 } item_hdr;
 #define ITEM_HDR 32
 
+/* Whether the window whose samples are [first, end) on the frame axis
+ * (ssae_window_samples) touches digital silence in s, which scans the
+ * sample axis. The two differ by shift = frame_base * hop less the
+ * stream's first sample: a stream after a flush continues the frame
+ * numbering of the one before (the window times), but its frames start at
+ * its first sample. Without this a window's range reached up to a hop past
+ * its last sample, and its flag depended on how far the scan had gone when
+ * it was judged. */
+static inline int engine_window_silent(const ssae_silence *s, uint64_t first, uint64_t end,
+                                       int64_t shift) {
+  const int64_t f = (int64_t)first - shift, t = (int64_t)end - shift;
+  return ssae_silence_touches(s, f > 0 ? (uint64_t)f : 0, t > 0 ? (uint64_t)t : 0);
+}
+
 /* ---- front end: one channel. Written by its group's audio thread only
  * (and by the control thread while the pause protocol holds the audio
  * thread out: creation, set_input_rate). made/dropped are also read by
@@ -77,6 +91,7 @@ typedef struct front {
   uint64_t samples;     /* model-rate samples fed since the engine started */
   uint64_t next_window; /* window index */
   ssae_silence sil;     /* digital silence in the samples fed */
+  int64_t sil_shift;    /* frame_base * hop less the stream's first sample */
   _Atomic uint64_t made;
   _Atomic uint64_t dropped;
 } front;
