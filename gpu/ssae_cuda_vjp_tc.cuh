@@ -4,14 +4,17 @@
  * backward from an upstream gradient or from the trainer's squared error,
  * of groups of 16 windows (contiguous, or gathered through an offset
  * table), every matrix product on mma.sync in the 3xTF32 form
- * (ssae_cuda_mma_tf32.cuh: fp32 accuracy), LayerNorms and GELU on the CUDA cores as in k_vjp (statistics
- * in double, normcdff). Included by ssae_cuda_train_vjp.cu and
- * ssae_cuda_train.cu after ssae_cuda_train_kernels.cuh (dims_t, dev_w,
- * gelu, warp_sum).
+ * (ssae_cuda_mma_tf32.cuh: fp32 accuracy), LayerNorms and GELU on the CUDA
+ * cores as in k_vjp (statistics in double, normcdff). Included by
+ * ssae_cuda_train_vjp.cu and ssae_cuda_train.cu after
+ * ssae_cuda_train_kernels.cuh (dims_t, dev_w, gelu, warp_sum).
  *
- * Why not k_vjp: its products are one output per thread with both operands
- * from shared memory, about 8 % of the FMA pipes; at 65,536 windows the
- * training step took 2.2x PyTorch's (cuBLAS) time.
+ * Why not k_vjp / k_fwd_bwd: their products are one output per thread with
+ * both operands from shared memory, about 8 % of the FMA pipes; at 65,536
+ * windows the module's training step took 2.3x PyTorch's (cuBLAS) time, 0.55x
+ * with this kernel (BENCHMARKS.md). What limits it now: block-wide stages
+ * of 16 windows leave each warp little independent work (Nsight: 0.43
+ * instructions issued per cycle per scheduler, the tensor pipe 21 % busy).
  *
  * One block of 16 warps per SM takes groups of 16 windows (80 slices) in
  * turn. A group's activations live in shared memory, slice-major (a slice's
@@ -19,9 +22,9 @@
  * distinct banks), window-level ones in rows of 36. A product is a set of
  * 16 x 16 output tiles that the warps take in turn, operands read through
  * accessors (any layout or transpose; the weights are copied to shared
- * memory once per block); the four K = 320 products over the
- * latent (16 x 32 outputs) are split over k in eight parts summed in a
- * fixed order. The weight gradients (the four large matrices: 76 tiles of
+ * memory once per block); the four K = 320 products over the latent
+ * (16 x 32 outputs) are split over k in eight parts summed in a fixed
+ * order. The weight gradients (the four large matrices: 76 tiles of
  * 16 x 16) stay in registers across the block's groups, up to 5 per warp
  * (tile T of warp w: slot (T - w) / 16); biases' and LayerNorms' sums in
  * shared memory. Each block writes one partial gradient at the end, which
@@ -282,7 +285,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     WE[(i >> 6) * kTcLd + (i & 63)] = __ldg(P + d.off[2] + i);
     WD[(i >> 6) * kTcLd + (i & 63)] = __ldg(P + d.off[9] + i);
   }
-  for (int i = tid; i < 1024; i += kTcThreads) WB[(i >> 5) * kTcLdw + (i & 31)] = __ldg(P + d.off[7] + i);
+  for (int i = tid; i < 1024; i += kTcThreads)
+    WB[(i >> 5) * kTcLdw + (i & 31)] = __ldg(P + d.off[7] + i);
   for (int i = tid; i < 32 * 320; i += kTcThreads)
     BN[(i / 320) * kTcLdb + i % 320] = __ldg(w.bn + i);
   float acc[kTcSlots][2][4];
