@@ -12,38 +12,24 @@
 namespace ssae_cuda {
 namespace {
 
+/* The model's tensors (ssae_fold_one's off[]). */
+const int kModelTensors = 11;
+
 /* Folds the LayerNorm affine parameters into the next Linear and the
- * decoder into the reconstruction (see ssae_cuda_layout.cuh), in double. */
+ * decoder into the reconstruction (see ssae_cuda_layout.cuh), in double;
+ * then the row-major copies the generic kernel reads. */
 void fold_weights(const ssae_model *m, const ssae_cuda_layout &lo, float *w) {
   const int M = lo.M, F = lo.F, L = lo.L, S = lo.S, C = F * S, FM = F * M;
   memset(w, 0, sizeof(float) * lo.total);
-  for (int s = 0; s < S; s++) {
-    double b = m->enc_b[s];
-    for (int k = 0; k < M; k++) {
-      w[lo.we + k * S + s] = (float)((double)m->enc_w[s * M + k] * m->ln_enc_w[k]);
-      b += (double)m->enc_w[s * M + k] * m->ln_enc_b[k];
-    }
-    w[lo.be + s] = (float)b;
-  }
-  for (int l = 0; l < L; l++)
-    for (int c = 0; c < C; c++) w[lo.bt + c * L + l] = m->basis_n[l * C + c];
-  for (int l = 0; l < L; l++) {
-    double b = m->bn_b[l];
-    for (int k = 0; k < L; k++) {
-      w[lo.wbt + k * L + l] = (float)((double)m->bn_w[l * L + k] * m->ln_bn_w[k]);
-      b += (double)m->bn_w[l * L + k] * m->ln_bn_b[k];
-    }
-    w[lo.bb + l] = (float)b;
-  }
-  for (int f = 0; f < F; f++)
-    for (int mm = 0; mm < M; mm++)
-      for (int l = 0; l < L; l++) {
-        double a = 0;
-        for (int s = 0; s < S; s++)
-          a += (double)m->dec_w[mm * S + s] * m->basis_n[l * C + f * S + s];
-        w[lo.dt + l * FM + f * M + mm] = (float)a;
-      }
-  for (int mm = 0; mm < M; mm++) w[lo.bd + mm] = m->dec_b[mm];
+  /* the model's weights are one block in state_dict order */
+  const float *P = m->ln_enc_w;
+  const float *const t[kModelTensors] = {m->ln_enc_w, m->ln_enc_b, m->enc_w,  m->enc_b,
+                                         m->basis,    m->ln_bn_w,  m->ln_bn_b, m->bn_w,
+                                         m->bn_b,     m->dec_w,    m->dec_b};
+  int off[kModelTensors];
+  for (int k = 0; k < kModelTensors; k++) off[k] = (int)(t[k] - P);
+  const int n = ssae_fold_count(lo);
+  for (int i = 0; i < n; i++) ssae_fold_one(lo, off, P, m->basis_n, i, w);
   for (int s = 0; s < S; s++)
     for (int k = 0; k < M; k++) w[lo.we_r + s * M + k] = w[lo.we + k * S + s];
   for (int l = 0; l < L; l++)

@@ -58,6 +58,66 @@ static inline ssae_cuda_layout ssae_cuda_layout_make(int M, int F, int L, int S)
   return lo;
 }
 
+/* The folded part of the weights, [0, tiled_total): ssae_fold_count values,
+ * value i written by ssae_fold_one from the parameters P (state_dict order,
+ * tensor t at P + off[t], as ssae_param_offsets gives them) and the
+ * normalised basis bn [L x C], in double. The host folds a loaded model
+ * with it (ssae_cuda_instance.cu), a kernel the VJP's parameters at every
+ * call (ssae_cuda_train_vjp.cu): the same arithmetic, the same bits. */
+__host__ __device__ inline int ssae_fold_count(const ssae_cuda_layout &lo) {
+  const int M = lo.M, L = lo.L, S = lo.S, C = lo.F * S;
+  return M * S + S + C * L + L * L + L + L * lo.F * M + M;
+}
+
+__host__ __device__ inline void ssae_fold_one(const ssae_cuda_layout &lo, const int *off,
+                                              const float *P, const float *bn, int i,
+                                              float *w) {
+  const int M = lo.M, F = lo.F, L = lo.L, S = lo.S, C = F * S, FM = F * M;
+  const float *ln1w = P + off[0], *ln1b = P + off[1], *We = P + off[2], *be = P + off[3];
+  const float *ln2w = P + off[5], *ln2b = P + off[6], *Wb = P + off[7], *bb = P + off[8];
+  const float *Wd = P + off[9], *bd = P + off[10];
+  if (i < M * S) { /* [k][s]: We diag(ln1 weight) */
+    const int k = i / S, s = i % S;
+    w[lo.we + i] = (float)((double)We[s * M + k] * ln1w[k]);
+    return;
+  }
+  i -= M * S;
+  if (i < S) { /* be + We ln1 bias */
+    double b = be[i];
+    for (int k = 0; k < M; k++) b += (double)We[i * M + k] * ln1b[k];
+    w[lo.be + i] = (float)b;
+    return;
+  }
+  i -= S;
+  if (i < C * L) { /* [c][l]: the normalised basis */
+    w[lo.bt + i] = bn[(i % L) * C + i / L];
+    return;
+  }
+  i -= C * L;
+  if (i < L * L) { /* [k][l]: Wb diag(ln2 weight) */
+    const int k = i / L, l = i % L;
+    w[lo.wbt + i] = (float)((double)Wb[l * L + k] * ln2w[k]);
+    return;
+  }
+  i -= L * L;
+  if (i < L) { /* bb + Wb ln2 bias */
+    double b = bb[i];
+    for (int k = 0; k < L; k++) b += (double)Wb[i * L + k] * ln2b[k];
+    w[lo.bb + i] = (float)b;
+    return;
+  }
+  i -= L;
+  if (i < L * FM) { /* [l][f M + m]: D_f = Wd B_f^T */
+    const int l = i / FM, j = i % FM, f = j / M, mm = j % M;
+    double a = 0;
+    for (int s = 0; s < S; s++) a += (double)Wd[mm * S + s] * bn[l * C + f * S + s];
+    w[lo.dt + i] = (float)a;
+    return;
+  }
+  i -= L * FM;
+  if (i < M) w[lo.bd + i] = bd[i];
+}
+
 /* Float offsets of warp_3xtf32's fragment-ordered weights in its shared
  * memory (ssae_cuda_warp_3xtf32.cuh; after them the biases, then the warps'
  * buffers). */

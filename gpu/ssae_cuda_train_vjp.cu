@@ -88,61 +88,12 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   }
 }
 
-/* The inference kernels' folded weights (ssae_cuda_layout.cuh, the part
- * [0, tiled_total)) from the flat parameters and the normalised basis, in
- * double as fold_weights (ssae_cuda_instance.cu) does on the host: one
- * thread per folded value. */
+/* The inference kernels' folded weights from the caller's parameters and
+ * the normalised basis: one thread per folded value (ssae_fold_one). */
 __global__ void k_fold(dims_t d, const float *__restrict__ P, const float *__restrict__ bn,
                        ssae_cuda_layout lo, float *__restrict__ w) {
-  const int M = d.M, F = d.F, L = d.L, S = d.S, C = d.C, FM = F * M;
-  const float *ln1w = P + d.off[0], *ln1b = P + d.off[1], *We = P + d.off[2];
-  const float *be = P + d.off[3], *ln2w = P + d.off[5], *ln2b = P + d.off[6];
-  const float *Wb = P + d.off[7], *bb = P + d.off[8], *Wd = P + d.off[9], *bd = P + d.off[10];
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < M * S) { /* [k][s]: We diag(ln1 weight) */
-    const int k = i / S, s = i % S;
-    w[lo.we + i] = (float)((double)We[s * M + k] * ln1w[k]);
-    return;
-  }
-  i -= M * S;
-  if (i < S) { /* be + We ln1 bias */
-    double b = be[i];
-    for (int k = 0; k < M; k++) b += (double)We[i * M + k] * ln1b[k];
-    w[lo.be + i] = (float)b;
-    return;
-  }
-  i -= S;
-  if (i < C * L) { /* [c][l]: the normalised basis */
-    w[lo.bt + i] = bn[(i % L) * C + i / L];
-    return;
-  }
-  i -= C * L;
-  if (i < L * L) { /* [k][l]: Wb diag(ln2 weight) */
-    const int k = i / L, l = i % L;
-    w[lo.wbt + i] = (float)((double)Wb[l * L + k] * ln2w[k]);
-    return;
-  }
-  i -= L * L;
-  if (i < L) { /* bb + Wb ln2 bias */
-    double b = bb[i];
-    for (int k = 0; k < L; k++) b += (double)Wb[i * L + k] * ln2b[k];
-    w[lo.bb + i] = (float)b;
-    return;
-  }
-  i -= L;
-  if (i < L * FM) { /* [l][f M + m]: D_f = Wd B_f^T */
-    const int l = i / FM, j = i % FM, f = j / M, mm = j % M;
-    double a = 0;
-    for (int s = 0; s < S; s++) a += (double)Wd[mm * S + s] * bn[l * C + f * S + s];
-    w[lo.dt + i] = (float)a;
-    return;
-  }
-  i -= L * FM;
-  if (i < M) w[lo.bd + i] = bd[i];
-}
-
-int fold_threads(const dims_t &d) {
-  return d.M * d.S + d.S + d.C * d.L + d.L * d.L + d.L + d.L * d.F * d.M + d.M;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < ssae_fold_count(lo)) ssae_fold_one(lo, d.off, P, bn, i, w);
 }
 
 }  // namespace
@@ -245,7 +196,7 @@ int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, flo
       CKV(cudaMalloc(&v->scores, sizeof(float) * n), "allocating a score buffer");
       v->scores_cap = n;
     }
-    const int nf = fold_threads(v->d);
+    const int nf = ssae_fold_count(v->lo);
     k_fold<<<(unsigned)((nf + kThreads - 1) / kThreads), kThreads, 0, s>>>(v->d, v->w.p, v->w.bn,
                                                                           v->lo, v->wf);
     CKV(cudaGetLastError(), "launching the weight folding");
