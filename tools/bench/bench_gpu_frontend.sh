@@ -18,40 +18,16 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BUILD=$ROOT/build
-N=10000
-ROUNDS=3
 DIR=/tmp/ssae_bench_gpu_clips
-while getopts "b:n:r:d:" opt; do
-  case $opt in
-    b) BUILD=$OPTARG ;;
-    n) N=$OPTARG ;;
-    r) ROUNDS=$OPTARG ;;
-    d) DIR=$OPTARG ;;
-    *) echo "usage: $0 [-b BUILD_DIR] [-n CLIPS] [-r ROUNDS] [-d DIR]" >&2; exit 2 ;;
-  esac
-done
-SSAE=$BUILD/ssae
-GEN=$BUILD/tools/ssae-gen
+. "$HERE/bench_clips.sh"
+bench_options "$0 [-b BUILD_DIR] [-n CLIPS] [-r ROUNDS] [-d DIR]" "$@"
 MODEL=$ROOT/src/model/default.safetensors
-for f in "$SSAE" "$GEN"; do
-  [ -x "$f" ] || { echo "$f: not built" >&2; exit 1; }
-done
-
-# The clips: ssae-gen is deterministic, so a complete set is reused.
-mkdir -p "$DIR"
-have=$(find "$DIR" -name 'clip*.wav' | wc -l)
-if [ "$have" -ne "$N" ]; then
-  rm -f "$DIR"/clip*.wav
-  echo "generating $N clips in $DIR ..." >&2
-  seq 1 "$N" | xargs -P "$(nproc)" -I{} "$GEN" --seed {} --seconds 10 -o "$DIR/clip{}.wav"
-fi
+bench_clips "$DIR" 1 "$N"
 SMALL=()
 for i in $(seq 1 100); do SMALL+=("$DIR/clip$i.wav"); done
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-now() { date +%s.%N; }
 run_timed() { # name, command...: appends the wall seconds to $OUT/name.t
   local name=$1; shift
   local t0 t1

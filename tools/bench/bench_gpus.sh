@@ -13,43 +13,21 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BUILD=$ROOT/build
-N=10000
-ROUNDS=3
 DIR=/tmp/ssae_bench_gpus
-while getopts "b:n:r:d:" opt; do
-  case $opt in
-    b) BUILD=$OPTARG ;;
-    n) N=$OPTARG ;;
-    r) ROUNDS=$OPTARG ;;
-    d) DIR=$OPTARG ;;
-    *) echo "usage: $0 [-b BUILD_DIR] [-n CLIPS_PER_GPU] [-r ROUNDS] [-d DIR]" >&2; exit 2 ;;
-  esac
-done
-SSAE=$BUILD/ssae
-GEN=$BUILD/tools/ssae-gen
-for f in "$SSAE" "$GEN"; do
-  [ -x "$f" ] || { echo "$f: not built" >&2; exit 1; }
-done
-G=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | wc -l)
+. "$HERE/bench_clips.sh"
+bench_options "$0 [-b BUILD_DIR] [-n CLIPS_PER_GPU] [-r ROUNDS] [-d DIR]" "$@"
+G=$( (nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true) | wc -l)
 [ "$G" -ge 1 ] || { echo "no GPU (nvidia-smi lists none)" >&2; exit 1; }
 CORES=$(nproc)
 JOBS=$(( CORES / G > 0 ? CORES / G : 1 ))
 echo "# $G GPU(s), $CORES cores ($JOBS decoding threads per GPU process), $N clips per GPU"
 folders=()
 for g in $(seq 0 $((G - 1))); do
-  d=$DIR/gpu$g
-  folders+=("$d")
-  mkdir -p "$d"
-  if [ "$(find "$d" -name 'clip*.wav' | wc -l)" -ne "$N" ]; then
-    rm -f "$d"/clip*.wav
-    seq $((g * N + 1)) $(((g + 1) * N)) |
-      xargs -P "$CORES" -I{} "$GEN" --seed {} --seconds 10 -o "$d/clip{}.wav"
-  fi
+  folders+=("$DIR/gpu$g")
+  bench_clips "$DIR/gpu$g" $((g * N + 1)) "$N"
 done
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-now() { date +%s.%N; }
 for r in $(seq 1 "$ROUNDS"); do
   t0=$(now)
   "$SSAE" score -q --backend cuda --device 0 "${folders[@]}" > "$OUT/one.tsv"
