@@ -40,8 +40,9 @@ const int kMaxDft = 4096;
  * more blocks resident per SM) took 1.38 ms for an offline run of 32,768
  * frames where 256 took 1.57 and 64 took 1.46 (ncu, H100). */
 const int kFrameThreads = 128;
+/* fe_windows: warps a block, windows a block. */
 const int kWinWarps = 4;
-const int kWinPerWarp = 4;
+const int kWinPerBlock = 8;
 
 struct dev_tables {
   const double *win, *mel_w, *encT, *enc_b, *B, *bnT, *bn_b, *D, *dec_b;
@@ -86,7 +87,7 @@ struct ssae_fe_dev {
   float *d_rows, *d_cache_rows, *h_rows;
   double *d_codes, *d_cache_codes;
   float *d_scores, *h_scores;
-  size_t smem_frames;
+  size_t smem_frames, smem_windows;
 };
 
 #define CK(call, what)                                                                 \
@@ -323,100 +324,124 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   }
 }
 
-/* Each warp scores kWinPerWarp windows: window w of channel c is rows w
+/* Shared memory of a fe_windows block, in doubles: the windows' codes,
+ * the warps' partial projections, the windows' z and hidden vectors, the
+ * warps' partial squared errors. */
+__host__ __device__ inline size_t win_smem_doubles(int F, int S, int L) {
+  return (size_t)kWinPerBlock * ((size_t)F * S + (size_t)kWinWarps * L + 2 * (size_t)L + kWinWarps);
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* Each block scores kWinPerBlock windows: window w of channel c is rows w
  * .. w+F-1, and the grid's k-th window is window k % max_win of channel
- * k / max_win (at one window per channel a run, the live case, a warp
- * takes four channels' windows). Every weight a lane loads (the basis,
- * the bottleneck, the folded decoder: FP64, read from L2) serves all of
- * the warp's windows: one window per warp read ~160 KB of weights per
- * window. Shared memory: 2 L doubles per window. */
-__global__ void fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc,
-                           const float *rows, const double *codes, float *scores, int max_win,
-                           int c_lo, int c_hi) {
+ * k / max_win (at one window per channel a run, the live case, a block
+ * takes eight channels' windows). The windows' codes go to shared memory
+ * first (coalesced); the basis projection splits its F*S terms over the
+ * block's warps, so that every weight loaded (the basis, the bottleneck,
+ * the folded decoder: FP64, read through L1/L2) serves all of the block's
+ * windows while four warps a block hide the loads' latency (one warp per
+ * four windows, the layout before, kept 16 warps an SM busy at 8192
+ * windows and took 187 us; ncu, H100). */
+__global__ void __launch_bounds__(32 * kWinWarps)
+    fe_windows(dev_params p, dev_tables t, const ssae_fe_desc *desc, const float *rows,
+               const double *codes, float *scores, int max_win, int c_lo, int c_hi) {
   extern __shared__ double wsh[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long k0 = ((long long)blockIdx.x * kWinWarps + warp) * kWinPerWarp;
-  const int L = p.L, C = p.F * p.S, FM = p.F * p.M, V = kWinPerWarp;
-  const double *cv[kWinPerWarp];
-  const float *x[kWinPerWarp];
-  long long r[kWinPerWarp];
-  int ok[kWinPerWarp], f = -1;
-  for (int v = 0; v < V; v++) {
-    const long long k = k0 + v;
+  __shared__ long long r_s[kWinPerBlock];
+  __shared__ int ok_s[kWinPerBlock];
+  const int W = kWinPerBlock, NW = kWinWarps;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int L = p.L, C = p.F * p.S, FM = p.F * p.M;
+  if (tid < W) {
+    const long long k = (long long)blockIdx.x * W + tid;
     const int c = c_lo + (int)(k / max_win), w = (int)(k % max_win);
-    ok[v] = c < c_hi && w <= desc[c].carry + desc[c].nnew - p.F;
-    r[v] = (long long)c * p.max_rows + w;
-    if (ok[v] && f < 0) f = v;
+    ok_s[tid] = c < c_hi && w <= desc[c].carry + desc[c].nnew - p.F;
+    r_s[tid] = (long long)c * p.max_rows + w;
   }
-  if (f < 0) return; /* whole warps leave; no block barrier follows */
-  for (int v = 0; v < V; v++) {
-    /* A window past its channel's is computed on a valid one's data (its
-     * score is not written), so the loops below stay branch-free. */
-    if (!ok[v]) r[v] = r[f];
-    cv[v] = codes + (size_t)r[v] * p.S;
-    x[v] = rows + (size_t)r[v] * p.M;
+  __syncthreads();
+  int f = -1;
+  for (int v = W - 1; v >= 0; v--)
+    if (ok_s[v]) f = v;
+  if (f < 0) return; /* the whole block leaves: no barrier follows */
+  /* A window past its channel's is computed on a valid one's data (its
+   * score is not written), so the loops below stay branch-free. */
+  long long r[kWinPerBlock];
+  for (int v = 0; v < W; v++) r[v] = ok_s[v] ? r_s[v] : r_s[f];
+  double *cod = wsh;                         /* W x C */
+  double *part = cod + (size_t)W * C;        /* NW x W x L */
+  double *z = part + (size_t)NW * W * L;     /* W x 2L: z, then the hidden vector */
+  double *red = z + (size_t)W * 2 * L;       /* NW x W */
+  for (int v = 0; v < W; v++) {
+    const double *src = codes + (size_t)r[v] * p.S;
+    for (int k = tid; k < C; k += blockDim.x) cod[v * C + k] = src[k];
   }
-  double *z = wsh + (size_t)warp * V * 2 * L;
-  double mean[kWinPerWarp], rstd[kWinPerWarp];
+  __syncthreads();
   {
-    double a[kWinPerWarp];
-    for (int v = 0; v < V; v++) a[v] = 0.0;
+    const int chunk = (C + NW - 1) / NW, kb = warp * chunk, ke = min(C, kb + chunk);
     for (int l = lane; l < L; l += 32) {
-      double acc[kWinPerWarp];
-      for (int v = 0; v < V; v++) acc[v] = 0.0;
-      for (int k = 0; k < C; k++) {
+      double acc[kWinPerBlock];
+      for (int v = 0; v < W; v++) acc[v] = 0.0;
+      for (int k = kb; k < ke; k++) {
         const double b = t.B[(size_t)k * L + l];
-        for (int v = 0; v < V; v++) acc[v] += b * cv[v][k];
+        for (int v = 0; v < W; v++) acc[v] += b * cod[v * C + k];
       }
-      for (int v = 0; v < V; v++) {
-        z[v * 2 * L + l] = acc[v];
-        a[v] += acc[v];
-      }
-    }
-    for (int v = 0; v < V; v++) {
-      for (int o = 16; o > 0; o >>= 1) a[v] += __shfl_xor_sync(0xffffffffu, a[v], o);
-      mean[v] = a[v] / L;
-    }
-    double q[kWinPerWarp];
-    for (int v = 0; v < V; v++) q[v] = 0.0;
-    for (int l = lane; l < L; l += 32)
-      for (int v = 0; v < V; v++) {
-        const double e = z[v * 2 * L + l] - mean[v];
-        q[v] += e * e;
-      }
-    for (int v = 0; v < V; v++) {
-      for (int o = 16; o > 0; o >>= 1) q[v] += __shfl_xor_sync(0xffffffffu, q[v], o);
-      rstd[v] = 1.0 / sqrt(q[v] / L + 1e-5);
+      for (int v = 0; v < W; v++) part[((size_t)warp * W + v) * L + l] = acc[v];
     }
   }
-  __syncwarp();
-  for (int o = lane; o < L; o += 32) {
-    double acc[kWinPerWarp];
-    for (int v = 0; v < V; v++) acc[v] = t.bn_b[o];
-    for (int k = 0; k < L; k++) {
-      const double b = t.bnT[(size_t)k * L + o];
-      for (int v = 0; v < V; v++) acc[v] += b * ((z[v * 2 * L + k] - mean[v]) * rstd[v]);
+  __syncthreads();
+  /* LayerNorm and the bottleneck: a warp per window. */
+  for (int v = warp; v < W; v += NW) {
+    double *zv = z + (size_t)v * 2 * L;
+    double a = 0.0;
+    for (int l = lane; l < L; l += 32) {
+      double sum = 0.0;
+      for (int w = 0; w < NW; w++) sum += part[((size_t)w * W + v) * L + l];
+      zv[l] = sum;
+      a += sum;
     }
-    for (int v = 0; v < V; v++) z[v * 2 * L + L + o] = gelu_d(acc[v]);
+    const double mean = warp_sum_d(a) / L;
+    double q = 0.0;
+    for (int l = lane; l < L; l += 32) {
+      const double e = zv[l] - mean;
+      q += e * e;
+    }
+    const double rstd = 1.0 / sqrt(warp_sum_d(q) / L + 1e-5);
+    __syncwarp();
+    for (int o = lane; o < L; o += 32) {
+      double acc = t.bn_b[o];
+      for (int k = 0; k < L; k++) acc += t.bnT[(size_t)k * L + o] * ((zv[k] - mean) * rstd);
+      zv[L + o] = gelu_d(acc);
+    }
   }
-  __syncwarp();
-  double e2[kWinPerWarp];
-  for (int v = 0; v < V; v++) e2[v] = 0.0;
-  for (int j = lane; j < FM; j += 32) {
-    double y[kWinPerWarp];
-    for (int v = 0; v < V; v++) y[v] = t.dec_b[j % p.M];
+  __syncthreads();
+  /* The decoder over the block's threads, every window at once. */
+  double e2[kWinPerBlock];
+  for (int v = 0; v < W; v++) e2[v] = 0.0;
+  for (int j = tid; j < FM; j += blockDim.x) {
+    double y[kWinPerBlock];
+    const double bj = t.dec_b[j % p.M];
+    for (int v = 0; v < W; v++) y[v] = bj;
     for (int k = 0; k < L; k++) {
       const double dk = t.D[(size_t)k * FM + j];
-      for (int v = 0; v < V; v++) y[v] += dk * z[v * 2 * L + L + k];
+      for (int v = 0; v < W; v++) y[v] += dk * z[(size_t)v * 2 * L + L + k];
     }
-    for (int v = 0; v < V; v++) {
-      const double e = y[v] - (double)x[v][j];
+    for (int v = 0; v < W; v++) {
+      const double e = y[v] - (double)rows[(size_t)r[v] * p.M + j];
       e2[v] += e * e;
     }
   }
-  for (int v = 0; v < V; v++) {
-    for (int o = 16; o > 0; o >>= 1) e2[v] += __shfl_xor_sync(0xffffffffu, e2[v], o);
-    if (lane == 0 && ok[v]) scores[r[v]] = (float)(e2[v] / FM);
+  for (int v = 0; v < W; v++) {
+    const double sum = warp_sum_d(e2[v]);
+    if (lane == 0) red[warp * W + v] = sum;
+  }
+  __syncthreads();
+  if (tid < W && ok_s[tid]) {
+    double sum = 0.0;
+    for (int w = 0; w < NW; w++) sum += red[w * W + tid];
+    scores[r_s[tid]] = (float)(sum / FM);
   }
 }
 
@@ -425,7 +450,16 @@ __device__ void compact_part(const dev_params &p, const ssae_fe_desc &d, float *
                              int nb) {
   const float *s = chan_buf(p, bufs, d.buf, c) + (d.hlen + d.n - d.keep);
   float *o = chan_buf(p, bufs, 1 - d.buf, c);
-  for (int i = b * blockDim.x + threadIdx.x; i < d.keep; i += nb * blockDim.x) o[i] = s[i];
+  /* Four loads in flight before the stores (the buffers may alias as far
+   * as the compiler knows): one value per thread and block, the layout
+   * before, left the copy latency-bound (67 us for 8192 channels; ncu). */
+  const int step = nb * blockDim.x;
+  for (int i = b * blockDim.x + threadIdx.x; i < d.keep; i += 4 * step) {
+    float v[4];
+    for (int u = 0; u < 4; u++) v[u] = i + u * step < d.keep ? s[i + u * step] : 0.0f;
+    for (int u = 0; u < 4; u++)
+      if (i + u * step < d.keep) o[i + u * step] = v[u];
+  }
 }
 
 /* A run's first launch: x-blocks 0 .. n_app-1 append the new samples; one
@@ -601,6 +635,10 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fe_frames, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)d->smem_frames);
+  d->smem_windows = sizeof(double) * win_smem_doubles(p.F, p.S, p.L);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fe_windows, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)d->smem_windows);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_bufs, sizeof(float) * 2 * ch * p.buf_stride);
   if (e == cudaSuccess && !(d->par = (unsigned char *)calloc(ch, 1))) e = cudaErrorMemoryAllocation;
   if (e == cudaSuccess) e = cudaMalloc(&d->d_desc, sizeof(ssae_fe_desc) * ch);
@@ -729,14 +767,13 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_
     CK(cudaGetLastError(), "frame launch");
   }
   if (max_win > 0) {
-    const long long warps = ((long long)max_win * ch + kWinPerWarp - 1) / kWinPerWarp;
-    fe_windows<<<(unsigned)((warps + kWinWarps - 1) / kWinWarps), 32 * kWinWarps,
-                 sizeof(double) * 2 * (size_t)p.L * kWinPerWarp * kWinWarps, s>>>(
+    const long long blocks = ((long long)max_win * ch + kWinPerBlock - 1) / kWinPerBlock;
+    fe_windows<<<(unsigned)blocks, 32 * kWinWarps, d->smem_windows, s>>>(
         p, d->t, d->d_desc, d->d_rows, d->d_codes, d->d_scores, max_win, lo, hi);
     CK(cudaGetLastError(), "window launch");
   }
   {
-    const int n_cmp = (p.n_fft + 255) / 256;
+    const int n_cmp = (p.n_fft + 1023) / 1024; /* 1024 samples a block of 256 threads */
     fe_finish<<<dim3((unsigned)(n_cmp + carry), (unsigned)ch), 256, 0, s>>>(
         p, d->d_desc, d->d_bufs, d->d_rows, d->d_codes, d->d_cache_rows, d->d_cache_codes, n_cmp,
         lo);

@@ -156,6 +156,9 @@ try:
 except ImportError:
     def _flatten(ts):
         return torch.cat([t.detach().reshape(-1) for t in ts])
+# The flat gradient back to views shaped as the parameters, also in one
+# call (instead of a split and a view per parameter from Python).
+_unflatten = getattr(getattr(torch._C, "_nn", None), "unflatten_dense_tensors", None)
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -254,8 +257,9 @@ class _Net:
         self.key = key
 
     def _grads(self, dp, params):
-        """The flat gradient dp as views shaped as the parameters (one
-        split, and a view for those of more than one dimension)."""
+        """The flat gradient dp as views shaped as the parameters."""
+        if _unflatten is not None:
+            return list(_unflatten(dp, params))
         parts = dp.split([p.numel() for p in params])
         return [g if p.dim() == 1 else g.view(p.shape) for g, p in zip(parts, params)]
 
