@@ -273,6 +273,10 @@ typedef struct worker_state {
   int status_sent;
   double next_status_t;
   double last_t; /* latest window time; published as audio_s */
+  /* The detector's smoothing factor for alpha_tau (have_alpha): one exp()
+   * per smoothing time, not per window. */
+  int have_alpha;
+  double alpha_tau, alpha;
 } worker_state;
 
 /* ---- shared atomics: lock-free, any thread. */

@@ -217,6 +217,9 @@ void engine_on_fallback(void *user, const char *msg) {
  * batch: the CPU failed too) carries no evidence either way. While
  * analysis is paused, the windows made before the pause are smoothed but
  * not judged (no threshold): the alarm ends. */
+/* Windows ahead whose channel's state engine_publish_batch prefetches. */
+#define JUDGE_AHEAD 8
+
 static void judge(ssae_engine *e, const item_hdr *h, float score, double lat) {
   chan_work *k = &e->w.ch[h->channel];
   double t = (double)h->end_sample / e->feat.sample_rate;
@@ -238,9 +241,14 @@ static void judge(ssae_engine *e, const item_hdr *h, float score, double lat) {
   int off = own ? atomic_load_explicit(&cp->off, memory_order_relaxed)
                 : atomic_load_explicit(&e->sh.p_off, memory_order_relaxed);
   int en = atomic_load_explicit(&e->sh.p_enabled, memory_order_relaxed);
-  double dt = (double)e->feat.hop_length / e->feat.sample_rate;
-  const int change = ssae_detector_step(&k->det, score, (h->flags & ITEM_GAP) != 0,
-                                        ssae_detector_alpha(dt, tau), en ? thr : NAN, on, off);
+  worker_state *w = &e->w;
+  if (!w->have_alpha || tau != w->alpha_tau) {
+    w->alpha = ssae_detector_alpha((double)e->feat.hop_length / e->feat.sample_rate, tau);
+    w->alpha_tau = tau;
+    w->have_alpha = 1;
+  }
+  const int change = ssae_detector_step(&k->det, score, (h->flags & ITEM_GAP) != 0, w->alpha,
+                                        en ? thr : NAN, on, off);
   if (k->det.have_smoothed) k->shown = k->det.smoothed;
   if (e->cfg.emit_windows) {
     ssae_event ev = {SSAE_EVENT_WINDOW, (int)h->channel, t, h->window,
@@ -298,8 +306,18 @@ void engine_publish_batch(ssae_engine *e, int b, size_t n, int rc, const ssae_er
   pthread_mutex_lock(&e->lat.mu);
   for (size_t i = 0; i < n; i++) lat_add(&e->lat, (double)(t1 - hdr[i].t_ns) / 1e6);
   pthread_mutex_unlock(&e->lat.mu);
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
+    /* A few windows ahead, the channel's detector, parameters and results
+     * towards the cache: a run of thousands of channels takes each once,
+     * from arrays larger than the core's L2. */
+    if (i + JUDGE_AHEAD < n) {
+      const uint32_t c = hdr[i + JUDGE_AHEAD].channel;
+      __builtin_prefetch(&w->ch[c], 1);
+      __builtin_prefetch(&e->sh.cp[c], 0);
+      __builtin_prefetch(&e->pub[c], 1);
+    }
     judge(e, &hdr[i], scores[i], (double)(t1 - hdr[i].t_ns) / 1e6);
+  }
   atomic_fetch_add(&e->sh.scored_total, n);
   add_ns(&e->sh.t_publish, now_ns() - t1);
 
