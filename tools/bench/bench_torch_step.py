@@ -4,11 +4,17 @@ the whole step (forward, MSE loss, backward, synchronised) against the plain
 SPEC module (tools/ssae_torch.py) in float32, per batch size.
 
 usage: PYTHONPATH=build/python:tools python3 tools/bench/bench_torch_step.py
-       [--sizes 512,8192,65536] [--rounds 2]
+       [--sizes 512,8192,65536] [--rounds 2] [--breakdown]
 Each round runs every size twice in separate processes: once on the
 trainer's kernels (SSAE_CUDA_VJP=simt) and once on the default ones (for the
 default dimensions: the inference kernel's forward, the tensor-core
-backward), so the two alternate in one invocation."""
+backward), so the two alternate in one invocation.
+
+--breakdown: instead, for each size, how much of the drop-in module's step
+is spent inside its autograd Function (ssae's Python and library calls, the
+forward and the backward) and how much around it in torch (zero_grad,
+Function.apply, the loss and its backward, the autograd engine, the
+gradients' accumulation): the share no kernel of ssae's can take away."""
 import argparse
 import os
 import subprocess
@@ -66,10 +72,67 @@ def run_sizes(sizes):
             flush=True)
 
 
+def breakdown(sizes, rounds):
+    import torch
+    import ssae.torch as st
+    import ssae_torch
+
+    torch.manual_seed(0)
+    m = st.SpectralShapeAutoencoder().cuda()
+    plain = ssae_torch.SpectralShapeAutoencoder().cuda()
+    plain.load_state_dict(m.state_dict())
+    fn = st._Autoencoder
+    fwd, bwd = fn.forward, fn.backward
+    acc = {"f": 0.0, "b": 0.0}
+
+    def timed(f, key):
+        def run(ctx, *a):
+            t = time.perf_counter()
+            r = f(ctx, *a)
+            acc[key] += time.perf_counter() - t
+            return r
+        return staticmethod(run)
+
+    print("batch  torch step (us)  ssae step (us)  x torch  inside ssae: fwd    bwd   around it (torch)")
+    for n in sizes:
+        x = (torch.randn(n, 320, generator=torch.Generator().manual_seed(1)) * 12 - 40).cuda()
+
+        def step(mod):
+            mod.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(mod(x), x).backward()
+
+        for _ in range(10):
+            step(m)
+            step(plain)
+        reps = 300 if n <= 8192 else 30
+        for _ in range(rounds):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                step(plain)
+            torch.cuda.synchronize()
+            tp = (time.perf_counter() - t0) / reps * 1e6
+            fn.forward, fn.backward = timed(fwd, "f"), timed(bwd, "b")
+            acc["f"] = acc["b"] = 0.0
+            try:
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    step(m)
+                torch.cuda.synchronize()
+            finally:
+                fn.forward, fn.backward = staticmethod(fwd), staticmethod(bwd)
+            ts = (time.perf_counter() - t0) / reps * 1e6
+            f, b = acc["f"] / reps * 1e6, acc["b"] / reps * 1e6
+            print("%5d %16.1f %15.1f %8.2f %17.1f %6.1f %12.1f"
+                  % (n, tp, ts, tp / ts, f, b, ts - f - b), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="512,8192,65536")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="the step inside ssae's autograd Function and around it")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     sizes = [int(v) for v in a.sizes.split(",")]
@@ -81,6 +144,9 @@ def main():
         print("no CUDA device", file=sys.stderr)
         return 1
     print("# %s, torch %s" % (torch.cuda.get_device_name(0), torch.__version__))
+    if a.breakdown:
+        breakdown(sizes, a.rounds)
+        return 0
     print("kernels    batch  fwd (ms)  loss+bwd (ms)  step: ssae   torch   x torch")
     for _ in range(a.rounds):
         for simt in (True, False):
