@@ -41,6 +41,15 @@ struct ssae_cuda_fe {
   size_t ring_bytes;
   const uint64_t *ring_pos;
   ssae_fe_dev *dev;
+  /* The run between its submit and its wait: channels lo .. hi-1, the
+   * caller's arrays. */
+  int pending, pend_lo, pend_hi;
+  const size_t *pend_n;
+  const unsigned char *pend_end;
+  /* Its launch failed (launch_err): the move to the CPU waits for finish(),
+   * so that the last run's results stay readable until then. */
+  int launch_failed;
+  ssae_err launch_err;
   long fail_after, runs;
   ssae_err note;
   /* The CPU path. */
@@ -380,10 +389,32 @@ static void keep_history(ssae_cuda_fe *fe, int ch, size_t n) {
   c->hh = old + n;
 }
 
-/* One run; pos: ring input's first positions (NULL: blocks). */
-static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const unsigned char *end,
-               ssae_err *err) {
+/* After a CUDA error: to the CPU for good (the caller's samples move to
+ * the CPU blocks first; the ring is the caller's input on the CPU as well).
+ * The run in hand is made again there by finish(). */
+static int to_cpu(ssae_cuda_fe *fe, const ssae_err *derr, ssae_err *err) {
+  fe->note = *derr;
+  if (!fe->ring) {
+    const int nc = fe->cfg.channels;
+    const size_t bytes = fe->cfg.max_block * (fe->cfg.pcm == SSAE_FE_PCM_I16 ? 2 : 4);
+    fe->cpu_blocks = malloc(bytes * (size_t)nc);
+    if (!fe->cpu_blocks) return ssae_err_set(err, "%s; no memory to go on on the CPU", derr->msg);
+    for (int i = 0; i < nc; i++)
+      memcpy((char *)fe->cpu_blocks + bytes * (size_t)i, ssae_fe_dev_block(fe->dev, i), bytes);
+  }
+  ssae_fe_dev_free(fe->dev);
+  fe->dev = NULL;
+  return 0;
+}
+
+/* A run's first half: its channels' frame counts and descriptors, and on
+ * the GPU its work queued; pos: ring input's first positions (NULL:
+ * blocks). clear_others: the channels outside the run's range report no
+ * frames and no windows (else they keep their last run's). */
+static int start(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const unsigned char *end,
+                 int clear_others, ssae_err *err) {
   const int nc = fe->cfg.channels;
+  if (fe->pending) return ssae_err_set(err, "GPU front end: a run is still in flight");
   /* The run takes the channels from the first that brings samples or ends
    * to the last (lo .. hi-1), on the host and on the device: one input
    * group's run of many costs its share. A channel that brings nothing and
@@ -398,8 +429,10 @@ static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const uns
       hi = i + 1;
     }
   }
-  for (int i = 0; i < lo; i++) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
-  for (int i = hi > lo ? hi : nc; i < nc; i++) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
+  if (clear_others) {
+    for (int i = 0; i < lo; i++) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
+    for (int i = hi > lo ? hi : nc; i < nc; i++) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
+  }
   fe->ring_pos = pos;
   const long long blk_len = (long long)fe->cfg.max_block;
   for (int i = lo; i < hi; i++) {
@@ -430,26 +463,34 @@ static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const uns
                    : (long long)i * blk_len * (packed ? 2 : 1);
     }
   }
+  fe->pending = 1;
+  fe->pend_lo = lo;
+  fe->pend_hi = hi;
+  fe->pend_n = n;
+  fe->pend_end = end;
+  fe->launch_failed = 0;
   if (fe->dev && lo < hi) {
-    int poison = fe->fail_after >= 0 && fe->runs >= fe->fail_after;
+    const int poison = fe->fail_after >= 0 && fe->runs >= fe->fail_after;
+    fe->launch_err.msg[0] = 0;
+    if (ssae_fe_dev_launch(fe->dev, lo, hi, poison, &fe->launch_err)) fe->launch_failed = 1;
+  }
+  return 0;
+}
+
+/* A run's second half: the device waited for (on a CUDA error, the run
+ * made again on the CPU), the streams moved on. */
+static int finish(ssae_cuda_fe *fe, ssae_err *err) {
+  if (!fe->pending) return ssae_err_set(err, "GPU front end: no run in flight");
+  fe->pending = 0;
+  const int lo = fe->pend_lo, hi = fe->pend_hi;
+  const size_t *n = fe->pend_n;
+  const unsigned char *end = fe->pend_end;
+  if (fe->dev && lo < hi) {
     ssae_err derr = {{0}};
-    if (ssae_fe_dev_run(fe->dev, lo, hi, poison, &derr)) {
-      /* To the CPU for good; this run again there, from the host copy. */
-      fe->note = derr;
-      /* The caller's samples move to the CPU blocks first (the ring is
-       * the caller's input on the CPU as well). */
-      if (!fe->ring) {
-        const size_t bytes = fe->cfg.max_block * (fe->cfg.pcm == SSAE_FE_PCM_I16 ? 2 : 4);
-        fe->cpu_blocks = malloc(bytes * (size_t)nc);
-        if (!fe->cpu_blocks)
-          return ssae_err_set(err, "%s; no memory to go on on the CPU", derr.msg);
-        for (int i = 0; i < nc; i++)
-          memcpy((char *)fe->cpu_blocks + bytes * (size_t)i, ssae_fe_dev_block(fe->dev, i),
-                 bytes);
-      }
-      ssae_fe_dev_free(fe->dev);
-      fe->dev = NULL;
-    }
+    if (fe->launch_failed) derr = fe->launch_err;
+    if ((fe->launch_failed || ssae_fe_dev_wait(fe->dev, lo, hi, &derr)) &&
+        to_cpu(fe, &derr, err))
+      return -1;
   }
   fe->runs++;
   for (int i = lo; i < hi; i++) {
@@ -465,9 +506,15 @@ static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const uns
     c->n_in += n[i];
     if (e) c->n_in = c->next_t = c->seen = c->hh = 0;
   }
-  memset(fe->packed, 0, (size_t)nc);
+  memset(fe->packed, 0, (size_t)fe->cfg.channels);
   fe->ring_pos = NULL;
   return 0;
+}
+
+static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const unsigned char *end,
+               ssae_err *err) {
+  if (start(fe, pos, n, end, 1, err)) return -1;
+  return finish(fe, err);
 }
 
 int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end, ssae_err *err) {
@@ -480,6 +527,14 @@ int ssae_cuda_fe_run_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n
   if (!fe->ring || !pos) return ssae_err_set(err, "GPU front end: not made for ring input");
   return run(fe, pos, n, end, err);
 }
+
+int ssae_cuda_fe_submit_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
+                             const unsigned char *end, ssae_err *err) {
+  if (!fe->ring || !pos) return ssae_err_set(err, "GPU front end: not made for ring input");
+  return start(fe, pos, n, end, 0, err);
+}
+
+int ssae_cuda_fe_wait(ssae_cuda_fe *fe, ssae_err *err) { return finish(fe, err); }
 
 int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n) {
   if (fe->cfg.pcm != SSAE_FE_PCM_F32 || fe->ring || n > fe->cfg.max_block) return 0;

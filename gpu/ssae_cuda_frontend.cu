@@ -710,7 +710,7 @@ extern "C" const float *ssae_fe_dev_rows(const ssae_fe_dev *d, int ch) {
   return d->h_rows ? d->h_rows + (size_t)ch * d->cfg.max_rows * d->cfg.M : NULL;
 }
 
-extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err) {
+extern "C" int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err) {
   const dev_params &p = d->p;
   if (lo < 0 || hi > p.channels || lo >= hi)
     return ssae_err_set(err, "GPU front end: channels %d .. %d of %d", lo, hi - 1, p.channels);
@@ -788,7 +788,11 @@ extern "C" int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_
     CK(cudaMemcpyAsync(d->h_rows + r0 * p.M, d->d_rows + r0 * p.M,
                        sizeof(float) * rows * (size_t)p.M, cudaMemcpyDeviceToHost, s),
        "frame copy");
-  CK(cudaStreamSynchronize(s), "running the front end");
+  return 0;
+}
+
+extern "C" int ssae_fe_dev_wait(ssae_fe_dev *d, int lo, int hi, ssae_err *err) {
+  CK(cudaStreamSynchronize(d->stream), "running the front end");
   for (int c = lo; c < hi; c++) d->par[c] ^= 1;
   return 0;
 }

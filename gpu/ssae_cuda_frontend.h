@@ -110,6 +110,20 @@ size_t ssae_cuda_fe_ring_keep(const ssae_cuda_fe *fe);
 int ssae_cuda_fe_run_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
                           const unsigned char *end, ssae_err *err);
 
+/* ssae_cuda_fe_run_ring in two halves, for a caller with other work to do
+ * while the device runs (a live engine's worker collects and publishes the
+ * last run's windows meanwhile): submit takes the channels' samples and
+ * queues their run; wait ends it (0, or -1 with err as
+ * ssae_cuda_fe_run_ring; a CUDA error moves to the CPU there too). Between
+ * the two, pos, n, end and the run's ring samples stay unchanged, and no
+ * other run starts. Unlike ssae_cuda_fe_run_ring, the channels outside the
+ * run's range (its first to its last channel that brings samples or ends)
+ * keep the results of their own last run, readable while this one is in
+ * flight. */
+int ssae_cuda_fe_submit_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
+                             const unsigned char *end, ssae_err *err);
+int ssae_cuda_fe_wait(ssae_cuda_fe *fe, ssae_err *err);
+
 /* Channel ch forgets its stream without the end padding (samples were lost
  * in between): its next samples start a new stream. Between runs. */
 void ssae_cuda_fe_reset(ssae_cuda_fe *fe, int ch);

@@ -87,13 +87,17 @@ void *ssae_fe_dev_block(ssae_fe_dev *d, int ch);
 /* Page-locked descriptors, one per channel, filled before each run. */
 ssae_fe_desc *ssae_fe_dev_desc(ssae_fe_dev *d);
 
-/* Copies the inputs and descriptors of channels lo .. hi-1 in, makes their
- * frames and scores, copies them out, and waits; the other channels are not
+/* Queues a run of channels lo .. hi-1: their inputs and descriptors in,
+ * their frames and scores made, copied out; the other channels are not
  * touched (a run of one input group of many costs that group's share).
- * poison: launch with an invalid configuration (the SSAE_CUDA_FAIL_AFTER
- * test hook: the real CUDA error path). -1 with err on any CUDA error; the
- * object is then unusable. */
-int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err);
+ * Returns without waiting: ssae_fe_dev_wait with the same range ends it,
+ * before the next launch; the descriptors and inputs stay unchanged until
+ * then. poison: launch with an invalid configuration (the
+ * SSAE_CUDA_FAIL_AFTER test hook: the real CUDA error path). -1 with err on
+ * any CUDA error (of the launch or, from wait, of the run); the object is
+ * then unusable. */
+int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err);
+int ssae_fe_dev_wait(ssae_fe_dev *d, int lo, int hi, ssae_err *err);
 
 /* After a run, page-locked: channel ch's window scores (in order), and its
  * rows (carry + nnew frames of n_mels floats; the new frames from row

@@ -27,11 +27,18 @@ ssae_fe_desc *ssae_fe_dev_desc(ssae_fe_dev *d) {
   return NULL;
 }
 
-int ssae_fe_dev_run(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err) {
+int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err) {
   (void)d;
   (void)lo;
   (void)hi;
   (void)poison;
+  return ssae_err_set(err, "the GPU front end needs CUDA: this build has none");
+}
+
+int ssae_fe_dev_wait(ssae_fe_dev *d, int lo, int hi, ssae_err *err) {
+  (void)d;
+  (void)lo;
+  (void)hi;
   return ssae_err_set(err, "the GPU front end needs CUDA: this build has none");
 }
 

@@ -55,7 +55,12 @@ typedef struct devfe_chan {
                            (engine_window_silent) */
 } devfe_chan;
 
+/* Where a group's taken marks are (devfe_group.run). */
+enum { RUN_NONE = 0, RUN_IN_FLIGHT, RUN_DONE };
+
 typedef struct devfe_group {
+  int run;        /* RUN_*: none taken, in the run in flight, run done and
+                     waiting to be collected */
   uint64_t next;  /* ring position after the last run's samples */
   size_t nm;      /* marks taken this run */
   size_t n;       /* samples taken this run (per channel) */
@@ -120,8 +125,9 @@ static void scan_blocks(ssae_engine *e, const devfe_group *dg, int c, const floa
 
 /* Group g's marks for this run: in order, up to RUN_MAX samples; a
  * restart only as the run's first mark of the group (it applies before
- * its samples), an end as its last. */
-static void take_group(ssae_engine *e, int g) {
+ * its samples), an end as its last. allow 0: none (the group sits this run
+ * out; its channels bring nothing). */
+static void take_group(ssae_engine *e, int g, int allow) {
   devfe *d = e->w.dfe;
   devfe_group *dg = &d->g[g];
   group *gr = &e->g[g];
@@ -130,7 +136,7 @@ static void take_group(ssae_engine *e, int g) {
   dg->pos0 = dg->next; /* a run without marks: the channels' next position */
   const size_t words = gr->pcm.bits_words;
   memset(dg->zero, 0, words * sizeof *dg->zero);
-  while (dg->nm < RUN_MARKS) {
+  while (allow && dg->nm < RUN_MARKS) {
     const pcm_mark *mk = ssae_ring_peek(gr->pcm.marks, dg->nm);
     if (!mk) break;
     if ((mk->flags & PCM_RESTART) && dg->nm) break;
@@ -192,15 +198,15 @@ static int64_t arrival(const devfe_group *dg, uint64_t end) {
   return dg->mark_t[k];
 }
 
-/* The run's windows into batch 0's headers and scores, in channel order;
- * returns how many. */
+/* The done run's windows into batch 0's headers and scores, in channel
+ * order; returns how many. */
 static size_t collect(ssae_engine *e) {
   devfe *d = e->w.dfe;
   worker_state *w = &e->w;
   size_t nb = 0;
   for (int g = 0; g < e->G; g++) {
     const devfe_group *dg = &d->g[g];
-    if (!dg->nm) continue;
+    if (dg->run != RUN_DONE) continue;
     const group *gr = &e->g[g];
     for (int i = 0; i < gr->nc; i++) {
       const int c = gr->c0 + i;
@@ -241,12 +247,15 @@ static size_t collect(ssae_engine *e) {
   return nb;
 }
 
-/* The marks taken go back: their positions are free for the audio thread
- * (all but the history the CPU path may still read). */
-static void release(ssae_engine *e) {
+/* The marks of the groups in state `run` go back: their positions are
+ * free for the audio thread (all but the history the CPU path may still
+ * read). */
+static void release(ssae_engine *e, int run) {
   devfe *d = e->w.dfe;
   for (int g = 0; g < e->G; g++) {
     devfe_group *dg = &d->g[g];
+    if (dg->run != run) continue;
+    dg->run = RUN_NONE;
     if (!dg->nm) continue;
     pcm_in *p = &e->g[g].pcm;
     ssae_ring_release_n(p->marks, dg->nm);
@@ -272,12 +281,29 @@ void *engine_devfe_main(void *arg) {
   for (;;) {
     const int stopping = atomic_load(&e->sh.stop);
     const int64_t tt = now_ns();
+    /* The run done last time is collected while the next one runs on the
+     * device: the next takes no group of it, and none on both sides of its
+     * channels (the front end's run spans its first to its last channel). */
+    int pend = 0, a_lo = e->C, a_hi = 0;
+    for (int g = 0; g < e->G; g++)
+      if (d->g[g].run == RUN_DONE) {
+        pend = 1;
+        if (e->g[g].c0 < a_lo) a_lo = e->g[g].c0;
+        if (e->g[g].c0 + e->g[g].nc > a_hi) a_hi = e->g[g].c0 + e->g[g].nc;
+      }
     size_t marks = 0;
-    for (int g = 0; g < e->G; g++) {
-      take_group(e, g);
-      marks += d->g[g].nm;
-    }
-    if (!marks) {
+    for (int g = 0; g < e->G; g++)
+      if (d->g[g].run != RUN_DONE) {
+        take_group(e, g, !pend || e->g[g].c0 >= a_hi);
+        marks += d->g[g].nm;
+      }
+    if (pend && !marks)
+      for (int g = 0; g < e->G; g++)
+        if (d->g[g].run != RUN_DONE && e->g[g].c0 + e->g[g].nc <= a_lo) {
+          take_group(e, g, 1);
+          marks += d->g[g].nm;
+        }
+    if (!marks && !pend) {
       if (stopping) break;
       if (!atomic_load_explicit(&e->sh.p_enabled, memory_order_relaxed)) {
         if (!e->w.cleared) engine_clear_alarms(e);
@@ -294,30 +320,49 @@ void *engine_devfe_main(void *arg) {
       sleep_ns(poll);
       continue;
     }
-    if (spin) last_item = now_ns();
-    add_ns(&e->sh.t_take, now_ns() - tt);
-    if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
-    const int64_t t0 = now_ns();
     ssae_err err;
     err.msg[0] = 0;
-    int rc = ssae_cuda_fe_run_ring(d->fe, d->pos, d->n, d->end, &err);
+    int rc = 0;
+    if (marks) {
+      if (spin) last_item = now_ns();
+      add_ns(&e->sh.t_take, now_ns() - tt);
+      if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
+      for (int g = 0; g < e->G; g++)
+        if (d->g[g].nm && d->g[g].run == RUN_NONE) d->g[g].run = RUN_IN_FLIGHT;
+      const int64_t t0 = now_ns();
+      rc = ssae_cuda_fe_submit_ring(d->fe, d->pos, d->n, d->end, &err);
+      add_ns(&e->sh.t_score, now_ns() - t0);
+    }
+    if (pend) {
+      const ssae_err none = {{0}};
+      engine_publish_batch(e, 0, collect(e), 0, &none);
+      release(e, RUN_DONE);
+    }
+    if (!marks) continue;
+    const int64_t t0 = now_ns();
+    if (rc == 0) rc = ssae_cuda_fe_wait(d->fe, &err);
     add_ns(&e->sh.t_score, now_ns() - t0);
     if (d->on_gpu && !ssae_cuda_fe_on_gpu(d->fe)) {
       d->on_gpu = 0;
       engine_on_fallback(e, ssae_cuda_fe_note(d->fe));
     }
-    size_t nb = 0;
-    if (rc == 0) {
-      nb = collect(e);
-    } else {
+    /* The run's channels bring nothing to the next run unless taken again. */
+    for (int g = 0; g < e->G; g++)
+      if (d->g[g].run == RUN_IN_FLIGHT) {
+        const group *gr = &e->g[g];
+        memset(d->n + gr->c0, 0, (size_t)gr->nc * sizeof *d->n);
+        memset(d->end + gr->c0, 0, (size_t)gr->nc);
+        if (rc == 0) d->g[g].run = RUN_DONE;
+      }
+    if (rc != 0) {
       /* The CPU failed too (out of memory): the streams restart with the
        * next samples, where the time axis is then; these samples' windows
        * are lost, and said so. */
       for (int c = 0; c < e->C; c++) ssae_cuda_fe_reset(d->fe, c);
       for (int g = 0; g < e->G; g++) d->g[g].restart = 1;
+      engine_publish_batch(e, 0, 0, rc, &err);
+      release(e, RUN_IN_FLIGHT);
     }
-    engine_publish_batch(e, 0, nb, rc, &err);
-    release(e);
   }
   return NULL;
 }
@@ -441,6 +486,8 @@ int engine_devfe_setup(ssae_engine *e, ssae_err *err) {
     }
     if (ssae_cuda_fe_run_ring(d->fe, d->pos, d->n, d->end, err)) return -1;
     d->on_gpu = ssae_cuda_fe_on_gpu(d->fe);
+    memset(d->n, 0, (size_t)e->C * sizeof *d->n);
+    memset(d->end, 0, (size_t)e->C);
   }
   return 0;
 }
