@@ -206,7 +206,10 @@ static size_t collect(ssae_engine *e) {
   size_t nb = 0;
   for (int g = 0; g < e->G; g++) {
     const devfe_group *dg = &d->g[g];
-    if (dg->run != RUN_DONE) continue;
+    /* A group whose marks brought no sample (a resampled block can make
+     * none) and no end made nothing; its channels may lie outside the run
+     * (ssae_cuda_fe_submit_ring) and still show their last run's windows. */
+    if (dg->run != RUN_DONE || (!dg->n && !dg->end)) continue;
     const group *gr = &e->g[g];
     for (int i = 0; i < gr->nc; i++) {
       const int c = gr->c0 + i;

@@ -25,7 +25,17 @@
  *   test_cuda_frontend --probe     0 with a CUDA device, else 77 (for scripts)
  *   test_cuda_frontend --fallback  SSAE_CUDA_FAIL_AFTER=2: the third run
  *                                  fails on the device, the object moves to
- *                                  the CPU and no window is lost */
+ *                                  the CPU and no window is lost
+ *   test_cuda_frontend --split [host|fail]
+ *                                  ring input in two halves of channels
+ *                                  run in turn through submit and wait (as
+ *                                  the live engine's worker does): each
+ *                                  half's results read while the other's
+ *                                  run is in flight, against the CPU
+ *                                  references. host: the CPU path (no GPU
+ *                                  needed); fail: SSAE_CUDA_FAIL_AFTER=3,
+ *                                  a launch that fails while the other
+ *                                  half's results are still to be read */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -293,7 +303,128 @@ static int logmel_file(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+/* --split: see the header. */
+static int split_test(const char *mode) {
+  const int host = mode && !strcmp(mode, "host"), fail = mode && !strcmp(mode, "fail");
+  if (!host && !ssae_cuda_fe_device_present()) return printf("skip: no CUDA device\n"), 77;
+  if (fail) setenv("SSAE_CUDA_FAIL_AFTER", "3", 1);
+  enum { CH = 6, HALF = 3 };
+  const size_t sig_len = 20000, max_block = 2048, ring_len = 32768;
+  ssae_err err = {{0}};
+  ssae_model *m = ssae_model_new(NULL, &err);
+  if (!m) return fprintf(stderr, "%s\n", err.msg), 1;
+  ssae_model_init(m, 11);
+  if (ssae_model_update(m, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
+  ssae_cpu *cpu = ssae_cpu_new(m, 1, &err);
+  if (!cpu) return fprintf(stderr, "%s\n", err.msg), 1;
+  float *sig[CH], *ref_f[CH], *ref_s[CH];
+  size_t len[CH], ref_nf[CH], ref_ns[CH];
+  for (int c = 0; c < CH; c++) {
+    sig[c] = malloc(sizeof(float) * sig_len);
+    len[c] = make_signal(c % 3 == 2 ? 2 : c % 3, sig_len - 1000 * (size_t)c, sig[c]);
+    if (ssae_logmel_compute(&m->feat, sig[c], len[c], &ref_f[c], &ref_nf[c], &err))
+      return fprintf(stderr, "%s\n", err.msg), 1;
+    ref_ns[c] = ref_nf[c] >= 5 ? ref_nf[c] - 4 : 0;
+    ref_s[c] = malloc(sizeof(float) * (ref_ns[c] + 1));
+    if (ref_ns[c] && ssae_cpu_score_frames(cpu, ref_f[c], ref_nf[c], ref_s[c]))
+      return fprintf(stderr, "cpu scoring failed\n"), 1;
+  }
+  ssae_cuda_fe_cfg cfg = {.channels = CH, .max_block = max_block, .pcm = SSAE_FE_PCM_F32,
+                          .cpu = host, .keep_frames = 1, .ring_len = ring_len};
+  ssae_cuda_fe *fe = ssae_cuda_fe_new(m, &cfg, &err);
+  if (!fe) return fprintf(stderr, "%s\n", err.msg), 1;
+  uint64_t pos[CH] = {0};
+  size_t n[CH] = {0};
+  unsigned char end[CH] = {0}, done[CH] = {0}, ran[CH] = {0};
+  collected out[CH];
+  memset(out, 0, sizeof out);
+  int pending = -1, rc = 0;
+  /* Each turn: the next half's blocks into its rings, its run submitted,
+   * the other half's results (its run done last turn) read meanwhile. */
+  for (int turn = 0; !rc; turn++) {
+    const int h = turn % 2, c0 = h * HALF;
+    int any = 0;
+    for (int c = 0; c < CH; c++) n[c] = end[c] = 0;
+    for (int c = c0; c < c0 + HALF; c++) {
+      if (done[c]) continue;
+      size_t want = 1 + rnd() % max_block;
+      if (want > len[c] - pos[c]) want = len[c] - pos[c];
+      float *ring = ssae_cuda_fe_ring(fe, c);
+      for (size_t i = 0; i < want; i++) ring[(pos[c] + i) & (ring_len - 1)] = sig[c][pos[c] + i];
+      n[c] = want;
+      if (pos[c] + want == len[c]) end[c] = done[c] = 1;
+      any = 1;
+    }
+    /* A channel that brings nothing may lie outside the run's range: its
+     * results are then its last run's, already read. */
+    for (int c = c0; c < c0 + HALF; c++) ran[c] = n[c] || end[c];
+    if (any && ssae_cuda_fe_submit_ring(fe, pos, n, end, &err)) {
+      fprintf(stderr, "submit failed: %s\n", err.msg);
+      rc = -1;
+      break;
+    }
+    if (pending >= 0)
+      for (int c = pending * HALF; c < pending * HALF + HALF; c++) {
+        if (!ran[c]) continue;
+        const float *v;
+        size_t k = ssae_cuda_fe_frames(fe, c, &v);
+        if (k) collect(&out[c], v, k, 64, 0);
+        k = ssae_cuda_fe_scores(fe, c, &v);
+        if (k) collect(&out[c], v, k, 1, 1);
+      }
+    pending = -1;
+    if (!any) {
+      int left = 0;
+      for (int c = 0; c < CH; c++) left += !done[c];
+      if (!left) break;
+      continue;
+    }
+    if (ssae_cuda_fe_wait(fe, &err)) {
+      fprintf(stderr, "wait failed: %s\n", err.msg);
+      rc = -1;
+      break;
+    }
+    for (int c = c0; c < c0 + HALF; c++) pos[c] += n[c];
+    pending = h;
+  }
+  if (pending >= 0)
+    for (int c = pending * HALF; c < pending * HALF + HALF; c++) {
+      if (!ran[c]) continue;
+      const float *v;
+      size_t k = ssae_cuda_fe_frames(fe, c, &v);
+      if (k) collect(&out[c], v, k, 64, 0);
+      k = ssae_cuda_fe_scores(fe, c, &v);
+      if (k) collect(&out[c], v, k, 1, 1);
+    }
+  if (rc) failures++;
+  if (fail) {
+    CHECK(!ssae_cuda_fe_on_gpu(fe) && *ssae_cuda_fe_note(fe),
+          "split: the failure hook did not move the front end to the CPU");
+    printf("fallback note: %s\n", ssae_cuda_fe_note(fe));
+  } else if (!host) {
+    CHECK(ssae_cuda_fe_on_gpu(fe), "split: left the GPU: %s", ssae_cuda_fe_note(fe));
+  }
+  for (int c = 0; c < CH; c++) {
+    char what[96];
+    snprintf(what, sizeof what, "split, channel %d, %s", c, host ? "CPU path" : "GPU");
+    /* After a move to the CPU the frames of the runs before it are the
+     * GPU's, of the runs after it the CPU's: the GPU's tolerances. */
+    compare(what, &out[c], ref_f[c], ref_nf[c], ref_s[c], ref_ns[c], host, 0.001, 1e-5, cpu);
+    free(sig[c]);
+    free(ref_f[c]);
+    free(ref_s[c]);
+  }
+  release(out, CH);
+  ssae_cuda_fe_free(fe);
+  ssae_cpu_free(cpu);
+  ssae_model_free(m);
+  if (failures) return fprintf(stderr, "%d failures\n", failures), 1;
+  printf("ok\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--split")) return split_test(argc > 2 ? argv[2] : NULL);
   const int host = argc > 1 && !strcmp(argv[1], "--host");
   const int tiny = argc > 1 && !strcmp(argv[1], "--tiny");
   const int fallback = argc > 1 && !strcmp(argv[1], "--fallback");
