@@ -303,6 +303,20 @@ static int logmel_file(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+/* Channels c0 .. c0+n-1's results of their last run (those that were in
+ * it: ran[c]) onto out[c]. */
+static void read_results(const ssae_cuda_fe *fe, int c0, int n, const unsigned char *ran,
+                         collected *out) {
+  for (int c = c0; c < c0 + n; c++) {
+    if (!ran[c]) continue;
+    const float *v;
+    size_t k = ssae_cuda_fe_frames(fe, c, &v);
+    if (k) collect(&out[c], v, k, 64, 0);
+    k = ssae_cuda_fe_scores(fe, c, &v);
+    if (k) collect(&out[c], v, k, 1, 1);
+  }
+}
+
 /* --split: see the header. */
 static int split_test(const char *mode) {
   const int host = mode && !strcmp(mode, "host"), fail = mode && !strcmp(mode, "fail");
@@ -363,15 +377,7 @@ static int split_test(const char *mode) {
       rc = -1;
       break;
     }
-    if (pending >= 0)
-      for (int c = pending * HALF; c < pending * HALF + HALF; c++) {
-        if (!ran[c]) continue;
-        const float *v;
-        size_t k = ssae_cuda_fe_frames(fe, c, &v);
-        if (k) collect(&out[c], v, k, 64, 0);
-        k = ssae_cuda_fe_scores(fe, c, &v);
-        if (k) collect(&out[c], v, k, 1, 1);
-      }
+    if (pending >= 0) read_results(fe, pending * HALF, HALF, ran, out);
     pending = -1;
     if (!any) {
       int left = 0;
@@ -387,15 +393,7 @@ static int split_test(const char *mode) {
     for (int c = c0; c < c0 + HALF; c++) pos[c] += n[c];
     pending = h;
   }
-  if (pending >= 0)
-    for (int c = pending * HALF; c < pending * HALF + HALF; c++) {
-      if (!ran[c]) continue;
-      const float *v;
-      size_t k = ssae_cuda_fe_frames(fe, c, &v);
-      if (k) collect(&out[c], v, k, 64, 0);
-      k = ssae_cuda_fe_scores(fe, c, &v);
-      if (k) collect(&out[c], v, k, 1, 1);
-    }
+  if (pending >= 0) read_results(fe, pending * HALF, HALF, ran, out);
   if (rc) failures++;
   if (fail) {
     CHECK(!ssae_cuda_fe_on_gpu(fe) && *ssae_cuda_fe_note(fe),

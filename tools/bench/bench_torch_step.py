@@ -22,7 +22,8 @@ import sys
 import time
 
 
-def run_sizes(sizes):
+def models():
+    """(the drop-in module, the plain SPEC module with the same weights), on CUDA."""
     import torch
     import ssae.torch as st
     import ssae_torch
@@ -31,15 +32,28 @@ def run_sizes(sizes):
     m = st.SpectralShapeAutoencoder().cuda()
     plain = ssae_torch.SpectralShapeAutoencoder().cuda()
     plain.load_state_dict(m.state_dict())
+    return m, plain
+
+
+def stepper(x):
+    """One training step on x (forward, MSE loss, backward) of a module."""
+    import torch
+
+    def step(mod):
+        mod.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(mod(x), x).backward()
+    return step
+
+
+def run_sizes(sizes):
+    import torch
+
+    m, plain = models()
     kernels = "trainer's" if os.environ.get("SSAE_CUDA_VJP") == "simt" else "default"
     for n in sizes:
         g = torch.Generator().manual_seed(1)
         x = (torch.randn(n, 320, generator=g) * 12 - 40).cuda()
-
-        def step(mod):
-            mod.zero_grad(set_to_none=True)
-            torch.nn.functional.mse_loss(mod(x), x).backward()
-
+        step = stepper(x)
         for _ in range(5):
             step(m)
             step(plain)
@@ -75,12 +89,8 @@ def run_sizes(sizes):
 def breakdown(sizes, rounds):
     import torch
     import ssae.torch as st
-    import ssae_torch
 
-    torch.manual_seed(0)
-    m = st.SpectralShapeAutoencoder().cuda()
-    plain = ssae_torch.SpectralShapeAutoencoder().cuda()
-    plain.load_state_dict(m.state_dict())
+    m, plain = models()
     fn = st._Autoencoder
     fwd, bwd = fn.forward, fn.backward
     acc = {"f": 0.0, "b": 0.0}
@@ -96,11 +106,7 @@ def breakdown(sizes, rounds):
     print("batch  torch step (us)  ssae step (us)  x torch  inside ssae: fwd    bwd   around it (torch)")
     for n in sizes:
         x = (torch.randn(n, 320, generator=torch.Generator().manual_seed(1)) * 12 - 40).cuda()
-
-        def step(mod):
-            mod.zero_grad(set_to_none=True)
-            torch.nn.functional.mse_loss(mod(x), x).backward()
-
+        step = stepper(x)
         for _ in range(10):
             step(m)
             step(plain)
