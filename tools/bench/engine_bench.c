@@ -6,7 +6,7 @@
  *                [--backend cpu|cuda|auto] [--batch B] [--model M]
  *                [--deadline-ms D] [--cpu-threads T] [--spin-ms S]
  *                [--groups G] [--pin] [--nice N] [--no-in-place] [--no-warm]
- *                [--gpu-frontend] [--one-feeder]
+ *                [--gpu-frontend] [--one-feeder] [--feeder-spin] [--dma-latency US]
  *
  * --groups G: the channels in G input groups, each fed by its own thread
  * (as G sound cards or JACK clients would); the audio-thread columns are
@@ -32,6 +32,13 @@
  * --gpu-frontend: the device front end (ssae_engine_cfg.gpu_frontend): the
  * feeding threads only copy PCM; the worker makes every channel's frames,
  * windows and scores on the GPU (--backend cpu: its CPU path).
+ * --feeder-spin: the feeding threads wait for their next period in a loop
+ * reading the clock instead of sleeping (their cores never idle), to tell
+ * the cost of a core waking from idle at each block from the block's work.
+ * --dma-latency US: writes US to /dev/cpu_dma_latency for the run (the
+ * kernel's PM QoS request: no idle state deeper than US microseconds on any
+ * CPU, as tuned's latency-performance profile does); needs the right to
+ * open it (root).
  *
  * One line per channel count: channels, windows, dropped, batches, p50, p99,
  * max latency (ms), audio-thread time per block (mean, max, ms), the mean
@@ -40,8 +47,11 @@
  * the last channel's window), the share of the period the audio thread
  * used, max RSS (MB). */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +73,7 @@ static double now_s(void) {
 typedef struct bopts {
   double seconds, deadline, spin;
   int block, cpu_threads, groups, pin, nice, no_in_place, no_warm, gpu_frontend, one_feeder;
+  int feeder_spin, dma_latency; /* dma_latency < 0: not set */
   long batch;
   const char *backend;
 } bopts;
@@ -131,7 +142,10 @@ static void *feed(void *arg) {
     pos += (size_t)block;
     if (pos + (size_t)block > f->len) pos = 0;
     double wait = t_next - now_s();
-    if (wait > 0) {
+    if (f->o->feeder_spin) {
+      while (now_s() < t_next) {
+      }
+    } else if (wait > 0) {
       struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
       nanosleep(&ts, NULL);
     }
@@ -235,13 +249,14 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
 
 int main(int argc, char **argv) {
   const char *chans = "1,16,64,128,256,384,512";
-  bopts o = {.seconds = 10, .block = 256, .groups = 1, .backend = "cpu"};
+  bopts o = {.seconds = 10, .block = 256, .groups = 1, .backend = "cpu", .dma_latency = -1};
   const char *model_path = NULL;
   for (int i = 1; i < argc; i += 2) {
     if (!strcmp(argv[i], "--pin") || !strcmp(argv[i], "--no-in-place") ||
         !strcmp(argv[i], "--no-warm") || !strcmp(argv[i], "--gpu-frontend") ||
-        !strcmp(argv[i], "--one-feeder")) {
+        !strcmp(argv[i], "--one-feeder") || !strcmp(argv[i], "--feeder-spin")) {
       if (!strcmp(argv[i], "--pin")) o.pin = 1;
+      else if (!strcmp(argv[i], "--feeder-spin")) o.feeder_spin = 1;
       else if (!strcmp(argv[i], "--one-feeder")) o.one_feeder = 1;
       else if (!strcmp(argv[i], "--no-warm")) o.no_warm = 1;
       else if (!strcmp(argv[i], "--gpu-frontend")) o.gpu_frontend = 1;
@@ -263,6 +278,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--spin-ms")) o.spin = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--groups")) o.groups = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--nice")) o.nice = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--dma-latency")) o.dma_latency = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--model")) model_path = argv[i + 1];
     else {
       fprintf(stderr, "engine_bench: unknown option %s\n", argv[i]);
@@ -275,6 +291,15 @@ int main(int argc, char **argv) {
   memset(&sp, 0, sizeof sp);
   sp.sched_priority = sched_get_priority_min(SCHED_FIFO) + 10;
   int rt = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
+  /* The PM QoS request holds while the file stays open (closed at exit). */
+  if (o.dma_latency >= 0) {
+    const int fd = open("/dev/cpu_dma_latency", O_WRONLY);
+    const int32_t us = o.dma_latency;
+    if (fd < 0 || write(fd, &us, sizeof us) != (ssize_t)sizeof us) {
+      fprintf(stderr, "engine_bench: --dma-latency: /dev/cpu_dma_latency: %s\n", strerror(errno));
+      return 1;
+    }
+  }
   ssae_err err;
   ssae_model *m = ssae_model_open(model_path, &err);
   if (!m) {
@@ -283,7 +308,7 @@ int main(int argc, char **argv) {
   }
   printf("# engine_bench: %g s per run at real-time pace, blocks of %d samples "
          "(16 kHz), backend %s, max batch %ld, deadline %g ms, CPU threads %d, "
-         "spin %g ms (0: none), %d feeding thread(s) %s%s, nice %d%s%s%s%s\n",
+         "spin %g ms (0: none), %d feeding thread(s) %s%s, nice %d%s%s%s%s%s\n",
          o.seconds, o.block, o.backend, o.batch ? o.batch : 256, o.deadline,
          o.cpu_threads, o.spin == 0 ? 0.5 : o.spin < 0 ? 0.0 : o.spin,
          o.groups > 1 && !o.one_feeder ? o.groups : 1,
@@ -291,7 +316,9 @@ int main(int argc, char **argv) {
          o.no_in_place ? ", windows copied out of the rings" : "",
          o.no_warm ? ", worker not warmed" : "",
          o.gpu_frontend ? ", device front end" : "",
-         o.one_feeder && o.groups > 1 ? ", one thread feeding every group" : "");
+         o.one_feeder && o.groups > 1 ? ", one thread feeding every group" : "",
+         o.feeder_spin ? ", feeders spin between blocks" : "");
+  if (o.dma_latency >= 0) printf("# /dev/cpu_dma_latency: %d us\n", o.dma_latency);
   printf("# chans   windows  dropped  batches  p50(ms)  p99(ms)  max(ms) "
          "blk_mean  blk_max frameblk  audio%%  rss(MB) take/score/publish backend\n");
   char *list = strdup(chans);
