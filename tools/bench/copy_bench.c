@@ -121,10 +121,11 @@ int main(int argc, char **argv) {
       }
       ssae_pcm_stream_fence();
       t[(size_t)s * N * V + (size_t)v * N + (size_t)(b / V)] = now_ms() - t0;
-      if (v == V - 1) {
-        pos = pos + 2 * (size_t)B > len ? 0 : pos + (size_t)B;
-        at = (at + (size_t)B) & (row - 1);
-      }
+      /* Every block its own sources and ring positions, whichever variant
+       * copies it: a variant after another on the same block would read
+       * sources the first left in the cache (cold sources read warm). */
+      pos = pos + 2 * (size_t)B > len ? 0 : pos + (size_t)B;
+      at = (at + (size_t)B) & (row - 1);
     }
     for (int v = 0; v < V; v++) {
       double *r = t + (size_t)s * N * V + (size_t)v * N, sum = 0;
