@@ -32,11 +32,10 @@
  * rows stay in any cache from one period to the next: through the cache
  * each 64-byte line of a row is first read for ownership, and one
  * channel's block is too short a stream for the hardware prefetchers, so
- * the copy waits on memory latency. 8192 channels x 256 samples from cold
- * sources: 1.9-3.3 ms per block through the cache, 1.7-1.8 ms this way on
- * the H100 hosts' Xeons (tools/bench/copy_bench.c, BENCHMARKS.md). Smaller
- * periods may still find the rows in cache for the reader: the cached
- * copy. */
+ * the copy waits on memory latency (8192 channels x 64 samples from cold
+ * sources: about half the time of the cached copy on the H100 hosts' Xeons;
+ * tools/bench/copy_bench.c, BENCHMARKS.md). Smaller periods may still find
+ * the rows in cache for the reader: the cached copy. */
 #define PREFETCH_AHEAD 4
 
 /* Room for m more samples ahead of what the worker still needs (one load
