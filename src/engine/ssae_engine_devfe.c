@@ -2,20 +2,22 @@
  * THREAD (engine_devfe_main), except new/setup/free (control thread,
  * before the worker starts and after it stopped).
  *
- * Each run takes what the audio threads marked in every group's PCM ring
- * (ssae_engine_pcm.c; at most RUN_MAX samples per channel), runs the front
- * end on all channels at once (ssae_cuda_fe_run_ring: the copy engine takes
- * the samples from the page-locked rings, and the device makes the frames,
- * each frame's codes once, and every window's score), then gives each
- * window its header: index, place on the time axis (as the default
- * path's front end numbers them: ssae_window_samples), silence flag
- * (ssae_silence, scanned here over the same samples) and arrival time (the
- * mark of the block that brought its last sample; only the channels whose
- * blocks had a zero, as the audio thread noted in the marks, are scanned
- * sample by sample). The windows then go to
- * the detector and the published results as one batch
- * (engine_publish_batch), and the ring positions go back to the audio
- * threads.
+ * Each run takes what the audio threads marked in the groups' PCM rings
+ * (ssae_engine_pcm.c; at most RUN_MAX samples per channel) and runs the
+ * front end on those channels at once (ssae_cuda_fe_submit_ring: the copy
+ * engine takes the samples from the page-locked rings, and the device
+ * makes the frames, each frame's codes once, and every window's score).
+ * While it runs, the worker collects the run before it: each window gets
+ * its header: index, place on the time axis (as the default path's front
+ * end numbers them: ssae_window_samples), silence flag (ssae_silence,
+ * scanned here over the same samples) and arrival time (the mark of the
+ * block that brought its last sample; only the channels whose blocks had a
+ * zero, as the audio thread noted in the marks, are scanned sample by
+ * sample); the windows go to the detector and the published results as one
+ * batch (engine_publish_batch), and the ring positions go back to the
+ * audio threads. Then it waits for the run (ssae_cuda_fe_wait), which is
+ * collected next time round. A run takes no group of the one waiting to be
+ * collected, so that their channels' results stay apart.
  *
  * The front end keeps each stream's state on the device; a CUDA error
  * moves it to the CPU for good and the failed run is made again there from
