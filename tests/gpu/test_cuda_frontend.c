@@ -303,6 +303,20 @@ static int logmel_file(int argc, char **argv) {
   return rc ? 1 : 0;
 }
 
+/* The references for a signal: dsp's front end on it whole (*f, *nf frames)
+ * and the CPU model's scores of its windows (*sc, *ns). -1 after a message. */
+static int reference(const ssae_model *m, ssae_cpu *cpu, const float *x, size_t n, float **f,
+                     size_t *nf, float **sc, size_t *ns) {
+  ssae_err err = {{0}};
+  if (ssae_logmel_compute(&m->feat, x, n, f, nf, &err))
+    return fprintf(stderr, "%s\n", err.msg), -1;
+  *ns = *nf >= 5 ? *nf - 4 : 0;
+  *sc = malloc(sizeof(float) * (*ns + 1));
+  if (!*sc || (*ns && ssae_cpu_score_frames(cpu, *f, *nf, *sc)))
+    return fprintf(stderr, "cpu scoring failed\n"), -1;
+  return 0;
+}
+
 /* Channels c0 .. c0+n-1's results of their last run (those that were in
  * it: ran[c]) onto out[c]. */
 static void read_results(const ssae_cuda_fe *fe, int c0, int n, const unsigned char *ran,
@@ -336,12 +350,8 @@ static int split_test(const char *mode) {
   for (int c = 0; c < CH; c++) {
     sig[c] = malloc(sizeof(float) * sig_len);
     len[c] = make_signal(c % 3 == 2 ? 2 : c % 3, sig_len - 1000 * (size_t)c, sig[c]);
-    if (ssae_logmel_compute(&m->feat, sig[c], len[c], &ref_f[c], &ref_nf[c], &err))
-      return fprintf(stderr, "%s\n", err.msg), 1;
-    ref_ns[c] = ref_nf[c] >= 5 ? ref_nf[c] - 4 : 0;
-    ref_s[c] = malloc(sizeof(float) * (ref_ns[c] + 1));
-    if (ref_ns[c] && ssae_cpu_score_frames(cpu, ref_f[c], ref_nf[c], ref_s[c]))
-      return fprintf(stderr, "cpu scoring failed\n"), 1;
+    if (reference(m, cpu, sig[c], len[c], &ref_f[c], &ref_nf[c], &ref_s[c], &ref_ns[c]))
+      return 1;
   }
   ssae_cuda_fe_cfg cfg = {.channels = CH, .max_block = max_block, .pcm = SSAE_FE_PCM_F32,
                           .cpu = host, .keep_frames = 1, .ring_len = ring_len};
@@ -462,14 +472,9 @@ int main(int argc, char **argv) {
     /* The references: dsp's front end and the CPU model on whole signals. */
     float *ref_f[N_SIGNALS], *ref_s[N_SIGNALS];
     size_t ref_nf[N_SIGNALS], ref_ns[N_SIGNALS];
-    for (int k = 0; k < N_SIGNALS; k++) {
-      if (ssae_logmel_compute(&m->feat, sig[k], len[k], &ref_f[k], &ref_nf[k], &err))
-        return fprintf(stderr, "%s\n", err.msg), 1;
-      ref_ns[k] = ref_nf[k] >= 5 ? ref_nf[k] - 4 : 0;
-      ref_s[k] = malloc(sizeof(float) * (ref_ns[k] + 1));
-      if (ref_ns[k] && ssae_cpu_score_frames(cpu, ref_f[k], ref_nf[k], ref_s[k]))
-        return fprintf(stderr, "cpu scoring failed\n"), 1;
-    }
+    for (int k = 0; k < N_SIGNALS; k++)
+      if (reference(m, cpu, sig[k], len[k], &ref_f[k], &ref_nf[k], &ref_s[k], &ref_ns[k]))
+        return 1;
     collected *out = calloc((size_t)channels, sizeof *out), *one = calloc((size_t)channels, sizeof *one);
     const size_t max_block = tiny ? 1500 : 4096;
     for (int pass = 0; pass < (host ? 2 : 3); pass++) {
