@@ -69,6 +69,21 @@ __host__ __device__ inline int ssae_fold_count(const ssae_cuda_layout &lo) {
   return M * S + S + C * L + L * L + L + L * lo.F * M + M;
 }
 
+/* A LayerNorm of width `in` folded into the Linear W [out x in] after it:
+ * entry i of (W diag g)^T ([k][o]), and entry o of c + W b. */
+__host__ __device__ inline float ssae_fold_ln_weight(const float *W, const float *g, int in,
+                                                     int out, int i) {
+  const int k = i / out, o = i % out;
+  return (float)((double)W[o * in + k] * g[k]);
+}
+
+__host__ __device__ inline float ssae_fold_ln_bias(const float *W, const float *b, const float *c,
+                                                   int in, int o) {
+  double v = c[o];
+  for (int k = 0; k < in; k++) v += (double)W[o * in + k] * b[k];
+  return (float)v;
+}
+
 __host__ __device__ inline void ssae_fold_one(const ssae_cuda_layout &lo, const int *off,
                                               const float *P, const float *bn, int i,
                                               float *w) {
@@ -77,15 +92,12 @@ __host__ __device__ inline void ssae_fold_one(const ssae_cuda_layout &lo, const 
   const float *ln2w = P + off[5], *ln2b = P + off[6], *Wb = P + off[7], *bb = P + off[8];
   const float *Wd = P + off[9], *bd = P + off[10];
   if (i < M * S) { /* [k][s]: We diag(ln1 weight) */
-    const int k = i / S, s = i % S;
-    w[lo.we + i] = (float)((double)We[s * M + k] * ln1w[k]);
+    w[lo.we + i] = ssae_fold_ln_weight(We, ln1w, M, S, i);
     return;
   }
   i -= M * S;
   if (i < S) { /* be + We ln1 bias */
-    double b = be[i];
-    for (int k = 0; k < M; k++) b += (double)We[i * M + k] * ln1b[k];
-    w[lo.be + i] = (float)b;
+    w[lo.be + i] = ssae_fold_ln_bias(We, ln1b, be, M, i);
     return;
   }
   i -= S;
@@ -95,15 +107,12 @@ __host__ __device__ inline void ssae_fold_one(const ssae_cuda_layout &lo, const 
   }
   i -= C * L;
   if (i < L * L) { /* [k][l]: Wb diag(ln2 weight) */
-    const int k = i / L, l = i % L;
-    w[lo.wbt + i] = (float)((double)Wb[l * L + k] * ln2w[k]);
+    w[lo.wbt + i] = ssae_fold_ln_weight(Wb, ln2w, L, L, i);
     return;
   }
   i -= L * L;
   if (i < L) { /* bb + Wb ln2 bias */
-    double b = bb[i];
-    for (int k = 0; k < L; k++) b += (double)Wb[i * L + k] * ln2b[k];
-    w[lo.bb + i] = (float)b;
+    w[lo.bb + i] = ssae_fold_ln_bias(Wb, ln2b, bb, L, i);
     return;
   }
   i -= L;
