@@ -26,7 +26,22 @@ typedef struct {
                                   NULL with ring input, where the ring keeps them */
   size_t hh;
   size_t n_scores, n_frames, carry; /* the last run's results */
+  size_t run_n;                /* the samples of the run in flight that takes it */
+  int run_end;                 /* and whether its stream ends after them */
 } fe_chan;
+
+/* A run between its submit and its wait: channels lo .. hi-1. Its launch
+ * failed (launch_err): the move to the CPU waits for its finish(), so that
+ * the last run's results stay readable until then. */
+typedef struct {
+  int lo, hi, launch_failed;
+  ssae_err launch_err;
+} fe_run;
+
+/* Runs in flight at once, at most (on disjoint channels); the device
+ * queues as many. */
+#define RUNS_IN_FLIGHT SSAE_CUDA_FE_IN_FLIGHT
+_Static_assert(SSAE_CUDA_FE_IN_FLIGHT <= SSAE_FE_DEV_RUNS, "the device queues every run in flight");
 
 struct ssae_cuda_fe {
   ssae_cuda_fe_cfg cfg;
@@ -35,21 +50,13 @@ struct ssae_cuda_fe {
   size_t max_fr, max_rows, hist_cap;
   fe_chan *ch;
   unsigned char *packed; /* channel's block holds int16 this run (ssae_cuda_fe_pack_i16) */
-  /* Ring input (cfg.ring_len): channels x ring_len floats, page-aligned;
-   * ring_pos: this run's first position per channel. */
+  /* Ring input (cfg.ring_len): channels x ring_len floats, page-aligned. */
   float *ring;
   size_t ring_bytes;
-  const uint64_t *ring_pos;
   ssae_fe_dev *dev;
-  /* The run between its submit and its wait: channels lo .. hi-1, the
-   * caller's arrays. */
-  int pending, pend_lo, pend_hi;
-  const size_t *pend_n;
-  const unsigned char *pend_end;
-  /* Its launch failed (launch_err): the move to the CPU waits for finish(),
-   * so that the last run's results stay readable until then. */
-  int launch_failed;
-  ssae_err launch_err;
+  /* The runs in flight, oldest first from q0 (a ring of RUNS_IN_FLIGHT). */
+  fe_run q[RUNS_IN_FLIGHT];
+  int q0, nq;
   long fail_after, runs;
   ssae_err note;
   /* The CPU path. */
@@ -303,7 +310,8 @@ static float ring_sample(const ssae_cuda_fe *fe, size_t ch, uint64_t p) {
 
 static const float *block_tail_f32(ssae_cuda_fe *fe, int ch, size_t n, size_t k) {
   if (fe->ring) {
-    const uint64_t p = fe->ring_pos[ch] + (n - k);
+    const fe_chan *c = &fe->ch[ch];
+    const uint64_t p = c->origin + c->n_in + (n - k); /* before the run moves n_in on */
     for (size_t i = 0; i < k; i++) fe->blk[i] = ring_sample(fe, (size_t)ch, p + i);
     return fe->blk;
   }
@@ -414,7 +422,8 @@ static int to_cpu(ssae_cuda_fe *fe, const ssae_err *derr, ssae_err *err) {
 static int start(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const unsigned char *end,
                  int clear_others, ssae_err *err) {
   const int nc = fe->cfg.channels;
-  if (fe->pending) return ssae_err_set(err, "GPU front end: a run is still in flight");
+  if (fe->nq == RUNS_IN_FLIGHT)
+    return ssae_err_set(err, "GPU front end: %d runs are already in flight", RUNS_IN_FLIGHT);
   /* The run takes the channels from the first that brings samples or ends
    * to the last (lo .. hi-1), on the host and on the device: one input
    * group's run of many costs its share. A channel that brings nothing and
@@ -429,15 +438,26 @@ static int start(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const u
       hi = i + 1;
     }
   }
+  for (int k = 0; k < fe->nq; k++) {
+    const fe_run *r = &fe->q[(fe->q0 + k) % RUNS_IN_FLIGHT];
+    if (lo < hi && lo < r->hi && r->lo < hi)
+      return ssae_err_set(err,
+                          "GPU front end: channels %d .. %d overlap a run still in flight (%d .. %d)",
+                          lo, hi - 1, r->lo, r->hi - 1);
+  }
   if (clear_others) {
     for (int i = 0; i < lo; i++) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
     for (int i = hi > lo ? hi : nc; i < nc; i++) fe->ch[i].n_frames = fe->ch[i].n_scores = 0;
   }
-  fe->ring_pos = pos;
   const long long blk_len = (long long)fe->cfg.max_block;
   for (int i = lo; i < hi; i++) {
     fe_chan *c = &fe->ch[i];
-    if (pos) c->origin = pos[i] - c->n_in;
+    const int brings = n[i] || (end && end[i]);
+    /* A channel that brings nothing keeps its origin: its position in pos
+     * need not be set (ssae_cuda_fe_submit_ring). */
+    if (pos && brings) c->origin = pos[i] - c->n_in;
+    c->run_n = n[i];
+    c->run_end = end && end[i];
     uint64_t t0, t1;
     run_frames(fe, c, n[i], end && end[i], &t0, &t1);
     c->carry = c->seen < (uint64_t)(fe->F - 1) ? (size_t)c->seen : (size_t)(fe->F - 1);
@@ -459,20 +479,19 @@ static int start(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const u
       /* Blocks: in units of the block's samples (int16 packed into a float
        * block starts at twice the float offset); a ring: the position. */
       const int packed = fe->cfg.pcm == SSAE_FE_PCM_F32 && fe->packed[i];
-      d->src = pos ? (long long)(pos[i] & (fe->cfg.ring_len - 1))
+      d->src = pos ? (long long)((brings ? pos[i] : c->origin + c->n_in) & (fe->cfg.ring_len - 1))
                    : (long long)i * blk_len * (packed ? 2 : 1);
     }
   }
-  fe->pending = 1;
-  fe->pend_lo = lo;
-  fe->pend_hi = hi;
-  fe->pend_n = n;
-  fe->pend_end = end;
-  fe->launch_failed = 0;
+  fe_run *r = &fe->q[(fe->q0 + fe->nq) % RUNS_IN_FLIGHT];
+  fe->nq++;
+  r->lo = lo;
+  r->hi = hi;
+  r->launch_failed = 0;
   if (fe->dev && lo < hi) {
-    const int poison = fe->fail_after >= 0 && fe->runs >= fe->fail_after;
-    fe->launch_err.msg[0] = 0;
-    if (ssae_fe_dev_launch(fe->dev, lo, hi, poison, &fe->launch_err)) fe->launch_failed = 1;
+    const int poison = fe->fail_after >= 0 && fe->runs + fe->nq - 1 >= fe->fail_after;
+    r->launch_err.msg[0] = 0;
+    if (ssae_fe_dev_launch(fe->dev, lo, hi, poison, &r->launch_err)) r->launch_failed = 1;
   }
   return 0;
 }
@@ -480,39 +499,40 @@ static int start(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const u
 /* A run's second half: the device waited for (on a CUDA error, the run
  * made again on the CPU), the streams moved on. */
 static int finish(ssae_cuda_fe *fe, ssae_err *err) {
-  if (!fe->pending) return ssae_err_set(err, "GPU front end: no run in flight");
-  fe->pending = 0;
-  const int lo = fe->pend_lo, hi = fe->pend_hi;
-  const size_t *n = fe->pend_n;
-  const unsigned char *end = fe->pend_end;
+  if (!fe->nq) return ssae_err_set(err, "GPU front end: no run in flight");
+  const fe_run r = fe->q[fe->q0];
+  fe->q0 = (fe->q0 + 1) % RUNS_IN_FLIGHT;
+  fe->nq--;
+  const int lo = r.lo, hi = r.hi;
   if (fe->dev && lo < hi) {
     ssae_err derr = {{0}};
-    if (fe->launch_failed) derr = fe->launch_err;
-    if ((fe->launch_failed || ssae_fe_dev_wait(fe->dev, lo, hi, &derr)) &&
+    if (r.launch_failed) derr = r.launch_err;
+    if ((r.launch_failed || ssae_fe_dev_wait(fe->dev, lo, hi, &derr)) &&
         to_cpu(fe, &derr, err))
       return -1;
   }
   fe->runs++;
   for (int i = lo; i < hi; i++) {
     fe_chan *c = &fe->ch[i];
-    const int e = end && end[i];
+    const size_t n = c->run_n;
+    const int e = c->run_end;
     if (!fe->dev) {
       uint64_t t0 = c->next_t, t1 = c->next_t + c->n_frames;
-      if (cpu_channel(fe, i, n[i], e, t0, t1, err)) return -1;
+      if (cpu_channel(fe, i, n, e, t0, t1, err)) return -1;
     }
     c->next_t += c->n_frames;
     c->seen += c->n_frames;
-    if (n[i] && !fe->ring) keep_history(fe, i, n[i]);
-    c->n_in += n[i];
+    if (n && !fe->ring) keep_history(fe, i, n);
+    c->n_in += n;
     if (e) c->n_in = c->next_t = c->seen = c->hh = 0;
   }
-  memset(fe->packed, 0, (size_t)fe->cfg.channels);
-  fe->ring_pos = NULL;
+  if (!fe->ring) memset(fe->packed, 0, (size_t)fe->cfg.channels);
   return 0;
 }
 
 static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const unsigned char *end,
                ssae_err *err) {
+  if (fe->nq) return ssae_err_set(err, "GPU front end: a run is still in flight");
   if (start(fe, pos, n, end, 1, err)) return -1;
   return finish(fe, err);
 }
@@ -535,6 +555,14 @@ int ssae_cuda_fe_submit_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t
 }
 
 int ssae_cuda_fe_wait(ssae_cuda_fe *fe, ssae_err *err) { return finish(fe, err); }
+
+int ssae_cuda_fe_in_flight(const ssae_cuda_fe *fe) { return fe->nq; }
+
+int ssae_cuda_fe_ready(ssae_cuda_fe *fe) {
+  if (!fe->nq || !fe->dev) return 1;
+  const fe_run *r = &fe->q[fe->q0];
+  return r->launch_failed || r->lo >= r->hi || ssae_fe_dev_ready(fe->dev);
+}
 
 int ssae_cuda_fe_pack_i16(ssae_cuda_fe *fe, int ch, size_t n) {
   if (fe->cfg.pcm != SSAE_FE_PCM_F32 || fe->ring || n > fe->cfg.max_block) return 0;

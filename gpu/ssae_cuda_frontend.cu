@@ -66,6 +66,9 @@ struct ssae_fe_dev {
   dev_tables t;
   cudaStream_t stream;
   int have_stream;
+  /* One event after each queued run (the oldest at ev0; nev queued). */
+  cudaEvent_t ev[SSAE_FE_DEV_RUNS];
+  int have_ev, ev0, nev;
   void *d_tables; /* one allocation behind t */
   /* The input blocks: page-locked and mapped, read by fe_start straight
    * over PCIe (only the samples each channel brings; no staging copy); or
@@ -498,6 +501,7 @@ extern "C" void ssae_fe_dev_free(ssae_fe_dev *d) {
     cudaStreamSynchronize(d->stream);
     cudaStreamDestroy(d->stream);
   }
+  for (int i = 0; i < d->have_ev; i++) cudaEventDestroy(d->ev[i]);
   cudaFree(d->d_tables);
   cudaFree(d->d_bufs);
   free(d->par);
@@ -632,6 +636,10 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   cudaError_t e = cudaSetDevice(cfg->device);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking);
   if (e == cudaSuccess) d->have_stream = 1;
+  while (e == cudaSuccess && d->have_ev < SSAE_FE_DEV_RUNS) {
+    e = cudaEventCreateWithFlags(&d->ev[d->have_ev], cudaEventDisableTiming);
+    if (e == cudaSuccess) d->have_ev++;
+  }
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fe_frames, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)d->smem_frames);
@@ -714,6 +722,8 @@ extern "C" int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ss
   const dev_params &p = d->p;
   if (lo < 0 || hi > p.channels || lo >= hi)
     return ssae_err_set(err, "GPU front end: channels %d .. %d of %d", lo, hi - 1, p.channels);
+  if (d->nev == SSAE_FE_DEV_RUNS)
+    return ssae_err_set(err, "GPU front end: %d runs are already queued", SSAE_FE_DEV_RUNS);
   const int ch = hi - lo;
   int max_n = 0, max_new = 0, max_win = 0;
   for (int c = lo; c < hi; c++) {
@@ -788,11 +798,21 @@ extern "C" int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ss
     CK(cudaMemcpyAsync(d->h_rows + r0 * p.M, d->d_rows + r0 * p.M,
                        sizeof(float) * rows * (size_t)p.M, cudaMemcpyDeviceToHost, s),
        "frame copy");
+  CK(cudaEventRecord(d->ev[(d->ev0 + d->nev) % SSAE_FE_DEV_RUNS], s), "marking the run's end");
+  d->nev++;
   return 0;
 }
 
 extern "C" int ssae_fe_dev_wait(ssae_fe_dev *d, int lo, int hi, ssae_err *err) {
-  CK(cudaStreamSynchronize(d->stream), "running the front end");
+  if (!d->nev) return ssae_err_set(err, "GPU front end: no run queued");
+  const cudaEvent_t ev = d->ev[d->ev0];
+  d->ev0 = (d->ev0 + 1) % SSAE_FE_DEV_RUNS;
+  d->nev--;
+  CK(cudaEventSynchronize(ev), "running the front end");
   for (int c = lo; c < hi; c++) d->par[c] ^= 1;
   return 0;
+}
+
+extern "C" int ssae_fe_dev_ready(ssae_fe_dev *d) {
+  return !d->nev || cudaEventQuery(d->ev[d->ev0]) != cudaErrorNotReady;
 }

@@ -105,24 +105,34 @@ float *ssae_cuda_fe_ring(ssae_cuda_fe *fe, int ch);
 size_t ssae_cuda_fe_ring_keep(const ssae_cuda_fe *fe);
 /* One run on ring input: channel ch takes n[ch] samples from positions
  * pos[ch] ... pos[ch] + n[ch] - 1 of its ring (each channel's positions
- * follow on from its previous run's, until its stream ends or is reset).
+ * follow on from its previous run's, until its stream ends or is reset);
+ * pos[ch] of a channel that brings no sample and does not end is not read.
  * Otherwise as ssae_cuda_fe_run. */
 int ssae_cuda_fe_run_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
                           const unsigned char *end, ssae_err *err);
 
 /* ssae_cuda_fe_run_ring in two halves, for a caller with other work to do
  * while the device runs (a live engine's worker collects and publishes the
- * last run's windows meanwhile): submit takes the channels' samples and
- * queues their run; wait ends it (0, or -1 with err as
- * ssae_cuda_fe_run_ring; a CUDA error moves to the CPU there too). Between
- * the two, pos, n, end and the run's ring samples stay unchanged, and no
- * other run starts. Unlike ssae_cuda_fe_run_ring, the channels outside the
- * run's range (its first to its last channel that brings samples or ends)
- * keep the results of their own last run, readable while this one is in
- * flight. */
+ * last run's windows meanwhile, and queues the next channels' run): submit
+ * takes the channels' samples and queues their run; wait ends the oldest
+ * run in flight (0, or -1 with err as ssae_cuda_fe_run_ring; a CUDA error
+ * moves to the CPU there, and the runs still in flight are then made on
+ * the CPU at their own wait). At most SSAE_CUDA_FE_IN_FLIGHT runs are in flight, on channel
+ * ranges (a run's first to its last channel that brings samples or ends)
+ * that do not overlap; the device runs them in order. pos, n and end are
+ * read by submit only; a run's ring samples stay unchanged until its wait.
+ * Unlike ssae_cuda_fe_run_ring, the channels outside a run's range keep
+ * the results of their own last run, readable while it is in flight. */
 int ssae_cuda_fe_submit_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
                              const unsigned char *end, ssae_err *err);
 int ssae_cuda_fe_wait(ssae_cuda_fe *fe, ssae_err *err);
+/* Runs submitted and not yet waited for (0 .. SSAE_CUDA_FE_IN_FLIGHT). */
+#define SSAE_CUDA_FE_IN_FLIGHT 2
+int ssae_cuda_fe_in_flight(const ssae_cuda_fe *fe);
+/* 1 when ssae_cuda_fe_wait would not wait for the device (the oldest run
+ * has finished there, failed, or runs on the CPU at its wait; or none is
+ * in flight), else 0. Never waits. */
+int ssae_cuda_fe_ready(ssae_cuda_fe *fe);
 
 /* Channel ch forgets its stream without the end padding (samples were lost
  * in between): its next samples start a new stream. Between runs. */

@@ -90,14 +90,19 @@ ssae_fe_desc *ssae_fe_dev_desc(ssae_fe_dev *d);
 /* Queues a run of channels lo .. hi-1: their inputs and descriptors in,
  * their frames and scores made, copied out; the other channels are not
  * touched (a run of one input group of many costs that group's share).
- * Returns without waiting: ssae_fe_dev_wait with the same range ends it,
- * before the next launch; the descriptors and inputs stay unchanged until
- * then. poison: launch with an invalid configuration (the
- * SSAE_CUDA_FAIL_AFTER test hook: the real CUDA error path). -1 with err on
- * any CUDA error (of the launch or, from wait, of the run); the object is
- * then unusable. */
+ * Returns without waiting: ssae_fe_dev_wait with the same range ends it.
+ * Up to SSAE_FE_DEV_RUNS runs may be queued, on disjoint channels; the
+ * device runs them in order and wait ends the oldest. A run's descriptors
+ * and inputs stay unchanged until its wait. poison: launch with an invalid
+ * configuration (the SSAE_CUDA_FAIL_AFTER test hook: the real CUDA error
+ * path). -1 with err on any CUDA error (of the launch or, from wait, of the
+ * run); the object is then unusable. ready: 1 when the oldest run queued
+ * has finished on the device (or failed: its wait says how), or none is
+ * queued; never waits. */
+#define SSAE_FE_DEV_RUNS 2
 int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ssae_err *err);
 int ssae_fe_dev_wait(ssae_fe_dev *d, int lo, int hi, ssae_err *err);
+int ssae_fe_dev_ready(ssae_fe_dev *d);
 
 /* After a run, page-locked: channel ch's window scores (in order), and its
  * rows (carry + nnew frames of n_mels floats; the new frames from row

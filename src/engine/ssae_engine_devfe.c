@@ -15,9 +15,13 @@
  * zero, as the audio thread noted in the marks, are scanned sample by
  * sample); the windows go to the detector and the published results as one
  * batch (engine_publish_batch), and the ring positions go back to the
- * audio threads. Then it waits for the run (ssae_cuda_fe_wait), which is
- * collected next time round. A run takes no group of the one waiting to be
- * collected, so that their channels' results stay apart.
+ * audio threads. Up to two runs are on the device at once, in order: while
+ * the oldest still runs, the worker queues the samples of other groups
+ * that came meanwhile behind it rather than wait (ssae_cuda_fe_ready), and
+ * waits for it (ssae_cuda_fe_wait) only when there are none; a run done is
+ * collected next time round. A run takes no group of a run in flight or
+ * waiting to be collected, and none on both sides of their channels, so
+ * that the channels' results stay apart.
  *
  * The front end keeps each stream's state on the device; a CUDA error
  * moves it to the CPU for good and the failed run is made again there from
@@ -61,8 +65,9 @@ typedef struct devfe_chan {
 enum { RUN_NONE = 0, RUN_IN_FLIGHT, RUN_DONE };
 
 typedef struct devfe_group {
-  int run;        /* RUN_*: none taken, in the run in flight, run done and
+  int run;        /* RUN_*: none taken, in a run in flight, run done and
                      waiting to be collected */
+  uint64_t seq;   /* RUN_IN_FLIGHT: the run's number (the worker's submits) */
   uint64_t next;  /* ring position after the last run's samples */
   size_t nm;      /* marks taken this run */
   size_t n;       /* samples taken this run (per channel) */
@@ -175,8 +180,12 @@ static void take_group(ssae_engine *e, int g, int allow) {
       break;
     }
   }
-  /* One pass over the group's channels: the run's positions and the
-   * silence scan over the samples taken, on the time axis. */
+  /* No marks: the channels bring nothing (their counts and end flags were
+   * cleared after their last run, and the front end reads no position of
+   * a channel that brings nothing and does not end): no pass over them.
+   * Else one pass: the run's positions and the silence scan over the
+   * samples taken, on the time axis. */
+  if (!dg->nm) return;
   for (int i = 0; i < gr->nc; i++) {
     const int c = gr->c0 + i;
     if (i + SCAN_AHEAD < gr->nc) __builtin_prefetch(&d->ch[c + SCAN_AHEAD], 1);
@@ -273,6 +282,43 @@ static void release(ssae_engine *e, int run) {
   }
 }
 
+/* The channels of the groups in a run or waiting to be collected: busy,
+ * and the span from the first such channel to the last (lo .. hi-1). */
+typedef struct busy_span {
+  int any, lo, hi;
+} busy_span;
+
+static busy_span busy_groups(const ssae_engine *e) {
+  const devfe *d = e->w.dfe;
+  busy_span b = {0, e->C, 0};
+  for (int g = 0; g < e->G; g++)
+    if (d->g[g].run != RUN_NONE) {
+      b.any = 1;
+      if (e->g[g].c0 < b.lo) b.lo = e->g[g].c0;
+      if (e->g[g].c0 + e->g[g].nc > b.hi) b.hi = e->g[g].c0 + e->g[g].nc;
+    }
+  return b;
+}
+
+/* Group g may join the next run: its channels lie after the busy span (a
+ * run spans its first to its last channel, and must not take in those of
+ * a run in flight or waiting to be collected, whose results stay apart);
+ * before_ok: before the span will do too. */
+static int may_take(const ssae_engine *e, int g, busy_span b, int before_ok) {
+  return !b.any || e->g[g].c0 >= b.hi || (before_ok && e->g[g].c0 + e->g[g].nc <= b.lo);
+}
+
+/* A group that may join a run brought samples (the oldest run in flight
+ * is then worth not waiting for yet). */
+static int samples_waiting(const ssae_engine *e) {
+  const devfe *d = e->w.dfe;
+  const busy_span b = busy_groups(e);
+  for (int g = 0; g < e->G; g++)
+    if (d->g[g].run == RUN_NONE && may_take(e, g, b, 1) && ssae_ring_peek(e->g[g].pcm.marks, 0))
+      return 1;
+  return 0;
+}
+
 void *engine_devfe_main(void *arg) {
   ssae_engine *e = arg;
   devfe *d = e->w.dfe;
@@ -283,32 +329,31 @@ void *engine_devfe_main(void *arg) {
   const int64_t poll = (int64_t)(e->cfg.poll_ms * 1e6);
   const int64_t spin = e->cfg.spin_ms > 0 ? (int64_t)(e->cfg.spin_ms * 1e6) : 0;
   int64_t last_item = 0;
+  uint64_t submitted = 0, waited = 0; /* runs */
   for (;;) {
     const int stopping = atomic_load(&e->sh.stop);
     const int64_t tt = now_ns();
-    /* The run done last time is collected while the next one runs on the
-     * device: the next takes no group of it, and none on both sides of its
-     * channels (the front end's run spans its first to its last channel). */
-    int pend = 0, a_lo = e->C, a_hi = 0;
-    for (int g = 0; g < e->G; g++)
-      if (d->g[g].run == RUN_DONE) {
-        pend = 1;
-        if (e->g[g].c0 < a_lo) a_lo = e->g[g].c0;
-        if (e->g[g].c0 + e->g[g].nc > a_hi) a_hi = e->g[g].c0 + e->g[g].nc;
-      }
+    /* Up to two runs on the device, in order, while the worker collects
+     * the one done before them: the next run takes no group of those, and
+     * none on both sides of their channels. */
+    int pend = 0;
+    for (int g = 0; g < e->G; g++) pend |= d->g[g].run == RUN_DONE;
+    const busy_span b = busy_groups(e);
     size_t marks = 0;
-    for (int g = 0; g < e->G; g++)
-      if (d->g[g].run != RUN_DONE) {
-        take_group(e, g, !pend || e->g[g].c0 >= a_hi);
-        marks += d->g[g].nm;
-      }
-    if (pend && !marks)
+    if (ssae_cuda_fe_in_flight(d->fe) < SSAE_CUDA_FE_IN_FLIGHT) {
       for (int g = 0; g < e->G; g++)
-        if (d->g[g].run != RUN_DONE && e->g[g].c0 + e->g[g].nc <= a_lo) {
-          take_group(e, g, 1);
+        if (d->g[g].run == RUN_NONE) {
+          take_group(e, g, may_take(e, g, b, 0));
           marks += d->g[g].nm;
         }
-    if (!marks && !pend) {
+      if (b.any && !marks)
+        for (int g = 0; g < e->G; g++)
+          if (d->g[g].run == RUN_NONE && may_take(e, g, b, 1)) {
+            take_group(e, g, 1);
+            marks += d->g[g].nm;
+          }
+    }
+    if (!marks && !b.any) {
       if (stopping) break;
       if (!atomic_load_explicit(&e->sh.p_enabled, memory_order_relaxed)) {
         if (!e->w.cleared) engine_clear_alarms(e);
@@ -333,41 +378,69 @@ void *engine_devfe_main(void *arg) {
       add_ns(&e->sh.t_take, now_ns() - tt);
       if (e->cfg.slow_backend_us) sleep_ns((int64_t)e->cfg.slow_backend_us * 1000);
       for (int g = 0; g < e->G; g++)
-        if (d->g[g].nm && d->g[g].run == RUN_NONE) d->g[g].run = RUN_IN_FLIGHT;
+        if (d->g[g].nm && d->g[g].run == RUN_NONE) {
+          d->g[g].run = RUN_IN_FLIGHT;
+          d->g[g].seq = submitted;
+        }
       const int64_t t0 = now_ns();
       rc = ssae_cuda_fe_submit_ring(d->fe, d->pos, d->n, d->end, &err);
       add_ns(&e->sh.t_score, now_ns() - t0);
+      if (rc == 0) submitted++;
+      /* The front end has read them: the run's channels bring nothing to
+       * the next run unless taken again. */
+      for (int g = 0; g < e->G; g++)
+        if (d->g[g].run == RUN_IN_FLIGHT && d->g[g].seq == submitted - (rc == 0)) {
+          const group *gr = &e->g[g];
+          memset(d->n + gr->c0, 0, (size_t)gr->nc * sizeof *d->n);
+          memset(d->end + gr->c0, 0, (size_t)gr->nc);
+        }
     }
     if (pend) {
       const ssae_err none = {{0}};
       engine_publish_batch(e, 0, collect(e), 0, &none);
       release(e, RUN_DONE);
     }
-    if (!marks) continue;
-    const int64_t t0 = now_ns();
-    if (rc == 0) rc = ssae_cuda_fe_wait(d->fe, &err);
-    add_ns(&e->sh.t_score, now_ns() - t0);
-    if (d->on_gpu && !ssae_cuda_fe_on_gpu(d->fe)) {
-      d->on_gpu = 0;
-      engine_on_fallback(e, ssae_cuda_fe_note(d->fe));
+    if (rc == 0) {
+      if (waited == submitted) continue;
+      /* The oldest run is not waited for while it still runs and another
+       * group's samples can be queued behind it. */
+      if (ssae_cuda_fe_in_flight(d->fe) < SSAE_CUDA_FE_IN_FLIGHT) {
+        int more = 0;
+        while (!ssae_cuda_fe_ready(d->fe) && !(more = samples_waiting(e))) cpu_relax();
+        if (more) continue;
+      }
+      const int64_t t0 = now_ns();
+      rc = ssae_cuda_fe_wait(d->fe, &err);
+      add_ns(&e->sh.t_score, now_ns() - t0);
+      if (d->on_gpu && !ssae_cuda_fe_on_gpu(d->fe)) {
+        d->on_gpu = 0;
+        engine_on_fallback(e, ssae_cuda_fe_note(d->fe));
+      }
+      if (rc == 0) {
+        for (int g = 0; g < e->G; g++)
+          if (d->g[g].run == RUN_IN_FLIGHT && d->g[g].seq == waited) d->g[g].run = RUN_DONE;
+        waited++;
+        continue;
+      }
     }
-    /* The run's channels bring nothing to the next run unless taken again. */
-    for (int g = 0; g < e->G; g++)
+    /* A run could not be made, not even on the CPU (out of memory): the
+     * runs still in flight are ended and every stream restarts with the
+     * next samples, where the time axis is then; the windows of the runs
+     * not collected are lost, and said so. */
+    ssae_err more_err;
+    while (ssae_cuda_fe_in_flight(d->fe)) ssae_cuda_fe_wait(d->fe, &more_err);
+    waited = submitted;
+    for (int c = 0; c < e->C; c++) ssae_cuda_fe_reset(d->fe, c);
+    for (int g = 0; g < e->G; g++) {
+      d->g[g].restart = 1;
       if (d->g[g].run == RUN_IN_FLIGHT) {
         const group *gr = &e->g[g];
         memset(d->n + gr->c0, 0, (size_t)gr->nc * sizeof *d->n);
         memset(d->end + gr->c0, 0, (size_t)gr->nc);
-        if (rc == 0) d->g[g].run = RUN_DONE;
       }
-    if (rc != 0) {
-      /* The CPU failed too (out of memory): the streams restart with the
-       * next samples, where the time axis is then; these samples' windows
-       * are lost, and said so. */
-      for (int c = 0; c < e->C; c++) ssae_cuda_fe_reset(d->fe, c);
-      for (int g = 0; g < e->G; g++) d->g[g].restart = 1;
-      engine_publish_batch(e, 0, 0, rc, &err);
-      release(e, RUN_IN_FLIGHT);
     }
+    engine_publish_batch(e, 0, 0, rc, &err);
+    release(e, RUN_IN_FLIGHT);
   }
   return NULL;
 }

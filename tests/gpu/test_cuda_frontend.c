@@ -29,13 +29,15 @@
  *   test_cuda_frontend --split [host|fail]
  *                                  ring input in two halves of channels
  *                                  run in turn through submit and wait (as
- *                                  the live engine's worker does): each
- *                                  half's results read while the other's
- *                                  run is in flight, against the CPU
- *                                  references. host: the CPU path (no GPU
- *                                  needed); fail: SSAE_CUDA_FAIL_AFTER=3,
- *                                  a launch that fails while the other
- *                                  half's results are still to be read */
+ *                                  the live engine's worker does): two
+ *                                  runs in flight, each half's results
+ *                                  read while the other's run is in
+ *                                  flight, against the CPU references; a
+ *                                  third run, and one over channels in
+ *                                  flight, refused. host: the CPU path (no
+ *                                  GPU needed); fail: SSAE_CUDA_FAIL_AFTER=3,
+ *                                  a launch that fails while the run
+ *                                  before it is still in flight */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -362,9 +364,11 @@ static int split_test(const char *mode) {
   unsigned char end[CH] = {0}, done[CH] = {0}, ran[CH] = {0};
   collected out[CH];
   memset(out, 0, sizeof out);
-  int pending = -1, rc = 0;
-  /* Each turn: the next half's blocks into its rings, its run submitted,
-   * the other half's results (its run done last turn) read meanwhile. */
+  int queue[2], nq = 0, rc = 0, refused = 0; /* the halves of the runs in flight, oldest first */
+  /* Each turn: the next half's blocks into its rings and its run submitted
+   * behind the other half's, still in flight (the front end reads pos, n
+   * and end there only); then the oldest run waited for and its half's
+   * results read while the newer one runs. */
   for (int turn = 0; !rc; turn++) {
     const int h = turn % 2, c0 = h * HALF;
     int any = 0;
@@ -379,31 +383,57 @@ static int split_test(const char *mode) {
       if (pos[c] + want == len[c]) end[c] = done[c] = 1;
       any = 1;
     }
-    /* A channel that brings nothing may lie outside the run's range: its
-     * results are then its last run's, already read. */
-    for (int c = c0; c < c0 + HALF; c++) ran[c] = n[c] || end[c];
-    if (any && ssae_cuda_fe_submit_ring(fe, pos, n, end, &err)) {
-      fprintf(stderr, "submit failed: %s\n", err.msg);
-      rc = -1;
-      break;
+    if (any) {
+      /* A channel that brings nothing may lie outside the run's range: its
+       * results are then its last run's, already read. */
+      for (int c = c0; c < c0 + HALF; c++) ran[c] = n[c] || end[c];
+      if (nq == 1 && !refused) {
+        /* A run over the channels of the one in flight is refused, and
+         * changes nothing. */
+        size_t n_in_flight[CH] = {0};
+        n_in_flight[queue[0] * HALF + 1] = 1;
+        ssae_err e2;
+        CHECK(ssae_cuda_fe_submit_ring(fe, pos, n_in_flight, NULL, &e2) != 0,
+              "split: a run over channels in flight was accepted");
+        refused = 1;
+      }
+      if (ssae_cuda_fe_submit_ring(fe, pos, n, end, &err)) {
+        fprintf(stderr, "submit failed: %s\n", err.msg);
+        rc = -1;
+        break;
+      }
+      for (int c = c0; c < c0 + HALF; c++) pos[c] += n[c];
+      queue[nq++] = h;
+      CHECK(ssae_cuda_fe_in_flight(fe) == nq, "split: %d runs in flight, expected %d",
+            ssae_cuda_fe_in_flight(fe), nq);
+      if (nq == SSAE_CUDA_FE_IN_FLIGHT) {
+        size_t none[CH] = {0};
+        unsigned char ends[CH] = {0};
+        ends[0] = 1;
+        ssae_err e3;
+        CHECK(ssae_cuda_fe_submit_ring(fe, pos, none, ends, &e3) != 0,
+              "split: a third run in flight was accepted");
+      }
     }
-    if (pending >= 0) read_results(fe, pending * HALF, HALF, ran, out);
-    pending = -1;
-    if (!any) {
+    if (!nq) {
       int left = 0;
       for (int c = 0; c < CH; c++) left += !done[c];
       if (!left) break;
       continue;
     }
+    /* Two in flight where the other half can still be submitted. */
+    int next_in_flight = 0;
+    for (int k = 0; k < nq; k++) next_in_flight |= queue[k] == (h ^ 1);
+    if (any && nq < SSAE_CUDA_FE_IN_FLIGHT && !next_in_flight) continue;
     if (ssae_cuda_fe_wait(fe, &err)) {
       fprintf(stderr, "wait failed: %s\n", err.msg);
       rc = -1;
       break;
     }
-    for (int c = c0; c < c0 + HALF; c++) pos[c] += n[c];
-    pending = h;
+    read_results(fe, queue[0] * HALF, HALF, ran, out);
+    queue[0] = queue[1];
+    nq--;
   }
-  if (pending >= 0) read_results(fe, pending * HALF, HALF, ran, out);
   if (rc) failures++;
   if (fail) {
     CHECK(!ssae_cuda_fe_on_gpu(fe) && *ssae_cuda_fe_note(fe),

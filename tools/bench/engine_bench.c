@@ -16,9 +16,11 @@
  * device front end the worker starts on a group's samples while the next
  * group is still being copied; latency counts from the start of the call.
  * --pin: feeding thread g runs on CPU 1 + g only, and the engine's own
- * threads (the worker, the CUDA runtime's) are made on the other CPUs, so
+ * threads (the worker, the CUDA runtime's) are made on the other cores, so
  * that the scheduler cannot put them on a feeding thread's CPU (a
- * real-time audio thread would preempt them; here they would preempt it).
+ * real-time audio thread would preempt them; here they would preempt it)
+ * nor on its hyperthread sibling (they would share its core's caches and
+ * execution units, as an audio thread's isolated core does not).
  * --nice N: the feeding threads at nice N.
  * Both stand in for SCHED_FIFO where the system refuses it (containers
  * without a real-time budget): at normal priority the scheduler may queue
@@ -154,6 +156,27 @@ static void *feed(void *arg) {
   return NULL;
 }
 
+/* Clears from s CPU cpu and the other hardware threads of its core (as
+ * the kernel lists them; only cpu itself where it does not). */
+static void clear_core(cpu_set_t *s, int cpu) {
+  CPU_CLR(cpu, s);
+  char path[96];
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  int a, b;
+  char sep;
+  while (fscanf(f, "%d", &a) == 1) {
+    b = a;
+    if (fscanf(f, "%c", &sep) == 1 && sep == '-' && fscanf(f, "%d", &b) == 1 &&
+        fscanf(f, "%c", &sep) != 1)
+      sep = 0;
+    for (int k = a; k <= b && k < CPU_SETSIZE; k++) CPU_CLR(k, s);
+    if (sep != ',') break;
+  }
+  fclose(f);
+}
+
 static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   const int block = o->block;
   const int G = o->groups > 1 ? (o->groups < C ? o->groups : C) : 1;
@@ -176,9 +199,13 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   const int keep_off = o->pin && ncpu > feeders + 1 &&
                        sched_getaffinity(0, sizeof was, &was) == 0;
   if (keep_off) {
-    /* The engine's threads inherit this mask: every CPU but the feeders'. */
+    /* The engine's threads inherit this mask: every core but the feeders'. */
     cpu_set_t rest = was;
-    for (int g = 0; g < feeders; g++) CPU_CLR(1 + g, &rest);
+    for (int g = 0; g < feeders; g++) clear_core(&rest, 1 + g);
+    if (CPU_COUNT(&rest) == 0) {
+      rest = was;
+      for (int g = 0; g < feeders; g++) CPU_CLR(1 + g, &rest);
+    }
     if (sched_setaffinity(0, sizeof rest, &rest) != 0) perror("engine_bench: --pin");
   }
   ssae_err err;
