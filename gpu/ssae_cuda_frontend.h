@@ -117,17 +117,18 @@ int ssae_cuda_fe_run_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n
  * takes the channels' samples and queues their run; wait ends the oldest
  * run in flight (0, or -1 with err as ssae_cuda_fe_run_ring; a CUDA error
  * moves to the CPU there, and the runs still in flight are then made on
- * the CPU at their own wait). At most SSAE_CUDA_FE_IN_FLIGHT runs are in flight, on channel
- * ranges (a run's first to its last channel that brings samples or ends)
- * that do not overlap; the device runs them in order. pos, n and end are
- * read by submit only; a run's ring samples stay unchanged until its wait.
- * Unlike ssae_cuda_fe_run_ring, the channels outside a run's range keep
- * the results of their own last run, readable while it is in flight. */
+ * the CPU at their own wait). At most SSAE_CUDA_FE_IN_FLIGHT runs are in
+ * flight, on channel ranges (a run's first to its last channel that brings
+ * samples or ends) that do not overlap; the device runs them in order.
+ * pos, n and end are read by submit only; a run's ring samples stay
+ * unchanged until its wait. Unlike ssae_cuda_fe_run_ring, the channels
+ * outside a run's range keep the results of their own last run, readable
+ * while it is in flight. */
+#define SSAE_CUDA_FE_IN_FLIGHT 2
 int ssae_cuda_fe_submit_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
                              const unsigned char *end, ssae_err *err);
 int ssae_cuda_fe_wait(ssae_cuda_fe *fe, ssae_err *err);
 /* Runs submitted and not yet waited for (0 .. SSAE_CUDA_FE_IN_FLIGHT). */
-#define SSAE_CUDA_FE_IN_FLIGHT 2
 int ssae_cuda_fe_in_flight(const ssae_cuda_fe *fe);
 /* 1 when ssae_cuda_fe_wait would not wait for the device (the oldest run
  * has finished there, failed, or runs on the CPU at its wait; or none is

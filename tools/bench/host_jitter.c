@@ -99,7 +99,8 @@ static int mem_probe(double seconds, const char *file) {
     perm[i] = perm[j];
     perm[j] = t;
   }
-  for (size_t i = 0; i < n; i++) *(char **)(void *)(buf + perm[i] * line) = buf + perm[(i + 1) % n] * line;
+  for (size_t i = 0; i < n; i++)
+    *(char **)(void *)(buf + perm[i] * line) = buf + perm[(i + 1) % n] * line;
   free(perm);
   cpu_set_t set;
   CPU_ZERO(&set);
