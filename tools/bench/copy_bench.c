@@ -7,6 +7,7 @@
  * reused every period, as a JACK client's port buffers are).
  *
  *   copy_bench [--channels C] [--block B] [--blocks N] [--cpu K] [--ahead K[,K...]]
+ *              [--period-us P]
  *
  * Variants, run in turn block by block so that the host's noise falls on
  * all of them alike:
@@ -17,6 +18,11 @@
  *             (--ahead: default 4,8,16; the engine takes 4)
  * The copies are the engine's own (src/engine/ssae_pcm_copy.h): each also
  * notes zeros and non-finite samples.
+ * --period-us P: each block starts P microseconds after the one before (the
+ * thread sleeps in between), as an audio thread's do (4000 for blocks of 64
+ * at 16 kHz); 0 (the default): back to back, which leaves the sources of
+ * the next block partly in the cache (the hardware prefetchers run ahead of
+ * each channel's read), so that "cold" is then warmer than a real period's.
  * Prints mean, p50, p99 and max milliseconds per block and GB/s (bytes
  * copied over the mean). */
 #define _GNU_SOURCE
@@ -54,7 +60,7 @@ static int cmp(const void *a, const void *b) {
 enum { VMAX = 10 };
 
 int main(int argc, char **argv) {
-  int C = 8192, B = 256, N = 300, cpu = 1, V = 2;
+  int C = 8192, B = 256, N = 300, cpu = 1, V = 2, period_us = 0;
   int ahead[VMAX] = {0, 0};
   char names[VMAX][24] = {"cached", "stream"};
   const char *list = "4,8,16";
@@ -64,6 +70,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--block")) B = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--blocks")) N = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--cpu")) cpu = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--period-us")) period_us = atoi(argv[i + 1]);
     else {
       fprintf(stderr, "copy_bench: unknown option %s\n", argv[i]);
       return 2;
@@ -75,7 +82,7 @@ int main(int argc, char **argv) {
     q = strchr(q, ',');
     if (q) q++;
   }
-  if (C < 1 || B < 16 || B > 2048 || N < 10) {
+  if (C < 1 || B < 16 || B > 2048 || N < 10 || period_us < 0 || period_us > 1000000) {
     fprintf(stderr, "copy_bench: bad sizes\n");
     return 2;
   }
@@ -99,14 +106,25 @@ int main(int argc, char **argv) {
     cold[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.1f;
   }
   memcpy(warm, cold, sizeof(float) * (size_t)B * (size_t)C);
-  printf("# copy_bench: %d channels, blocks of %d, %d blocks per variant, CPU %d\n", C, B, N,
-         cpu);
+  printf("# copy_bench: %d channels, blocks of %d, %d blocks per variant, CPU %d, %s\n", C, B,
+         N, cpu, period_us ? "one block a period" : "blocks back to back");
+  if (period_us) printf("# period %d us\n", period_us);
   printf("# source  variant      mean_ms   p50_ms   p99_ms   max_ms    GB/s\n");
   unsigned flags = 0;
   for (int s = 0; s < 2; s++) {
     size_t pos = 0, at = 0;
+    struct timespec next;
+    clock_gettime(CLOCK_MONOTONIC, &next);
     for (int b = 0; b < N * V; b++) {
       const int v = b % V;
+      if (period_us) {
+        next.tv_nsec += (long)period_us * 1000;
+        while (next.tv_nsec >= 1000000000L) {
+          next.tv_nsec -= 1000000000L;
+          next.tv_sec++;
+        }
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+      }
       for (int i = 0; i < C; i++)
         src[i] = s ? warm + (size_t)i * B : cold + (size_t)i * len + pos;
       const double t0 = now_ms();
