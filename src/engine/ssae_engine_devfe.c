@@ -160,7 +160,7 @@ static void take_group(ssae_engine *e, int g, int allow) {
         ssae_cuda_fe_reset(d->fe, c);
         devfe_chan *k = &d->ch[c];
         k->frame_base = dg->axis0 / hop; /* the time axis goes on where the samples are */
-        k->sil_shift = (int64_t)(k->frame_base * hop) - (int64_t)dg->axis0;
+        k->sil_shift = engine_sil_shift(k->frame_base, e->feat.hop_length, dg->axis0);
         k->frames = k->windows = 0;
         /* The windows dropped before this restart (counted before its mark
          * was committed) keep their indices. */
@@ -253,8 +253,8 @@ static size_t collect(ssae_engine *e) {
          * first sample is the one after this run's. */
         k->frame_base += k->frames;
         k->frames = k->windows = 0;
-        k->sil_shift = (int64_t)(k->frame_base * (uint64_t)e->feat.hop_length) -
-                       (int64_t)dg->mark_axis[dg->nm - 1];
+        k->sil_shift =
+            engine_sil_shift(k->frame_base, e->feat.hop_length, dg->mark_axis[dg->nm - 1]);
       }
     }
   }
@@ -385,15 +385,15 @@ void *engine_devfe_main(void *arg) {
       const int64_t t0 = now_ns();
       rc = ssae_cuda_fe_submit_ring(d->fe, d->pos, d->n, d->end, &err);
       add_ns(&e->sh.t_score, now_ns() - t0);
-      if (rc == 0) submitted++;
       /* The front end has read them: the run's channels bring nothing to
        * the next run unless taken again. */
       for (int g = 0; g < e->G; g++)
-        if (d->g[g].run == RUN_IN_FLIGHT && d->g[g].seq == submitted - (rc == 0)) {
+        if (d->g[g].run == RUN_IN_FLIGHT && d->g[g].seq == submitted) {
           const group *gr = &e->g[g];
           memset(d->n + gr->c0, 0, (size_t)gr->nc * sizeof *d->n);
           memset(d->end + gr->c0, 0, (size_t)gr->nc);
         }
+      if (rc == 0) submitted++;
     }
     if (pend) {
       const ssae_err none = {{0}};
@@ -431,14 +431,7 @@ void *engine_devfe_main(void *arg) {
     while (ssae_cuda_fe_in_flight(d->fe)) ssae_cuda_fe_wait(d->fe, &more_err);
     waited = submitted;
     for (int c = 0; c < e->C; c++) ssae_cuda_fe_reset(d->fe, c);
-    for (int g = 0; g < e->G; g++) {
-      d->g[g].restart = 1;
-      if (d->g[g].run == RUN_IN_FLIGHT) {
-        const group *gr = &e->g[g];
-        memset(d->n + gr->c0, 0, (size_t)gr->nc * sizeof *d->n);
-        memset(d->end + gr->c0, 0, (size_t)gr->nc);
-      }
-    }
+    for (int g = 0; g < e->G; g++) d->g[g].restart = 1;
     engine_publish_batch(e, 0, 0, rc, &err);
     release(e, RUN_IN_FLIGHT);
   }

@@ -32,7 +32,7 @@ void engine_stream_restart(group *gr, int i) {
   ssae_window_reset(f->win);
   /* Continue the time axis where the samples are. */
   f->frame_base = f->samples / (uint64_t)e->feat.hop_length;
-  f->sil_shift = (int64_t)(f->frame_base * (uint64_t)e->feat.hop_length) - (int64_t)f->samples;
+  f->sil_shift = engine_sil_shift(f->frame_base, e->feat.hop_length, f->samples);
   f->frames = 0;
 }
 
@@ -228,7 +228,7 @@ static void flush_group(group *gr) {
     uint64_t next = f->frame_base + f->frames;
     engine_stream_restart(gr, i);
     f->frame_base = next;
-    f->sil_shift = (int64_t)(next * (uint64_t)e->feat.hop_length) - (int64_t)f->samples;
+    f->sil_shift = engine_sil_shift(next, e->feat.hop_length, f->samples);
   }
   leave(gr);
 }

@@ -79,6 +79,12 @@ static inline int engine_window_silent(const ssae_silence *s, uint64_t first, ui
   return ssae_silence_touches(s, f > 0 ? (uint64_t)f : 0, t > 0 ? (uint64_t)t : 0);
 }
 
+/* That shift for a stream whose frame 0 is frame_base on the frame axis
+ * and whose first sample is sample `first` of the sample axis. */
+static inline int64_t engine_sil_shift(uint64_t frame_base, int hop, uint64_t first) {
+  return (int64_t)(frame_base * (uint64_t)hop) - (int64_t)first;
+}
+
 /* ---- front end: one channel. Written by its group's audio thread only
  * (and by the control thread while the pause protocol holds the audio
  * thread out: creation, set_input_rate). made/dropped are also read by

@@ -210,6 +210,9 @@ void engine_on_fallback(void *user, const char *msg) {
 /* ------------------------------------------------------------------ */
 /* the detector                                                        */
 
+/* Windows ahead whose channel's state engine_publish_batch prefetches. */
+#define JUDGE_AHEAD 8
+
 /* One window's score to its channel's detector (ssae_detector_step), the
  * published results and the events. A window that touches digital silence
  * (an unconnected port, the end of a stream, a muted device) says nothing
@@ -217,9 +220,6 @@ void engine_on_fallback(void *user, const char *msg) {
  * batch: the CPU failed too) carries no evidence either way. While
  * analysis is paused, the windows made before the pause are smoothed but
  * not judged (no threshold): the alarm ends. */
-/* Windows ahead whose channel's state engine_publish_batch prefetches. */
-#define JUDGE_AHEAD 8
-
 static void judge(ssae_engine *e, const item_hdr *h, float score, double lat) {
   chan_work *k = &e->w.ch[h->channel];
   double t = (double)h->end_sample / e->feat.sample_rate;

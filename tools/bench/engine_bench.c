@@ -164,17 +164,16 @@ static void clear_core(cpu_set_t *s, int cpu) {
   snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
   FILE *f = fopen(path, "r");
   if (!f) return;
-  int a, b;
-  char sep;
-  while (fscanf(f, "%d", &a) == 1) {
-    b = a;
-    if (fscanf(f, "%c", &sep) == 1 && sep == '-' && fscanf(f, "%d", &b) == 1 &&
-        fscanf(f, "%c", &sep) != 1)
-      sep = 0;
-    for (int k = a; k <= b && k < CPU_SETSIZE; k++) CPU_CLR(k, s);
-    if (sep != ',') break;
-  }
+  char line[256]; /* "1,9" or "0-1" or "0-1,8-9" */
+  const int got = fgets(line, sizeof line, f) != NULL;
   fclose(f);
+  for (char *p = line; got;) {
+    const long a = strtol(p, &p, 10);
+    long b = a;
+    if (*p == '-') b = strtol(p + 1, &p, 10);
+    for (long k = a; k <= b && k < CPU_SETSIZE; k++) CPU_CLR((int)k, s);
+    if (*p++ != ',') break;
+  }
 }
 
 static int run(const ssae_model *m, int C, const bopts *o, int rt) {
