@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ssae_cuda_frontend_dev.h"
 #include "ssae_cuda_frontend_kernels.cuh"
@@ -22,22 +23,25 @@ struct ssae_fe_dev {
   cudaEvent_t ev[SSAE_FE_DEV_RUNS];
   int have_ev, ev0, nev;
   void *d_tables; /* one allocation behind t */
-  /* The input blocks: page-locked and mapped, read by fe_start straight
-   * over PCIe (only the samples each channel brings; no staging copy); or
-   * the caller's rings (ext_in), page-locked only. */
-  void *h_in, *d_in_map;
-  int ext_registered; /* h_in is the caller's memory (cfg.ext_in), page-locked here */
+  /* The input blocks, page-locked: the caller's rings (ext_in), or this
+   * object's blocks (in 2 MB pages and registered, or from cudaHostAlloc
+   * where that fails: h_in_alloc). Each run's samples go to the device by
+   * the copy engine (d_stage), which moves them over PCIe several times
+   * faster than a kernel's reads of mapped memory. */
+  void *h_in;
+  size_t h_in_bytes;
+  int h_in_registered; /* h_in (ext_in or this object's) is registered here */
+  int h_in_alloc;      /* h_in is from cudaHostAlloc */
   /* Two sample buffers of channels x buf_stride floats, one after the
    * other: channel c's hist is in buffer par[c] (ssae_fe_desc.buf), and each
    * run that takes the channel moves it to the other. */
   float *d_bufs;
   unsigned char *par;
-  /* With the caller's ring: each run's new samples, channels x max_block,
-   * copied in by the copy engine (rows of a ring: 2D copies, one or two
-   * per run of channels that share their positions), which moves them
-   * over PCIe several times faster than the kernel's reads of mapped
-   * memory (a few bytes per thread in flight). */
-  float *d_stage;
+  /* Each run's new samples, channels x max_block samples as in the
+   * blocks: rows of a ring (2D copies, one or two per run of channels that
+   * share their positions), or the blocks (one 2D copy of what the
+   * channels bring). */
+  void *d_stage;
   ssae_fe_desc *d_desc, *h_desc;
   float *d_rows, *d_cache_rows, *h_rows;
   double *d_codes, *d_cache_codes;
@@ -75,8 +79,9 @@ extern "C" void ssae_fe_dev_free(ssae_fe_dev *d) {
   cudaFree(d->d_codes);
   cudaFree(d->d_cache_codes);
   cudaFree(d->d_scores);
-  if (d->ext_registered) cudaHostUnregister(d->cfg.ext_in);
-  else cudaFreeHost(d->h_in);
+  if (d->h_in_registered) cudaHostUnregister(d->h_in);
+  if (d->h_in_alloc) cudaFreeHost(d->h_in);
+  else if (d->h_in != d->cfg.ext_in) free(d->h_in);
   cudaFreeHost(d->h_desc);
   cudaFreeHost(d->h_rows);
   cudaFreeHost(d->h_scores);
@@ -149,6 +154,38 @@ static int build_tables(ssae_fe_dev *d, ssae_err *err) {
   return 0;
 }
 
+/* The input blocks, page-locked, for the copy engine. cudaHostAlloc takes
+ * 20-30 ms per 64 MiB on the H100 hosts and as long again to free (an
+ * offline job's two sets of 256 files: a tenth of its time on the GPU);
+ * memory touched in 2 MB pages and then registered takes about a third of
+ * that and unregisters in a millisecond (BENCHMARKS.md). cudaHostAlloc
+ * where that fails. */
+static cudaError_t host_blocks(ssae_fe_dev *d, size_t bytes) {
+  const size_t align = bytes >= ((size_t)4 << 20) ? (size_t)2 << 20 : 4096;
+  const size_t size = (bytes + align - 1) & ~(align - 1);
+  void *h = aligned_alloc(align, size);
+  if (h) {
+#ifdef MADV_HUGEPAGE
+    if (align > 4096) madvise(h, size, MADV_HUGEPAGE);
+#endif
+    memset(h, 0, size);
+    if (cudaHostRegister(h, size, cudaHostRegisterPortable) == cudaSuccess) {
+      d->h_in = h;
+      d->h_in_bytes = size;
+      d->h_in_registered = 1;
+      return cudaSuccess;
+    }
+    cudaGetLastError(); /* not sticky: cleared, cudaHostAlloc next */
+    free(h);
+  }
+  cudaError_t e = cudaHostAlloc(&d->h_in, bytes, cudaHostAllocPortable);
+  if (e == cudaSuccess) {
+    d->h_in_alloc = 1;
+    d->h_in_bytes = bytes;
+  }
+  return e;
+}
+
 extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *err) {
   /* Powers of two from 8 on take the FFT; smaller sizes the DFT. */
   const int N = cfg->n_fft, pow2 = N >= 8 && (N & (N - 1)) == 0;
@@ -214,8 +251,8 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess && !(d->par = (unsigned char *)calloc(ch, 1))) e = cudaErrorMemoryAllocation;
   if (e == cudaSuccess) e = cudaMalloc(&d->d_desc, sizeof(ssae_fe_desc) * ch);
   p.staged = cfg->ext_in != NULL;
-  if (e == cudaSuccess && p.staged)
-    e = cudaMalloc(&d->d_stage, sizeof(float) * ch * cfg->max_block);
+  if (e == cudaSuccess)
+    e = cudaMalloc(&d->d_stage, p.staged ? sizeof(float) * ch * cfg->max_block : in_bytes);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_rows, sizeof(float) * rows * (size_t)p.M);
   if (e == cudaSuccess) e = cudaMalloc(&d->d_codes, sizeof(double) * rows * (size_t)p.S);
   if (e == cudaSuccess && cache)
@@ -227,12 +264,11 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
     /* Page-locked for the copy engine; never read by a kernel. */
     e = cudaHostRegister(cfg->ext_in, cfg->ext_in_bytes, cudaHostRegisterPortable);
     if (e == cudaSuccess) {
-      d->ext_registered = 1;
+      d->h_in_registered = 1;
       d->h_in = cfg->ext_in;
     }
   } else if (e == cudaSuccess) {
-    e = cudaHostAlloc(&d->h_in, in_bytes, cudaHostAllocMapped | cudaHostAllocPortable);
-    if (e == cudaSuccess) e = cudaHostGetDevicePointer(&d->d_in_map, d->h_in, 0);
+    e = host_blocks(d, in_bytes);
   }
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_desc, sizeof(ssae_fe_desc) * ch);
   if (e == cudaSuccess) e = cudaMallocHost((void **)&d->h_scores, sizeof(float) * rows);
@@ -267,7 +303,7 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
 }
 
 extern "C" void *ssae_fe_dev_block(ssae_fe_dev *d, int ch) {
-  if (d->ext_registered) return NULL;
+  if (d->cfg.ext_in) return NULL;
   return (char *)d->h_in + (size_t)ch * d->cfg.max_block * (d->cfg.pcm_i16 ? 2 : 4);
 }
 
@@ -311,7 +347,7 @@ extern "C" int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ss
       if (g->n) {
         const size_t at = (size_t)g->src, n = (size_t)g->n, first = len - at < n ? len - at : n;
         const float *src = (const float *)d->h_in + (size_t)c0 * len;
-        float *dst = d->d_stage + (size_t)c0 * p.max_block;
+        float *dst = (float *)d->d_stage + (size_t)c0 * p.max_block;
         CK(cudaMemcpy2DAsync(dst, sizeof(float) * p.max_block, src + at, row, sizeof(float) * first,
                              (size_t)(c1 - c0), cudaMemcpyHostToDevice, s),
            "sample copy");
@@ -323,6 +359,21 @@ extern "C" int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ss
       }
       c0 = c1;
     }
+  } else if (max_n) {
+    /* The blocks: each channel's samples at its block's start (16-bit or
+     * float), one 2D copy of as many bytes of each as the most any
+     * brings. */
+    const size_t pitch = p.max_block * (p.pcm_i16 ? 2 : 4);
+    size_t width = 0;
+    for (int c = lo; c < hi; c++) {
+      const ssae_fe_desc *g = &d->h_desc[c];
+      const size_t b = (size_t)g->n * (p.pcm_i16 || g->i16 ? 2 : 4);
+      if (b > width) width = b;
+    }
+    CK(cudaMemcpy2DAsync((char *)d->d_stage + (size_t)lo * pitch, pitch,
+                         (const char *)d->h_in + (size_t)lo * pitch, pitch, width, (size_t)ch,
+                         cudaMemcpyHostToDevice, s),
+       "sample copy");
   }
   /* The carry moves only in runs that make frames (cache_part skips the
    * channels that make none). */
@@ -330,7 +381,7 @@ extern "C" int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ss
   const int n_app = max_n ? ((max_n + 255) / 256 < 64 ? (max_n + 255) / 256 : 64) : 0;
   if (n_app + carry) {
     fe_start<<<dim3((unsigned)(n_app + carry), (unsigned)ch), poison ? 0 : 256, 0, s>>>(
-        p, d->d_desc, p.staged ? d->d_stage : d->d_in_map, d->d_bufs, d->d_rows, d->d_codes,
+        p, d->d_desc, d->d_stage, d->d_bufs, d->d_rows, d->d_codes,
         d->d_cache_rows, d->d_cache_codes, n_app, lo);
     CK(cudaGetLastError(), "append launch");
   }

@@ -45,7 +45,8 @@ typedef struct ssae_fe_dev_cfg {
   int device, channels, pcm_i16, keep_frames;
   size_t max_block; /* samples per channel per run */
   /* NULL: the device allocates the input blocks (channels x max_block,
-   * ssae_fe_dev_block), which fe_start reads in place. Else the caller's
+   * ssae_fe_dev_block, page-locked), which each run copies to the device
+   * (what each channel brings) before fe_start reads them. Else the caller's
    * rings: channels rows of ext_row floats at ext_in (ext_in_bytes,
    * page-aligned), which the device page-locks; each run's samples are
    * copied from them by the copy engine. The memory stays the caller's,

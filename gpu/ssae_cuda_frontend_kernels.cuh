@@ -3,9 +3,9 @@
  *
  * One run is four launches on one stream over the run's channels, then the
  * copies out and one wait:
- *   start    the new samples (float, or int16 / 32768), read from mapped
- *            page-locked memory (blocks) or from the staging buffer that
- *            the copy engine filled from the caller's ring, after each
+ *   start    the new samples (float, or int16 / 32768), read from the
+ *            staging buffer that the copy engine filled from the blocks
+ *            or from the caller's ring, after each
  *            channel's hist; and each channel's cached frames and codes in
  *            front of its rows (when the run makes frames)
  *   frames   one block per new frame: window, FFT, power, mel, dB (double

@@ -78,15 +78,17 @@ static void restart_resamplers(group *gr) {
 }
 
 /* x[0 .. m) to ring row at position pos (it may wrap); 1 when any sample
- * written is zero. Non-finite samples are written as 0 and counted. */
-static int ring_put(group *gr, float *row, uint64_t pos, const float *x, size_t m,
-                    int stream) {
-  const size_t len = gr->pcm.len;
+ * written is zero. Non-finite samples are written as 0 and counted. The
+ * copies are called directly, not through a pointer, so that they inline
+ * into the channel loop. */
+static inline unsigned ring_put(group *gr, float *row, size_t len, uint64_t pos,
+                                const float *x, size_t m, int stream) {
   const size_t at = (size_t)(pos & (len - 1)), first = len - at < m ? len - at : m;
-  unsigned (*copy)(float *, const float *, size_t) =
-      stream ? ssae_pcm_copy_stream : ssae_pcm_copy_cached;
-  unsigned f = copy(row + at, x, first);
-  if (first < m) f |= copy(row, x + first, m - first);
+  unsigned f = stream ? ssae_pcm_copy_stream(row + at, x, first)
+                      : ssae_pcm_copy_cached(row + at, x, first);
+  if (first < m)
+    f |= stream ? ssae_pcm_copy_stream(row, x + first, m - first)
+                : ssae_pcm_copy_cached(row, x + first, m - first);
   if (!(f & 2)) return f & 1;
   const float *clean = engine_finite_input(gr, x, m);
   memcpy(row + at, clean, first * sizeof *x);
@@ -150,17 +152,24 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
     p->rs_fresh = 1;
   }
   uint64_t *bits = mark_bits(mk);
-  memset(bits, 0, p->bits_words * 8);
-  size_t m = 0;
   /* Per channel only its samples and its row are touched (its front end
    * state only when resampling): at thousands of channels a cache line
-   * more per channel is a sizeable share of the block. */
+   * more per channel is a sizeable share of the block. What the loop reads
+   * of the group is in locals (the resampler's calls would make the
+   * compiler load it again each channel), and a channel's zero bit goes
+   * into a register word, stored once per 64 channels. */
   const int resampling = f0->rs != NULL;
   const int stream = (size_t)e->C * bound * sizeof(float) >= p->stream_bytes;
   const int prefetch = stream && !il && in && !resampling;
-  for (int i = 0; i < gr->nc; i++) {
+  const int nc = gr->nc;
+  float *const *rows = p->rows;
+  const size_t len = p->len;
+  const uint64_t wpos = p->wpos;
+  uint64_t word = 0;
+  size_t m = 0;
+  for (int i = 0; i < nc; i++) {
     const float *src;
-    if (prefetch && i + PREFETCH_AHEAD < gr->nc && in[i + PREFETCH_AHEAD])
+    if (prefetch && i + PREFETCH_AHEAD < nc && in[i + PREFETCH_AHEAD])
       ssae_pcm_prefetch(in[i + PREFETCH_AHEAD] + off, n);
     if (il) {
       const float *s = il + off * il_stride + (size_t)(gr->c0 + i);
@@ -178,7 +187,11 @@ void engine_pcm_block(group *gr, const float *const *in, const float *il, size_t
                                  gr->rs_out);
       src = gr->rs_out;
     }
-    if (ring_put(gr, p->rows[i], p->wpos, src, m, stream)) bits[i >> 6] |= 1ull << (i & 63);
+    word |= (uint64_t)ring_put(gr, rows[i], len, wpos, src, m, stream) << (i & 63);
+    if ((i & 63) == 63 || i == nc - 1) {
+      bits[i >> 6] = word;
+      word = 0;
+    }
   }
   if (stream) ssae_pcm_stream_fence();
   if (m) mark(gr, mk, m, 0);
