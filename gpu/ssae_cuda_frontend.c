@@ -547,6 +547,14 @@ int ssae_cuda_fe_run_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n
   return run(fe, pos, n, end, err);
 }
 
+int ssae_cuda_fe_submit(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end,
+                        ssae_err *err) {
+  if (fe->ring)
+    return ssae_err_set(err, "GPU front end: ring input runs through ssae_cuda_fe_submit_ring");
+  if (fe->nq) return ssae_err_set(err, "GPU front end: a run is still in flight");
+  return start(fe, NULL, n, end, 1, err);
+}
+
 int ssae_cuda_fe_submit_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
                              const unsigned char *end, ssae_err *err) {
   if (!fe->ring || !pos) return ssae_err_set(err, "GPU front end: not made for ring input");

@@ -128,6 +128,14 @@ int ssae_cuda_fe_run_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n
 int ssae_cuda_fe_submit_ring(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n,
                              const unsigned char *end, ssae_err *err);
 int ssae_cuda_fe_wait(ssae_cuda_fe *fe, ssae_err *err);
+/* ssae_cuda_fe_run in two halves (blocks; one run in flight): submit
+ * queues the run and returns; ssae_cuda_fe_wait ends it, as
+ * ssae_cuda_fe_run would have. The blocks stay unchanged until the wait,
+ * and the results are read after it. Offline scoring queues one object's
+ * run while another's is on the device (their copies and kernels
+ * overlap). */
+int ssae_cuda_fe_submit(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end,
+                        ssae_err *err);
 /* Runs submitted and not yet waited for (0 .. SSAE_CUDA_FE_IN_FLIGHT). */
 int ssae_cuda_fe_in_flight(const ssae_cuda_fe *fe);
 /* 1 when ssae_cuda_fe_wait would not wait for the device (the oldest run

@@ -3,9 +3,10 @@
  * Each set ("lane") is one front end of `files` streams; a stream slot
  * holds one open file at a time and gets its next `block` samples each run.
  * A file's stream ends on the run whose read meets its end; the slot then
- * takes the next file. The main thread runs one lane on the GPU while the
- * decoding threads fill the other lane's blocks, so decoding and the GPU
- * overlap. */
+ * takes the next file. Two lanes: the decoding threads fill one while the
+ * other runs, and each lane's run is queued before the other's is waited
+ * for (each front end has its own stream: one run's copy in overlaps the
+ * other's kernels), so decoding, copies and kernels overlap. */
 #include "ssae_score_gpu.h"
 
 #include <pthread.h>
@@ -235,6 +236,73 @@ static int add_scores(stream_slot *s, const float *v, size_t k) {
   return 0;
 }
 
+static int lane_busy(const lane *l, int files) {
+  for (int c = 0; c < files; c++)
+    if (l->s[c].file >= 0) return 1;
+  return 0;
+}
+
+/* Every file not yet done fails with the reason (a run that not even the
+ * CPU path could make: no memory). */
+static void fail_rest(result *res, size_t n, char *const *paths, const ssae_err *why) {
+  for (size_t i = 0; i < n; i++)
+    if (!res[i].done) {
+      char msg[2 * SSAE_ERR_LEN];
+      snprintf(msg, sizeof msg, "%s: %s", paths[i], why->msg);
+      res[i].error = strdup(msg);
+      res[i].done = 1;
+    }
+}
+
+/* After lane l's run (run_rc: its wait's result): each slot's new scores
+ * kept; a file whose stream ended becomes its result (waiting for its turn
+ * to be emitted) and its slot takes the next file. */
+static void take_results(lane *l, int files, int run_rc, const ssae_err *rerr, result *res,
+                         char *const *paths, const ssae_model *m, size_t n, size_t *next) {
+  for (int c = 0; c < files; c++) {
+    stream_slot *s = &l->s[c];
+    if (s->file < 0) continue;
+    const float *v;
+    size_t k = run_rc ? 0 : ssae_cuda_fe_scores(l->fe, c, &v);
+    if (run_rc && !s->error) s->error = strdup(rerr->msg);
+    if (k && !s->error && add_scores(s, v, k)) s->error = strdup("out of memory for scores");
+    if (!l->end[c] && !run_rc) continue;
+    /* The file is done: its result waits for its turn. */
+    result *r = &res[s->file];
+    if (s->error) {
+      char msg[SSAE_ERR_LEN + 64];
+      const char *p = paths[s->file];
+      /* Reader messages already name the file. */
+      if (strstr(s->error, p)) snprintf(msg, sizeof msg, "%s", s->error);
+      else snprintf(msg, sizeof msg, "%s: %s", p, s->error);
+      r->error = strdup(msg);
+    } else if (!s->n_scores) {
+      /* The message of ssae_file_frames, with the frames the stream had. */
+      const unsigned long long ns = s->samples, hop = (unsigned long long)m->feat.hop_length,
+                               nfft = (unsigned long long)m->feat.n_fft;
+      const unsigned long long nf = m->feat.center ? (ns ? 1 + ns / hop : 0)
+                                    : ns >= nfft   ? 1 + (ns - nfft) / hop
+                                                   : 0;
+      char msg[SSAE_ERR_LEN];
+      snprintf(msg, sizeof msg, "%s: too short: %llu frames, a window needs %d (%.3f s)",
+               paths[s->file], nf, m->d.frames,
+               (double)(m->d.frames - 1) * m->feat.hop_length / m->feat.sample_rate);
+      r->error = strdup(msg);
+    } else {
+      r->scores = s->scores;
+      r->n_windows = s->n_scores;
+      s->scores = NULL;
+      s->cap = 0;
+    }
+    r->done = 1;
+    ssae_audio_close(s->as);
+    free(s->error);
+    free(s->scores);
+    memset(s, 0, sizeof *s);
+    s->file = *next < n ? (long long)(*next)++ : -1;
+  }
+}
+
 static void free_lane(lane *l, int files) {
   ssae_cuda_fe_free(l->fe);
   if (l->s)
@@ -324,80 +392,48 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
     free(res);
     return -1;
   }
-  int cur = 0;
+  /* Lane cur is filled: its run is queued while the other lane's may
+   * still be on the device (their copies and kernels overlap); then the
+   * other lane's run is ended, its results are taken, and the decoding
+   * threads fill its slots again while cur runs and this thread writes
+   * the results that are ready. After a run that not even the CPU path
+   * could make (no memory), every file not yet scored fails with the
+   * reason, and the run still queued is only waited for. */
+  int cur = 0, other_queued = 0, failed = 0;
   for (;;) {
     lane *l = &lanes[cur], *other = &lanes[1 - cur];
-    int busy = 0, other_busy = 0;
-    for (int c = 0; c < o.files; c++) {
-      busy |= l->s[c].file >= 0;
-      other_busy |= other->s[c].file >= 0;
-    }
-    if (!busy && !other_busy) break;
-    /* The other lane decodes while this one runs. */
-    proto.l = other;
-    if (other_busy) fill_start(f, proto);
-    ssae_err rerr = {{0}};
-    const double t_run = now_s();
-    int run_rc = busy ? ssae_cuda_fe_run(l->fe, l->n, l->end, &rerr) : 0;
-    st.gpu_s += now_s() - t_run;
-    st.runs += busy != 0;
-    if (note && !note->msg[0] && *ssae_cuda_fe_note(l->fe))
-      ssae_err_set(note, "%s", ssae_cuda_fe_note(l->fe));
-    for (int c = 0; busy && c < o.files; c++) {
-      stream_slot *s = &l->s[c];
-      if (s->file < 0) continue;
-      const float *v;
-      size_t k = run_rc ? 0 : ssae_cuda_fe_scores(l->fe, c, &v);
-      if (run_rc && !s->error) s->error = strdup(rerr.msg);
-      if (k && !s->error && add_scores(s, v, k)) s->error = strdup("out of memory for scores");
-      if (!l->end[c]) continue;
-      /* The file is done: its result waits for its turn. */
-      result *r = &res[s->file];
-      if (s->error) {
-        char msg[SSAE_ERR_LEN + 64];
-        const char *p = paths[s->file];
-        /* Reader messages already name the file. */
-        if (strstr(s->error, p)) snprintf(msg, sizeof msg, "%s", s->error);
-        else snprintf(msg, sizeof msg, "%s: %s", p, s->error);
-        r->error = strdup(msg);
-      } else if (!s->n_scores) {
-        /* The message of ssae_file_frames, with the frames the stream had. */
-        const unsigned long long ns = s->samples, hop = (unsigned long long)m->feat.hop_length,
-                                 nfft = (unsigned long long)m->feat.n_fft;
-        const unsigned long long nf = m->feat.center ? (ns ? 1 + ns / hop : 0)
-                                      : ns >= nfft   ? 1 + (ns - nfft) / hop
-                                                     : 0;
-        char msg[SSAE_ERR_LEN];
-        snprintf(msg, sizeof msg, "%s: too short: %llu frames, a window needs %d (%.3f s)",
-                 paths[s->file], nf, m->d.frames,
-                 (double)(m->d.frames - 1) * m->feat.hop_length / m->feat.sample_rate);
-        r->error = strdup(msg);
+    const int busy = !failed && lane_busy(l, o.files);
+    if (!busy && !other_queued) break;
+    int queued = 0;
+    double t_run = now_s();
+    if (busy) {
+      ssae_err serr = {{0}};
+      if (ssae_cuda_fe_submit(l->fe, l->n, l->end, &serr)) {
+        fail_rest(res, n, paths, &serr);
+        failed = 1;
       } else {
-        r->scores = s->scores;
-        r->n_windows = s->n_scores;
-        s->scores = NULL;
-        s->cap = 0;
+        queued = 1;
       }
-      r->done = 1;
-      ssae_audio_close(s->as);
-      free(s->error);
-      free(s->scores);
-      memset(s, 0, sizeof *s);
-      s->file = next < n ? (long long)next++ : -1;
     }
-    const double t_wait = now_s();
-    fill_wait(f, &st);
-    st.wait_s += now_s() - t_wait;
-    if (run_rc) {
-      /* Not even the CPU path could go on (no memory): every file not yet
-       * scored fails with the reason. */
-      for (size_t i = emitted; i < n; i++)
-        if (!res[i].done) {
-          char msg[2 * SSAE_ERR_LEN];
-          snprintf(msg, sizeof msg, "%s: %s", paths[i], rerr.msg);
-          res[i].error = strdup(msg);
-          res[i].done = 1;
+    if (other_queued) {
+      ssae_err werr = {{0}};
+      const int run_rc = ssae_cuda_fe_wait(other->fe, &werr);
+      st.runs++;
+      if (note && !note->msg[0] && *ssae_cuda_fe_note(other->fe))
+        ssae_err_set(note, "%s", ssae_cuda_fe_note(other->fe));
+      if (!failed) {
+        take_results(other, o.files, run_rc, &werr, res, paths, m, n, &next);
+        if (run_rc) {
+          fail_rest(res, n, paths, &werr);
+          failed = 1;
         }
+      }
+    }
+    st.gpu_s += now_s() - t_run;
+    const int filling = !failed && lane_busy(other, o.files);
+    if (filling) {
+      proto.l = other;
+      fill_start(f, proto);
     }
     const double t_emit = now_s();
     for (; emitted < n && res[emitted].done; emitted++) {
@@ -411,7 +447,12 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
       r->error = NULL;
     }
     st.emit_s += now_s() - t_emit;
-    if (run_rc) break;
+    if (filling) {
+      const double t_wait = now_s();
+      fill_wait(f, &st);
+      st.wait_s += now_s() - t_wait;
+    }
+    other_queued = queued;
     cur = 1 - cur;
   }
   filler_free(f);
