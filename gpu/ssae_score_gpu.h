@@ -5,7 +5,9 @@
  * the model) runs on the GPU, many files per run, each file one stream of
  * the front end (gpu/ssae_cuda_frontend.h). Two sets of streams take turns:
  * while one set runs on the GPU the threads decode the next blocks of the
- * other. Results come back in input order.
+ * other, and each set's run is queued before the other's ends (the copy of
+ * one overlaps the kernels of the other). Results come back in input
+ * order.
  *
  * Test hook: SSAE_SCORE_GPU_ON_CPU=1 in the environment runs the front
  * end's CPU path (same pipeline, no GPU needed). */
@@ -34,8 +36,9 @@ typedef void (*ssae_scored_file_cb)(void *user, const ssae_scored_file *f);
 
 /* Where the time went (ssae score --stats): the main thread runs one set of
  * files on the GPU while the decoding threads fill the other; gpu_s is the
- * main thread in ssae_cuda_fe_run (upload, front end, model, scores back),
- * wait_s waiting for the decoding threads after that, setup_s until both
+ * main thread queuing runs and waiting for them (ssae_cuda_fe_submit and
+ * ssae_cuda_fe_wait: upload, front end, model, scores back), wait_s
+ * waiting for the decoding threads after that, setup_s until both
  * front ends are made (the first set's files opened and read meanwhile),
  * emit_s handing results to the callback; open_s and read_s: the decoding
  * threads' time opening files and reading samples, summed over the
