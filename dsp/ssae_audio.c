@@ -478,7 +478,11 @@ long long ssae_audio_read_i16(ssae_audio_stream *s, int16_t *out, size_t max, ss
   const int ch = s->ch, pick = s->channel >= 0 ? s->channel : 0;
   size_t got = 0;
   while (got < max && !s->ended) {
-    const sf_count_t want = (sf_count_t)(max - got < BLOCK ? max - got : BLOCK);
+    /* One channel: straight into out, all at once, so that the reader's
+     * file reads of at least VIO_BUF go to out with no copy between
+     * (libsndfile passes 16-bit frames of the host's order through). */
+    const sf_count_t want =
+        (sf_count_t)(ch == 1 || max - got < BLOCK ? max - got : BLOCK);
     const sf_count_t k = sf_readf_short(s->sf, ch == 1 ? out + got : buf, want);
     if (k <= 0) {
       if (sf_error(s->sf))
