@@ -316,6 +316,44 @@ static void free_lane(lane *l, int files) {
   free(l->end);
 }
 
+/* Samples a set takes per run (files x block): 64 MiB of floats a set. */
+#define SET_SAMPLES ((size_t)256 * 65536)
+#define SHAPE_FILES 256 /* files whose sizes choose the block */
+
+static int cmp_ull(const void *a, const void *b) {
+  const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The run's shape where the caller leaves it 0: a block long enough for
+ * most files whole (the median size of the first SHAPE_FILES regular files
+ * as 16-bit mono samples, which is at least their length at the file's
+ * rate, rounded up to 16,384; 65,536 to 1,048,576), so that a file is
+ * opened, read and closed in one fill: hundreds of files open at once,
+ * each read a piece at a time, cost the decoding threads several times
+ * their time (BENCHMARKS.md); then as many files as SET_SAMPLES holds
+ * (16 to 256). */
+static void choose_shape(ssae_score_gpu_opts *o, char *const *paths, size_t n) {
+  if (!o->block) {
+    unsigned long long sz[SHAPE_FILES];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < SHAPE_FILES; i++) {
+      struct stat st;
+      if (!stat(paths[i], &st) && S_ISREG(st.st_mode)) sz[k++] = (unsigned long long)st.st_size;
+    }
+    unsigned long long b = 65536;
+    if (k) {
+      qsort(sz, k, sizeof *sz, cmp_ull);
+      b = (sz[k / 2] / 2 + 16383) / 16384 * 16384;
+    }
+    o->block = b < 65536 ? 65536 : b > 1048576 ? 1048576 : (size_t)b;
+  }
+  if (o->files <= 0) {
+    const size_t f = SET_SAMPLES / o->block;
+    o->files = f < 16 ? 16 : f > 256 ? 256 : (int)f;
+  }
+}
+
 int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
                          const ssae_score_gpu_opts *opts, ssae_scored_file_cb cb, void *user,
                          ssae_err *note, ssae_err *err) {
@@ -325,8 +363,7 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
   if (note) note->msg[0] = 0;
   if (o.channel == SSAE_CHANNEL_ALL)
     return ssae_err_set(err, "scoring needs one stream: a channel index or mix");
-  if (o.files <= 0) o.files = 256;
-  if (!o.block) o.block = 65536;
+  choose_shape(&o, paths, n);
   if ((size_t)o.files > n) o.files = n ? (int)n : 1;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int jobs = o.jobs > 0 ? o.jobs : ncpu < 1 ? 1 : (int)ncpu;
