@@ -327,12 +327,14 @@ static int cmp_ull(const void *a, const void *b) {
 
 /* The run's shape where the caller leaves it 0: a block long enough for
  * most files whole (the median size of the first SHAPE_FILES regular files
- * as 16-bit mono samples, which is at least their length at the file's
- * rate, rounded up to 16,384; 65,536 to 1,048,576), so that a file is
- * opened, read and closed in one fill: hundreds of files open at once,
- * each read a piece at a time, cost the decoding threads several times
- * their time (BENCHMARKS.md); then as many files as SET_SAMPLES holds
- * (16 to 256). */
+ * counted as 16-bit mono samples, rounded up to 16,384; 65,536 to
+ * 1,048,576), so that a file is opened, read and closed in one fill:
+ * hundreds of files open at once, each read a piece at a time, cost the
+ * decoding threads several times their time (BENCHMARKS.md); then as many
+ * files as SET_SAMPLES holds (16 to 256). The count is a file's length for
+ * 16-bit mono WAV at the model's rate (the common case), more for other
+ * rates and channel counts (a longer block, fewer files a run), less for
+ * compressed files (several runs a file, which is only slower). */
 static void choose_shape(ssae_score_gpu_opts *o, char *const *paths, size_t n) {
   if (!o->block) {
     unsigned long long sz[SHAPE_FILES];
