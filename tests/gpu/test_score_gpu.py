@@ -3,7 +3,8 @@ against `--backend cpu`: the same lines, errors and --windows file.
 
 Files: 300 short clips (more than one run's slots: slots are reused), long
 ones (several runs per file), a 48 kHz one (resampled), a file too short
-for a window and one that is not audio, in one call.
+for a window and one that is not audio, in one call; and 40 clips of 6 s,
+whose size sets the runs' shape (each read whole in one run).
 
 - Everywhere: the pipeline on the front end's CPU path (the test hook
   SSAE_SCORE_GPU_ON_CPU=1): output identical to --backend cpu, byte for
@@ -115,6 +116,25 @@ with tempfile.TemporaryDirectory() as d:
             fail(f"auto, threshold {min_bytes}: GPU front end {on_gpu} (wanted {want_gpu}), "
                  f"rc={a.returncode}, output {'same' if a.stdout == ref[1] else 'differs'}\n"
                  f"{a.stderr}")
+
+    # The runs' shape follows the files: 40 clips of 6 s (96,000 samples)
+    # fit a block each (the median size as 16-bit samples, rounded up to
+    # 16,384: 98,304), so all 40 are read whole in one run; the same output
+    # as the CPU path.
+    six = os.path.join(d, "six")
+    os.makedirs(six)
+    for i in range(40):
+        subprocess.run([gen, "--seed", str(2000 + i), "--seconds", "6", "-o",
+                        os.path.join(six, f"six{i:02d}.wav")], check=True, capture_output=True)
+    env = dict(os.environ, SSAE_SCORE_GPU_ON_CPU="1")
+    sh = subprocess.run([ssae, "score", "-q", "--stats", "--backend", "cuda", six],
+                        capture_output=True, text=True, env=env)
+    sref = subprocess.run([ssae, "score", "-q", "--backend", "cpu", six],
+                          capture_output=True, text=True)
+    if "1 runs of 40 files x 98304 samples" not in sh.stderr or sh.stdout != sref.stdout \
+            or sh.returncode != 0:
+        fail(f"runs' shape for 40 clips of 6 s: rc={sh.returncode}, output "
+             f"{'same' if sh.stdout == sref.stdout else 'differs'}\n{sh.stderr}")
 
     probe = subprocess.run([os.path.join(build, "tests", "gpu", "test_cuda_frontend"), "--probe"],
                            capture_output=True, text=True)
