@@ -29,7 +29,6 @@ struct ssae_fe_dev {
    * the copy engine (d_stage), which moves them over PCIe several times
    * faster than a kernel's reads of mapped memory. */
   void *h_in;
-  size_t h_in_bytes;
   int h_in_registered; /* h_in (ext_in or this object's) is registered here */
   int h_in_alloc;      /* h_in is from cudaHostAlloc */
   /* Two sample buffers of channels x buf_stride floats, one after the
@@ -156,7 +155,7 @@ static int build_tables(ssae_fe_dev *d, ssae_err *err) {
 
 /* The input blocks, page-locked, for the copy engine. cudaHostAlloc takes
  * 20-30 ms per 64 MiB on the H100 hosts and as long again to free (an
- * offline job's two sets of 256 files: a tenth of its time on the GPU);
+ * offline job's two sets of 64 MiB: a tenth of its time on the GPU);
  * memory touched in 2 MB pages and then registered takes about a third of
  * that and unregisters in a millisecond (BENCHMARKS.md). cudaHostAlloc
  * where that fails. */
@@ -171,7 +170,6 @@ static cudaError_t host_blocks(ssae_fe_dev *d, size_t bytes) {
     memset(h, 0, size);
     if (cudaHostRegister(h, size, cudaHostRegisterPortable) == cudaSuccess) {
       d->h_in = h;
-      d->h_in_bytes = size;
       d->h_in_registered = 1;
       return cudaSuccess;
     }
@@ -179,10 +177,7 @@ static cudaError_t host_blocks(ssae_fe_dev *d, size_t bytes) {
     free(h);
   }
   cudaError_t e = cudaHostAlloc(&d->h_in, bytes, cudaHostAllocPortable);
-  if (e == cudaSuccess) {
-    d->h_in_alloc = 1;
-    d->h_in_bytes = bytes;
-  }
+  if (e == cudaSuccess) d->h_in_alloc = 1;
   return e;
 }
 
