@@ -117,6 +117,19 @@ void ssae_cuda_fe_free(ssae_cuda_fe *fe) {
 
 int ssae_cuda_fe_device_present(void) { return ssae_fe_dev_present(); }
 
+void *ssae_fe_host_alloc(size_t bytes, size_t *size) {
+  const size_t align = bytes >= ((size_t)4 << 20) ? (size_t)2 << 20 : 4096;
+  const size_t sz = (bytes + align - 1) & ~(align - 1);
+  void *p = aligned_alloc(align, sz);
+  if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+  if (align > 4096) madvise(p, sz, MADV_HUGEPAGE);
+#endif
+  memset(p, 0, sz);
+  *size = sz;
+  return p;
+}
+
 /* The model folded for the device, in double (see ssae_cuda_frontend_dev.h). */
 static int start_device(ssae_cuda_fe *fe, const ssae_model *m, ssae_err *err) {
   const size_t M = (size_t)m->d.n_mels, F = (size_t)m->d.frames, L = (size_t)m->d.latent,
@@ -225,18 +238,10 @@ ssae_cuda_fe *ssae_cuda_fe_new(const ssae_model *m, const ssae_cuda_fe_cfg *cfg,
   fe->packed = calloc(nc, 1);
   if (!fe->ch || !fe->packed) goto oom;
   if (rl) {
-    /* Page-aligned (the device page-locks it), zeroed now: no page faults on
-     * the audio thread that writes it. Large rings in huge pages where the
-     * system has them: a block writes a little into every channel's row,
-     * and with 4 KB pages each row is a TLB miss (at 8,192 channels, about
-     * a millisecond per block on the H100 host's Xeon). */
-    const size_t align = nc * rl * sizeof(float) >= ((size_t)4 << 20) ? (size_t)2 << 20 : 4096;
-    fe->ring_bytes = (nc * rl * sizeof(float) + align - 1) & ~(align - 1);
-    if (!(fe->ring = aligned_alloc(align, fe->ring_bytes))) goto oom;
-#ifdef MADV_HUGEPAGE
-    if (align > 4096) madvise(fe->ring, fe->ring_bytes, MADV_HUGEPAGE);
-#endif
-    memset(fe->ring, 0, fe->ring_bytes);
+    /* In 2 MB pages at thousands of channels: with 4 KB pages each row the
+     * audio thread writes is a TLB miss (at 8,192 channels, about a
+     * millisecond per block on the H100 host's Xeon). */
+    if (!(fe->ring = ssae_fe_host_alloc(nc * rl * sizeof(float), &fe->ring_bytes))) goto oom;
   } else {
     for (size_t i = 0; i < nc; i++)
       if (!(fe->ch[i].hist = malloc(sizeof(float) * fe->hist_cap))) goto oom;

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "ssae_cuda_frontend_dev.h"
 #include "ssae_cuda_frontend_kernels.cuh"
@@ -160,14 +159,9 @@ static int build_tables(ssae_fe_dev *d, ssae_err *err) {
  * that and unregisters in a millisecond (BENCHMARKS.md). cudaHostAlloc
  * where that fails. */
 static cudaError_t host_blocks(ssae_fe_dev *d, size_t bytes) {
-  const size_t align = bytes >= ((size_t)4 << 20) ? (size_t)2 << 20 : 4096;
-  const size_t size = (bytes + align - 1) & ~(align - 1);
-  void *h = aligned_alloc(align, size);
+  size_t size = 0;
+  void *h = ssae_fe_host_alloc(bytes, &size);
   if (h) {
-#ifdef MADV_HUGEPAGE
-    if (align > 4096) madvise(h, size, MADV_HUGEPAGE);
-#endif
-    memset(h, 0, size);
     if (cudaHostRegister(h, size, cudaHostRegisterPortable) == cudaSuccess) {
       d->h_in = h;
       d->h_in_registered = 1;

@@ -20,6 +20,15 @@
 extern "C" {
 #endif
 
+/* Zeroed host memory for bytes, page-aligned (the device page-locks it),
+ * in 2 MB pages where it is large (4 MiB or more) and the system has them:
+ * a run or a block writes a little into many channels' rows, and with
+ * 4 KB pages each row is a TLB miss; touched now, so that no page fault
+ * comes later (an audio thread writes the rings) and page-locking it is
+ * quick. *size: the bytes allocated (bytes rounded up). NULL when out of
+ * memory. Free with free(). Host half (ssae_cuda_frontend.c). */
+void *ssae_fe_host_alloc(size_t bytes, size_t *size);
+
 /* What one run does on one channel (filled by the host half). */
 typedef struct ssae_fe_desc {
   long long n_in; /* stream samples before this run */

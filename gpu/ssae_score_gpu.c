@@ -469,8 +469,8 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
       }
     }
     st.gpu_s += now_s() - t_run;
-    const int filling = !failed && lane_busy(other, o.files);
-    if (filling) {
+    const int refill = !failed && lane_busy(other, o.files);
+    if (refill) {
       proto.l = other;
       fill_start(f, proto);
     }
@@ -486,7 +486,7 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
       r->error = NULL;
     }
     st.emit_s += now_s() - t_emit;
-    if (filling) {
+    if (refill) {
       const double t_wait = now_s();
       fill_wait(f, &st);
       st.wait_s += now_s() - t_wait;
