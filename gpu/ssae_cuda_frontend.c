@@ -11,6 +11,7 @@
  * read back after a CUDA error. */
 #include "ssae_cuda_frontend.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -116,6 +117,27 @@ void ssae_cuda_fe_free(ssae_cuda_fe *fe) {
 }
 
 int ssae_cuda_fe_device_present(void) { return ssae_fe_dev_present(); }
+
+static pthread_t warm_tid;
+static int warm_running, warm_device;
+
+static void *warm_main(void *arg) {
+  (void)arg;
+  ssae_fe_dev_warm(warm_device);
+  return NULL;
+}
+
+void ssae_cuda_fe_warm_up(int device) {
+  if (warm_running) return;
+  warm_device = device;
+  warm_running = !pthread_create(&warm_tid, NULL, warm_main, NULL);
+}
+
+void ssae_cuda_fe_warm_up_end(void) {
+  if (!warm_running) return;
+  pthread_join(warm_tid, NULL);
+  warm_running = 0;
+}
 
 void *ssae_fe_host_alloc(size_t bytes, size_t *size) {
   const size_t align = bytes >= ((size_t)4 << 20) ? (size_t)2 << 20 : 4096;

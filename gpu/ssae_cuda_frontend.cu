@@ -59,6 +59,11 @@ extern "C" int ssae_fe_dev_present(void) {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+extern "C" void ssae_fe_dev_warm(int device) {
+  if (cudaSetDevice(device) == cudaSuccess) cudaFree(0);
+  cudaGetLastError(); /* not sticky: cleared for the calls that follow */
+}
+
 extern "C" void ssae_fe_dev_free(ssae_fe_dev *d) {
   if (!d) return;
   if (d->have_stream) {

@@ -161,6 +161,16 @@ const char *ssae_cuda_fe_note(const ssae_cuda_fe *fe);
 /* 1 when a CUDA device is present. */
 int ssae_cuda_fe_device_present(void);
 
+/* Starts the CUDA driver and device's context on a thread of its own, so
+ * that what the caller does next (listing files, loading a model) overlaps
+ * them: in a fresh process they take 0.2 s before any GPU work can start
+ * (BENCHMARKS.md). Later CUDA calls of any thread wait for what is still
+ * under way. ssae_cuda_fe_warm_up_end waits for the thread: call it before
+ * the process can exit. Nothing happens when the thread cannot start, or
+ * with a warm-up already under way. From one thread (a program's main). */
+void ssae_cuda_fe_warm_up(int device);
+void ssae_cuda_fe_warm_up_end(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,6 +85,9 @@ typedef struct ssae_fe_dev ssae_fe_dev;
 
 /* 1 when a CUDA device is present. */
 int ssae_fe_dev_present(void);
+/* Starts the driver and makes device's primary context (errors ignored:
+ * the calls that need them report them). */
+void ssae_fe_dev_warm(int device);
 
 /* NULL with err on a CUDA failure or sizes the device cannot take. */
 ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *err);

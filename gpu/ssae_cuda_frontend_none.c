@@ -8,6 +8,8 @@
 
 int ssae_fe_dev_present(void) { return 0; }
 
+void ssae_fe_dev_warm(int device) { (void)device; }
+
 ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *err) {
   (void)cfg;
   ssae_err_set(err, "the GPU front end needs CUDA: this build has none");

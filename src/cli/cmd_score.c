@@ -780,8 +780,17 @@ int ssae_cmd_score(int argc, char **argv) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+#if SSAE_HAVE_CUDA
+    /* The driver and the context start while the files are listed and the
+     * model read (auto decides by the files' sizes, so not before). */
+    const int warm = !strcmp(o.backend, "cuda");
+    if (warm) ssae_cuda_fe_warm_up(o.device);
+#endif
     rc = o.shard || o.resume ? run_shard(&o, args.pos, args.n_pos)
                              : run_all(&o, args.pos, args.n_pos);
+#if SSAE_HAVE_CUDA
+    if (warm) ssae_cuda_fe_warm_up_end();
+#endif
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
   }

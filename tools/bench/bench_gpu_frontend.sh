@@ -9,7 +9,10 @@
 #
 # Also `--backend auto` on the same set and, with cpu and cuda, on its first
 # 100 clips (a job too small for the GPU's start-up: auto must stay on the
-# CPU). Prints a table (wall seconds per round, the median, clips/s), checks that
+# CPU); cuda and cpu on the set four times over (a job four times the size:
+# the GPU's fixed start-up spread over more work); and a process that only
+# starts CUDA (the driver and a context) and exits (tools/bench/pinned_bench
+# 0, built with CUDA): what any CUDA program pays on the host. Prints a table (wall seconds per round, the median, clips/s), checks that
 # the cuda and cpu file scores agree (1e-5 relative), and prints the
 # per-window limits of the GPU path computed from the kernels' arithmetic
 # and data movement (gpu/ssae_cuda_frontend.cu): PCIe bytes per second of
@@ -54,6 +57,11 @@ for r in $(seq 1 "$ROUNDS"); do
   run_timed small_auto "$SSAE" score -q --backend auto "${SMALL[@]}"
   run_timed small_cpu "$SSAE" score -q --backend cpu "${SMALL[@]}"
   run_timed small_cuda "$SSAE" score -q --backend cuda "${SMALL[@]}"
+  run_timed x4_cuda "$SSAE" score -q --backend cuda "$DIR" "$DIR" "$DIR" "$DIR"
+  run_timed x4_cpu "$SSAE" score -q --backend cpu "$DIR" "$DIR" "$DIR" "$DIR"
+  if [ -x "$BUILD/tools/bench/pinned_bench" ]; then
+    run_timed floor "$BUILD/tools/bench/pinned_bench" 0
+  fi
   if [ $TORCH_OK = 1 ]; then
     run_timed torch "$PY" "$HERE/torch_gpu_pipeline.py" "$MODEL" "$DIR"/clip*.wav
   fi
@@ -70,7 +78,11 @@ rows = [("ssae score --backend cuda", "cuda"), ("ssae score --backend cpu", "cpu
 if torch_ok:
     rows.append(("PyTorch GPU (torchaudio + module)", "torch"))
 rows += [("100 clips: --backend auto", "small_auto"), ("100 clips: --backend cpu", "small_cpu"),
-         ("100 clips: --backend cuda", "small_cuda")]
+         ("100 clips: --backend cuda", "small_cuda"),
+         ("4x the set: --backend cuda", "x4_cuda"), ("4x the set: --backend cpu", "x4_cpu")]
+import os
+if os.path.exists(f"{out}/floor.t"):
+    rows.append(("CUDA start + exit, no work", "floor"))
 med = {}
 print(f"{'pipeline':36s} {'rounds (s)':28s} {'median s':>9s} {'clips/s':>9s}")
 for label, key in rows:
@@ -78,13 +90,18 @@ for label, key in rows:
     ok = [float(t) for t in ts if t != "fail"]
     m = statistics.median(ok) if ok else float("nan")
     med[key] = m
-    clips = 100 if key.startswith("small") else n
+    clips = 100 if key.startswith("small") else 4 * n if key.startswith("x4") else n
     print(f"{label:36s} {' '.join(ts):28s} {m:9.3f} {clips / m if ok else float('nan'):9.0f}")
 if med["cuda"] == med["cuda"]:
     print(f"cuda / cpu speed-up: {med['cpu'] / med['cuda']:.2f}x"
           + (f", cuda / PyTorch: {med['torch'] / med['cuda']:.1f}x" if torch_ok else ""))
 print(f"auto / cpu: {med['cpu'] / med['auto']:.2f}x ({n} clips), "
       f"{med['small_cpu'] / med['small_auto']:.2f}x (100 clips)")
+print(f"cuda / cpu at {4 * n} files (the set 4 times): {med['x4_cpu'] / med['x4_cuda']:.2f}x; "
+      f"the extra {3 * n} files: {(med['x4_cpu'] - med['cpu']) / (med['x4_cuda'] - med['cuda']):.2f}x")
+if "floor" in med:
+    print(f"a CUDA process's start and exit alone: {med['floor']:.3f} s "
+          f"(cuda at {n} files beyond it: {med['cpu'] / max(med['cuda'] - med['floor'], 1e-9):.2f}x)")
 
 def scores(key):
     d = {}

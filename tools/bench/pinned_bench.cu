@@ -4,12 +4,15 @@
  * cudaFreeHost cost a large share of an offline job's time on the GPU.
  *
  *   pinned_bench [MIB [ROUNDS]]     (default 64 MiB, 3 rounds)
+ *   pinned_bench 0                  (the driver and the context, then exit)
  *
  * Prints, in milliseconds: the driver's start (the first CUDA call) and the
  * context's creation once, then per round: cudaHostAlloc + cudaFreeHost;
  * aligned_alloc in 2 MB pages + memset + cudaHostRegister, then
  * cudaHostUnregister + free; the same registration of memory not touched
- * first; and a host-to-device copy of the size from each kind. */
+ * first; and a host-to-device copy of the size from each kind. With 0 it
+ * stops after the context: timed as a whole process (bench_gpu_frontend.sh),
+ * what any CUDA program pays on this host before and after its work. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +41,8 @@ static char *huge(size_t bytes) {
 int main(int argc, char **argv) {
   const long mib = argc > 1 ? strtol(argv[1], NULL, 10) : 64;
   const int rounds = argc > 2 ? atoi(argv[2]) : 3;
-  if (mib < 2 || mib > 65536 || mib % 2 || rounds < 1) {
-    fprintf(stderr, "usage: pinned_bench [MIB (even) [ROUNDS]]\n");
+  if ((mib != 0 && mib < 2) || mib > 65536 || mib % 2 || rounds < 1) {
+    fprintf(stderr, "usage: pinned_bench [MIB (even, or 0) [ROUNDS]]\n");
     return 2;
   }
   const size_t bytes = (size_t)mib << 20;
@@ -49,7 +52,12 @@ int main(int argc, char **argv) {
   printf("driver start %.1f ms", now_ms() - t);
   t = now_ms();
   if (check(cudaFree(0), "creating the context")) return 1;
-  printf(", context %.1f ms; %ld MiB:\n", now_ms() - t, mib);
+  printf(", context %.1f ms", now_ms() - t);
+  if (!mib) {
+    printf("\n");
+    return 0;
+  }
+  printf("; %ld MiB:\n", mib);
   void *dev = NULL;
   if (check(cudaMalloc(&dev, bytes), "device memory")) return 1;
   printf("round  hostalloc  freehost  touch+register  unregister+free  register-untouched"
