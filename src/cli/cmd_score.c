@@ -453,8 +453,8 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
 
 /* `auto` takes the GPU front end for a job of at least this many bytes of
  * input per CPU core the CPU path would use, the CPU path below it. The
- * GPU path pays ~0.35 s before and after its work (driver, context,
- * page-locked memory; H100 host, BENCHMARKS.md) and then scores ~5x
+ * GPU path pays 0.3-0.4 s before and after its work (driver, context,
+ * page-locked memory; H100 host, BENCHMARKS.md) and then scores ~10x
  * faster than 16 cores: it breaks even near 60 MB of 16-bit audio per
  * core; over twice that leaves room for hosts and files that differ. A rule on
  * the input's size, read before any CUDA call (which would itself cost
