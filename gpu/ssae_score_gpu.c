@@ -325,17 +325,47 @@ static int cmp_ull(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The run's shape where the caller leaves it 0: a block long enough for
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Samples the files give per byte of file (at the model's rate, the one
+ * stream scored): the median over up to SHAPE_OPEN of the first
+ * SHAPE_FILES files, from their headers (1/2 for 16-bit mono WAV at the
+ * model's rate, more for compressed files, less for higher rates or more
+ * channels); 1/2 when no header says. Opening a few files costs well under
+ * the CUDA context this overlaps (ssae_cuda_fe_warm_up). */
+#define SHAPE_OPEN 16
+static double samples_per_byte(char *const *paths, size_t n, int channel, int rate) {
+  double r[SHAPE_OPEN];
+  int k = 0;
+  const size_t span = n < SHAPE_FILES ? n : SHAPE_FILES,
+               step = span > SHAPE_OPEN ? span / SHAPE_OPEN : 1;
+  for (size_t i = 0; i < span && k < SHAPE_OPEN; i += step) {
+    struct stat st;
+    if (stat(paths[i], &st) || !S_ISREG(st.st_mode) || st.st_size <= 0) continue;
+    ssae_err err = {{0}};
+    ssae_audio_stream *as = ssae_audio_open(paths[i], channel, rate, NULL, &err);
+    if (!as) continue;
+    const ssae_audio_info *info = ssae_audio_stream_info(as);
+    if (info->header_frames > 0 && info->file_rate > 0)
+      r[k++] = (double)info->header_frames * info->rate / info->file_rate / (double)st.st_size;
+    ssae_audio_close(as);
+  }
+  if (!k) return 0.5;
+  qsort(r, (size_t)k, sizeof *r, cmp_double);
+  return r[k / 2];
+}
+
+/* The runs' shape where the caller leaves it 0: a block long enough for
  * most files whole (the median size of the first SHAPE_FILES regular files
- * counted as 16-bit mono samples, rounded up to 16,384; 65,536 to
+ * in samples, samples_per_byte, rounded up to 16,384; 65,536 to
  * 1,048,576), so that a file is opened, read and closed in one fill:
  * hundreds of files open at once, each read a piece at a time, cost the
  * decoding threads several times their time (BENCHMARKS.md); then as many
- * files as SET_SAMPLES holds (16 to 256). The count is a file's length for
- * 16-bit mono WAV at the model's rate (the common case), more for other
- * rates and channel counts (a longer block, fewer files a run), less for
- * compressed files (several runs a file, which is only slower). */
-static void choose_shape(ssae_score_gpu_opts *o, char *const *paths, size_t n) {
+ * files as SET_SAMPLES holds (16 to 256). */
+static void choose_shape(ssae_score_gpu_opts *o, char *const *paths, size_t n, int rate) {
   if (!o->block) {
     unsigned long long sz[SHAPE_FILES];
     size_t k = 0;
@@ -346,7 +376,8 @@ static void choose_shape(ssae_score_gpu_opts *o, char *const *paths, size_t n) {
     unsigned long long b = 65536;
     if (k) {
       qsort(sz, k, sizeof *sz, cmp_ull);
-      b = (sz[k / 2] / 2 + 16383) / 16384 * 16384;
+      const double samples = (double)sz[k / 2] * samples_per_byte(paths, n, o->channel, rate);
+      b = samples >= 1048576.0 ? 1048576 : ((unsigned long long)samples + 16383) / 16384 * 16384;
     }
     o->block = b < 65536 ? 65536 : b > 1048576 ? 1048576 : (size_t)b;
   }
@@ -365,7 +396,7 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
   if (note) note->msg[0] = 0;
   if (o.channel == SSAE_CHANNEL_ALL)
     return ssae_err_set(err, "scoring needs one stream: a channel index or mix");
-  choose_shape(&o, paths, n);
+  choose_shape(&o, paths, n, m->feat.sample_rate);
   if ((size_t)o.files > n) o.files = n ? (int)n : 1;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int jobs = o.jobs > 0 ? o.jobs : ncpu < 1 ? 1 : (int)ncpu;

@@ -3,8 +3,9 @@ against `--backend cpu`: the same lines, errors and --windows file.
 
 Files: 300 short clips (more than one run's slots: slots are reused), long
 ones (several runs per file), a 48 kHz one (resampled), a file too short
-for a window and one that is not audio, in one call; and 40 clips of 6 s,
-whose size sets the runs' shape (each read whole in one run).
+for a window and one that is not audio, in one call; and 40 clips of 6 s
+at 16 and at 48 kHz, whose length sets the runs' shape (each read whole in
+one run).
 
 - Everywhere: the pipeline on the front end's CPU path (the test hook
   SSAE_SCORE_GPU_ON_CPU=1): output identical to --backend cpu, byte for
@@ -121,20 +122,24 @@ with tempfile.TemporaryDirectory() as d:
     # fit a block each (the median size as 16-bit samples, rounded up to
     # 16,384: 98,304), so all 40 are read whole in one run; the same output
     # as the CPU path.
-    six = os.path.join(d, "six")
-    os.makedirs(six)
-    for i in range(40):
-        subprocess.run([gen, "--seed", str(2000 + i), "--seconds", "6", "-o",
-                        os.path.join(six, f"six{i:02d}.wav")], check=True, capture_output=True)
-    env = dict(os.environ, SSAE_SCORE_GPU_ON_CPU="1")
-    sh = subprocess.run([ssae, "score", "-q", "--stats", "--backend", "cuda", six],
-                        capture_output=True, text=True, env=env)
-    sref = subprocess.run([ssae, "score", "-q", "--backend", "cpu", six],
-                          capture_output=True, text=True)
-    if "1 runs of 40 files x 98304 samples" not in sh.stderr or sh.stdout != sref.stdout \
-            or sh.returncode != 0:
-        fail(f"runs' shape for 40 clips of 6 s: rc={sh.returncode}, output "
-             f"{'same' if sh.stdout == sref.stdout else 'differs'}\n{sh.stderr}")
+    # The files' sample count comes from their headers, so 48 kHz files of 6 s
+    # (three times the bytes, resampled to 16 kHz) get the same block.
+    for rate in ("16000", "48000"):
+        six = os.path.join(d, f"six{rate}")
+        os.makedirs(six)
+        for i in range(40):
+            subprocess.run([gen, "--seed", str(2000 + i), "--seconds", "6", "--rate", rate, "-o",
+                            os.path.join(six, f"six{i:02d}.wav")], check=True,
+                           capture_output=True)
+        env = dict(os.environ, SSAE_SCORE_GPU_ON_CPU="1")
+        sh = subprocess.run([ssae, "score", "-q", "--stats", "--backend", "cuda", six],
+                            capture_output=True, text=True, env=env)
+        sref = subprocess.run([ssae, "score", "-q", "--backend", "cpu", six],
+                              capture_output=True, text=True)
+        if "1 runs of 40 files x 98304 samples" not in sh.stderr or sh.stdout != sref.stdout \
+                or sh.returncode != 0:
+            fail(f"runs' shape for 40 clips of 6 s at {rate} Hz: rc={sh.returncode}, output "
+                 f"{'same' if sh.stdout == sref.stdout else 'differs'}\n{sh.stderr}")
 
     probe = subprocess.run([os.path.join(build, "tests", "gpu", "test_cuda_frontend"), "--probe"],
                            capture_output=True, text=True)
