@@ -55,7 +55,7 @@ typedef struct ssae_score_gpu_opts {
   int channel; /* an index or SSAE_CHANNEL_MIX (ssae_audio.h) */
   int jobs;    /* decoding threads (0: all cores) */
   int device;  /* CUDA device */
-  /* The runs' shape; 0: chosen from the files' sizes (a block that holds
+  /* The runs' shape; 0: chosen from the files' lengths (a block that holds
    * most files whole, 65,536 to 1,048,576 samples; as many files as 2^24
    * samples a set allows, 16 to 256). */
   int files;    /* files per run in each set */
