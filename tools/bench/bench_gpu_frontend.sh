@@ -91,7 +91,8 @@ for label, key in rows:
     m = statistics.median(ok) if ok else float("nan")
     med[key] = m
     clips = 100 if key.startswith("small") else 4 * n if key.startswith("x4") else n
-    print(f"{label:36s} {' '.join(ts):28s} {m:9.3f} {clips / m if ok else float('nan'):9.0f}")
+    rate = f"{clips / m:9.0f}" if ok and key != "floor" else f"{'-':>9s}"
+    print(f"{label:36s} {' '.join(ts):28s} {m:9.3f} {rate}")
 if med["cuda"] == med["cuda"]:
     print(f"cuda / cpu speed-up: {med['cpu'] / med['cuda']:.2f}x"
           + (f", cuda / PyTorch: {med['torch'] / med['cuda']:.1f}x" if torch_ok else ""))
