@@ -33,6 +33,13 @@ rows = [l.split() for l in p.stdout.splitlines() if l.startswith("cpu ")]
 if p.returncode != 0 or len(rows) != 1 or not 1 <= int(rows[0][2]) <= 3:
     print(f"FAIL: slow batch: rc={p.returncode}\n{p.stdout}{p.stderr}")
     fails += 1
+else:
+    # windows/s over the timed calls, not the warm-up (the columns agree:
+    # counting the warm-up in made it about half of n / p50 at one call)
+    n, wps, p50 = int(rows[0][1]), float(rows[0][3]), float(rows[0][4])
+    if not 0.6 <= wps * p50 * 1e-6 / n <= 1.6:
+        print(f"FAIL: slow batch: windows/s {wps} against n / p50 {n / p50 * 1e6:.0f}")
+        fails += 1
 for bad in (["--batches", "0"], ["--batches", "1,x"], ["--seconds", "-1"],
             ["--backend", "tpu"], ["--frobnicate", "1"], ["--model"]):
     p = run(*bad)
