@@ -331,31 +331,30 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Samples the files give per byte of file (at the model's rate, the one
- * stream scored): the median over up to SHAPE_OPEN of the first
- * SHAPE_FILES files, from their headers (1/2 for 16-bit mono WAV at the
- * model's rate, more for compressed files, less for higher rates or more
+ * stream scored): the median over up to SHAPE_OPEN of the k files at[] of
+ * sizes sz[], from their headers (1/2 for 16-bit mono WAV at the model's
+ * rate, more for compressed files, less for higher rates or more
  * channels); 1/2 when no header says. Opening a few files costs well under
  * the CUDA context this overlaps (ssae_cuda_fe_warm_up). */
 #define SHAPE_OPEN 16
-static double samples_per_byte(char *const *paths, size_t n, int channel, int rate) {
+static double samples_per_byte(char *const *paths, const size_t *at,
+                               const unsigned long long *sz, size_t k, int channel, int rate) {
   double r[SHAPE_OPEN];
-  int k = 0;
-  const size_t span = n < SHAPE_FILES ? n : SHAPE_FILES,
-               step = span > SHAPE_OPEN ? span / SHAPE_OPEN : 1;
-  for (size_t i = 0; i < span && k < SHAPE_OPEN; i += step) {
-    struct stat st;
-    if (stat(paths[i], &st) || !S_ISREG(st.st_mode) || st.st_size <= 0) continue;
+  size_t got = 0;
+  const size_t step = k > SHAPE_OPEN ? k / SHAPE_OPEN : 1;
+  for (size_t j = 0; j < k && got < SHAPE_OPEN; j += step) {
+    if (!sz[j]) continue;
     ssae_err err = {{0}};
-    ssae_audio_stream *as = ssae_audio_open(paths[i], channel, rate, NULL, &err);
+    ssae_audio_stream *as = ssae_audio_open(paths[at[j]], channel, rate, NULL, &err);
     if (!as) continue;
     const ssae_audio_info *info = ssae_audio_stream_info(as);
     if (info->header_frames > 0 && info->file_rate > 0)
-      r[k++] = (double)info->header_frames * info->rate / info->file_rate / (double)st.st_size;
+      r[got++] = (double)info->header_frames * info->rate / info->file_rate / (double)sz[j];
     ssae_audio_close(as);
   }
-  if (!k) return 0.5;
-  qsort(r, (size_t)k, sizeof *r, cmp_double);
-  return r[k / 2];
+  if (!got) return 0.5;
+  qsort(r, got, sizeof *r, cmp_double);
+  return r[got / 2];
 }
 
 /* The runs' shape where the caller leaves it 0: a block long enough for
@@ -368,18 +367,22 @@ static double samples_per_byte(char *const *paths, size_t n, int channel, int ra
 static void choose_shape(ssae_score_gpu_opts *o, char *const *paths, size_t n, int rate) {
   if (!o->block) {
     unsigned long long sz[SHAPE_FILES];
-    size_t k = 0;
+    size_t at[SHAPE_FILES], k = 0;
     for (size_t i = 0; i < n && k < SHAPE_FILES; i++) {
       struct stat st;
-      if (!stat(paths[i], &st) && S_ISREG(st.st_mode)) sz[k++] = (unsigned long long)st.st_size;
+      if (!stat(paths[i], &st) && S_ISREG(st.st_mode)) {
+        sz[k] = (unsigned long long)st.st_size;
+        at[k++] = i;
+      }
     }
     unsigned long long b = 65536;
     if (k) {
+      const double per_byte = samples_per_byte(paths, at, sz, k, o->channel, rate);
       qsort(sz, k, sizeof *sz, cmp_ull);
-      const double samples = (double)sz[k / 2] * samples_per_byte(paths, n, o->channel, rate);
+      const double samples = (double)sz[k / 2] * per_byte;
       b = samples >= 1048576.0 ? 1048576 : ((unsigned long long)samples + 16383) / 16384 * 16384;
     }
-    o->block = b < 65536 ? 65536 : b > 1048576 ? 1048576 : (size_t)b;
+    o->block = b < 65536 ? 65536 : (size_t)b;
   }
   if (o->files <= 0) {
     const size_t f = SET_SAMPLES / o->block;
