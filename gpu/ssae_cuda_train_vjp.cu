@@ -13,7 +13,10 @@
  *                           gradient per block, dx per window)
  *   k_update(UPD_GRAD_OUT)  partials summed in block order in double,
  *                           through the basis normalisation, to dparams
- * all on the caller's stream. */
+ * all on the caller's stream. The fused reconstruction loss runs the
+ * trainer's own step instead (k_vjp_tc or k_fwd_bwd on the squared error,
+ * each block's sum of squares beside its partial gradient), then
+ * k_update(UPD_GRAD_OUT) and k_loss_sum. */
 #include "ssae_cuda_vjp.h"
 
 #include "ssae_train.h"
@@ -88,6 +91,17 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   }
 }
 
+/* The loss from the blocks' sums of squared errors, added in block order
+ * in double (the same bits on every run). */
+__global__ void k_loss_sum(const double *__restrict__ part_sse, int nparts, double inv,
+                           float *__restrict__ loss) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    double s = 0;
+    for (int b = 0; b < nparts; b++) s += part_sse[b];
+    *loss = (float)(s * inv);
+  }
+}
+
 /* The inference kernels' folded weights from the caller's parameters and
  * the normalised basis: one thread per folded value (ssae_fold_one). */
 __global__ void k_fold(dims_t d, const float *__restrict__ P, const float *__restrict__ bn,
@@ -113,6 +127,7 @@ struct ssae_cuda_vjp {
   size_t scores_cap;
   dev_w w;     /* w.p is set per call to the caller's parameters */
   float *part; /* kVjpMaxBlocks partial gradients */
+  double *part_sse; /* and their sums of squared errors (the fused loss) */
   cudaEvent_t done; /* the last call's work */
   int have_done;
 };
@@ -223,6 +238,19 @@ int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, flo
   return end(v, s, err);
 }
 
+/* Queues the sum of the first nparts partial gradients, in block order, to
+ * dparams. */
+int grad_out(ssae_cuda_vjp *v, int nparts, float *dparams, cudaStream_t s, ssae_err *err) {
+  adam_args a;
+  memset(&a, 0, sizeof a);
+  k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
+             kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, v->part, nparts,
+                                                             NULL, NULL, UPD_GRAD_OUT, a,
+                                                             dparams);
+  CKV(cudaGetLastError(), "launching the gradient sum");
+  return 0;
+}
+
 int backward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n,
              const float *dy, float *dparams, float *dx, cudaStream_t s, ssae_err *err) {
   if (begin(v, params, s, err)) return -1;
@@ -244,13 +272,39 @@ int backward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n,
     k_vjp<<<(unsigned)nparts, kFwdThreads, smem, s>>>(d, v->w, x, n, dy, NULL, dx, v->part);
   }
   CKV(cudaGetLastError(), "launching the backward kernel");
-  adam_args a;
-  memset(&a, 0, sizeof a);
-  k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
-             kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, v->part, nparts,
-                                                             NULL, NULL, UPD_GRAD_OUT, a,
-                                                             dparams);
-  CKV(cudaGetLastError(), "launching the gradient sum");
+  if (grad_out(v, nparts, dparams, s, err)) return -1;
+  return end(v, s, err);
+}
+
+int loss(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float *loss_dev,
+         float *dparams, cudaStream_t s, ssae_err *err) {
+  if (begin(v, params, s, err)) return -1;
+  if (n == 0) {
+    CKV(cudaMemsetAsync(dparams, 0, sizeof(float) * (size_t)v->d.P, s), "clearing gradients");
+    CKV(cudaMemsetAsync(loss_dev, 0xff, sizeof(float), s), "writing the loss"); /* a NaN */
+    return end(v, s, err);
+  }
+  /* d/dy of mean((y - x)^2) over n*F*M values: 2 (y - x) / (n*F*M) */
+  const double inv = 1.0 / ((double)n * v->d.F * v->d.M);
+  const float s2 = (float)(2.0 * inv);
+  int nparts;
+  if (v->tc) {
+    const size_t groups = (n + kTcWin - 1) / kTcWin;
+    nparts = (int)(groups < (size_t)v->nsm ? groups : (size_t)v->nsm);
+    k_vjp_tc<<<(unsigned)nparts, kTcThreads, tc_smem_bytes(), s>>>(
+        v->d, v->w, x, NULL, n, TC_MSE, s2, NULL, NULL, NULL, v->part, v->part_sse);
+  } else {
+    size_t smem;
+    const dims_t &d = dims_for(v, n, &smem);
+    const size_t groups = (n + d.wb - 1) / d.wb;
+    nparts = (int)(groups < (size_t)kVjpMaxBlocks ? groups : (size_t)kVjpMaxBlocks);
+    k_fwd_bwd<<<(unsigned)nparts, kFwdThreads, smem, s>>>(d, v->w, x, NULL, n, s2, MODE_GRAD,
+                                                          v->part, v->part_sse, NULL);
+  }
+  CKV(cudaGetLastError(), "launching the loss kernel");
+  if (grad_out(v, nparts, dparams, s, err)) return -1;
+  k_loss_sum<<<1, 32, 0, s>>>(v->part_sse, nparts, inv, loss_dev);
+  CKV(cudaGetLastError(), "launching the loss sum");
   return end(v, s, err);
 }
 
@@ -262,7 +316,7 @@ extern "C" void ssae_cuda_vjp_free(ssae_cuda_vjp *v) {
   if (cudaGetDevice(&prev) != cudaSuccess) cudaGetLastError();
   if (prev != v->dev) cudaSetDevice(v->dev);
   void *ptrs[] = {v->w.bn, v->w.bnt,   v->w.enct, v->w.bnwt, v->w.dect,
-                  v->w.gnorm, v->part, v->wf, v->scores};
+                  v->w.gnorm, v->part, v->part_sse, v->wf, v->scores};
   for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) cudaFree(ptrs[i]);
   if (v->done) cudaEventDestroy(v->done);
   if (prev >= 0 && prev != v->dev) cudaSetDevice(prev);
@@ -309,6 +363,9 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   CKN(cudaFuncSetAttribute(k_vjp, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            (int)(v->smem_large > v->smem ? v->smem_large : v->smem)),
       "raising the kernel's shared-memory limit");
+  CKN(cudaFuncSetAttribute(k_fwd_bwd, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)(v->smem_large > v->smem ? v->smem_large : v->smem)),
+      "raising the kernel's shared-memory limit");
   /* SSAE_CUDA_VJP=simt keeps k_vjp (a test hook: both kernels are checked) */
   const char *pick = getenv("SSAE_CUDA_VJP");
   v->nsm = prop.multiProcessorCount < kVjpMaxBlocks ? prop.multiProcessorCount : kVjpMaxBlocks;
@@ -340,6 +397,7 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   CKN(cudaMalloc(&v->w.dect, sizeof(float) * d.M * d.S), "allocating weights");
   CKN(cudaMalloc(&v->w.gnorm, sizeof(double) * d.L), "allocating the basis norms");
   CKN(cudaMalloc(&v->part, sizeof(float) * P * kVjpMaxBlocks), "allocating partial gradients");
+  CKN(cudaMalloc(&v->part_sse, sizeof(double) * kVjpMaxBlocks), "allocating partial losses");
   CKN(cudaEventCreateWithFlags(&v->done, cudaEventDisableTiming), "creating an event");
 #undef CKN
   return v;
@@ -374,5 +432,22 @@ extern "C" int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev,
   return leave(v, prev,
                backward(v, params_dev, x_dev, n, dy_dev, dparams_dev, dx_dev,
                         (cudaStream_t)stream, err),
+               err);
+}
+
+extern "C" int ssae_cuda_vjp_loss(ssae_cuda_vjp *v, const float *params_dev, const float *x_dev,
+                                  size_t n, float *loss_dev, float *dparams_dev, void *stream,
+                                  ssae_err *err) {
+  if (!params_dev || !loss_dev || !dparams_dev || (n && !x_dev))
+    return ssae_err_set(err, "loss: NULL buffer");
+  if (check_ptr(params_dev, v->dev, "parameters", err) ||
+      check_ptr(loss_dev, v->dev, "loss", err) ||
+      check_ptr(dparams_dev, v->dev, "parameter gradients", err) ||
+      (n && check_ptr(x_dev, v->dev, "input", err)))
+    return -1;
+  int prev = -1;
+  if (enter(v, &prev, err)) return leave(v, prev, -1, err);
+  return leave(v, prev,
+               loss(v, params_dev, x_dev, n, loss_dev, dparams_dev, (cudaStream_t)stream, err),
                err);
 }

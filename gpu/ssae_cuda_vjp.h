@@ -53,6 +53,15 @@ int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev, const floa
                            size_t n, const float *dy_dev, float *dparams_dev, float *dx_dev,
                            void *stream, ssae_err *err);
 
+/* The reconstruction loss and its gradient, fused: *loss_dev (one float) =
+ * the mean over the n*F*M values of (f(x) - x)^2 (PyTorch's
+ * mse_loss(f(x), x)), and dparams_dev = its gradient (the input taken as
+ * a constant) - the step `ssae train` takes, one pass over the windows
+ * instead of a forward, a loss and a backward. n 0: *loss_dev NaN (the
+ * mean of nothing), dparams_dev zeroed. */
+int ssae_cuda_vjp_loss(ssae_cuda_vjp *v, const float *params_dev, const float *x_dev, size_t n,
+                       float *loss_dev, float *dparams_dev, void *stream, ssae_err *err);
+
 #ifdef __cplusplus
 }
 #endif

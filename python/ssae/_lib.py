@@ -119,6 +119,14 @@ def _declare(lib):
             f = getattr(lib, name)
             f.restype = res
             f.argtypes = args
+    # The fused reconstruction loss (a later addition: a library without it
+    # still serves everything else).
+    lib.ssae_has_cuda_loss = lib.ssae_has_cuda_tensors and hasattr(lib, "ssae_api_net_loss_cuda")
+    if lib.ssae_has_cuda_loss:
+        f = lib.ssae_api_net_loss_cuda
+        f.restype = c_int
+        f.argtypes = [c_void_p, c_void_p, c_void_p, c_size_t, c_void_p, c_void_p, c_void_p,
+                      c_char_p]
 
 
 def load():

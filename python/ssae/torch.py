@@ -26,6 +26,10 @@ so state_dicts load either way. Where the forward runs:
   loop) the inference kernels of ssae.Model on a model made from them,
   in place on the current stream.
 
+reconstruction_loss(x) is mse_loss(model(x), x) with the forward, the
+loss and the backward fused into one pass (the trainer's step): the same
+loss and gradients, the fastest way to train the module.
+
 Plain PyTorch (the SPEC module's own operations) runs instead, with one
 RuntimeWarning:
 - when libssae cannot be loaded (per process);
@@ -323,6 +327,11 @@ class _Net:
         used, when given)."""
         if x.is_cuda:
             return self._backward_cuda(x, dy, params, want_dx, act)
+        dx, dp = self._backward_flat(x, dy, params, want_dx, act)
+        return dx, self._grads(dp, params)
+
+    def _backward_flat(self, x, dy, params, want_dx, act):
+        """The CPU backward: (dx or None, the flat parameter gradient)."""
         dp = torch.empty(self.n_params, dtype=torch.float32)
         dx = torch.empty_like(x) if want_dx else None
         dxp = _lib.fptr(dx.data_ptr()) if want_dx else None
@@ -340,7 +349,22 @@ class _Net:
                     self.h, _lib.fptr(x.data_ptr()), x.shape[0], _lib.fptr(dy.data_ptr()),
                     _lib.fptr(dp.data_ptr()), dxp, err)
         self._check(rc, err)
-        return dx, self._grads(dp, params)
+        return dx, dp
+
+    def loss(self, x, params):
+        """(the mean squared reconstruction error of x over every value, as
+        a 0-dim tensor on x's device; its flat parameter gradient), x taken
+        as a constant. CUDA: one library call (ssae_api_net_loss_cuda, the
+        trainer's own step); CPU: the training forward keeping its
+        activations, the error's gradient, the backward from them."""
+        if x.is_cuda:
+            return self._loss_cuda(x, params)
+        y, act = self.forward_train(x, params)
+        d = y.sub_(x)
+        loss = d.pow(2).mean()
+        dy = d.mul_(2.0 / d.numel())
+        _, dp = self._backward_flat(x, dy, params, False, act)
+        return loss, dp
 
     # CUDA: the parameters as one flat vector on the device, every call (the
     # optimiser changes them in place); all work queued on the current
@@ -448,6 +472,20 @@ class _Net:
         self._check(rc, err)
         return dx, self._grads(dp, params)
 
+    def _loss_cuda(self, x, params):
+        with _on_device(x.device):
+            stream = _stream(x.get_device())
+            dp = torch.empty(self.n_params, dtype=torch.float32, device=x.device)
+            loss = torch.empty((), dtype=torch.float32, device=x.device)
+            err = _lib.errbuf()
+            with self.lock:
+                flat = self._flat_cuda(params, stream)
+                rc = self.lib.ssae_api_net_loss_cuda(self.h, flat.data_ptr(), x.data_ptr(),
+                                                     x.shape[0], loss.data_ptr(),
+                                                     dp.data_ptr(), stream or None, err)
+        self._check(rc, err)
+        return loss, dp
+
     def forward_train_cuda(self, x, params):
         """(y, the flat parameter vector it was computed with: the backward's,
         so that one concatenation serves the step); under no_grad."""
@@ -519,6 +557,24 @@ class _Autoencoder(torch.autograd.Function):
         dx, grads = _backward(ctx.net, x, dy, params, ctx.needs_input_grad[0],
                               ctx.owner._dims(), ctx.owner._kernel_failed, act)
         return (dx, None, None, *grads)
+
+
+class _ReconLoss(torch.autograd.Function):
+    """mse_loss(f(x; params), x) with its parameter gradients computed in
+    the same pass (x a constant): the backward only scales them by the
+    loss's upstream gradient."""
+
+    @staticmethod
+    def forward(ctx, x, net, *params):
+        loss, dp = net.loss(x, params)
+        ctx.net, ctx.params = net, params
+        ctx.save_for_backward(dp)
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        dp, = ctx.saved_tensors
+        return (None, None, *ctx.net._grads(dp * g, ctx.params))
 
 
 def _custom_op_available():
@@ -701,6 +757,33 @@ class SpectralShapeAutoencoder(nn.Module):
             except KernelError as e:
                 self._kernel_failed(e)
         return reference_forward(x2, params, self._dims())
+
+    def reconstruction_loss(self, x):
+        """torch.nn.functional.mse_loss(self(x), x), the loss an autoencoder
+        trains on (`ssae train`'s), in one pass of ssae's kernels when
+        parameters want gradients: the forward, the squared error and the
+        backward together (on CUDA one library call; no reconstruction
+        written, no loss graph for autograd to walk), so that
+
+            loss = model.reconstruction_loss(x); loss.backward()
+
+        gives the same loss and parameter gradients as the plain module's
+        step, in less time. Otherwise (no gradient wanted, x wanting its
+        own gradient, torch.compile tracing, an empty batch, plain
+        PyTorch after a fallback) it is exactly mse_loss(self(x), x).
+        Forward hooks do not see the fused pass."""
+        params = self._params()
+        self._check_input(x, params)
+        x2 = x.reshape(-1, self.frames * self.n_mels)
+        if (x2.shape[0] and not x.requires_grad and torch.is_grad_enabled() and
+                not _compiling() and any(p.requires_grad for p in params) and
+                self._use_kernel(x, params) and
+                (not x.is_cuda or _lib.load().ssae_has_cuda_loss)):
+            try:
+                return _ReconLoss.apply(x2, _Net.get(self._dims()), *params)
+            except KernelError as e:
+                self._kernel_failed(e)
+        return F.mse_loss(self(x2), x2)
 
     def fail_next(self):
         """Test hook: the next kernel call (forward or backward) fails; the

@@ -482,6 +482,17 @@ int ssae_api_net_backward_cuda(ssae_api_net *net, const float *params_dev, const
   if (n) atomic_store(&last_device_input, (const void *)x_dev);
   return SSAE_API_OK;
 }
+
+int ssae_api_net_loss_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
+                           size_t n, float *loss_dev, float *dparams_dev, void *stream,
+                           ssae_err *err) {
+  int rc = net_cuda(net, err);
+  if (rc) return rc;
+  if (ssae_cuda_vjp_loss(net->cuda, params_dev, x_dev, n, loss_dev, dparams_dev, stream, err))
+    return SSAE_API_EBACKEND;
+  if (n) atomic_store(&last_device_input, (const void *)x_dev);
+  return SSAE_API_OK;
+}
 #endif
 
 int ssae_api_save(const char *path, const int dims[4], const float *params, size_t n,

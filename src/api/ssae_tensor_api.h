@@ -220,6 +220,16 @@ int ssae_api_net_forward_cuda(ssae_api_net *net, const float *params_dev, const 
 int ssae_api_net_backward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
                                size_t n, const float *dy_dev, float *dparams_dev,
                                float *dx_dev, void *stream, ssae_err *err);
+/* The reconstruction loss of n windows and its gradient in one pass (the
+ * step `ssae train` takes): *loss_dev (one float of device memory) = the
+ * mean over the n*F*M values of (f(x) - x)^2, as PyTorch's
+ * mse_loss(f(x), x), and dparams_dev (the flat vector's length) = its
+ * gradient with x taken as a constant; no reconstruction is written and
+ * no upstream gradient read. The same kernels and accuracy as
+ * ssae_api_net_backward_cuda. n 0: *loss_dev NaN, dparams_dev zeroed. */
+int ssae_api_net_loss_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
+                           size_t n, float *loss_dev, float *dparams_dev, void *stream,
+                           ssae_err *err);
 /* Test hook: the input device pointer the last *_cuda call that ran on the
  * device read (x_dev), NULL before any. */
 const void *ssae_api_last_device_input(void);

@@ -2,6 +2,7 @@
 log-mel-scale inputs from generated audio, WAV files, the ssae program."""
 import os
 import sys
+import warnings
 import wave
 
 import numpy as np
@@ -75,3 +76,51 @@ def model_path(request, random_model_path):
 
 def oracle(path):
     return ssae_torch.load_model(path, dtype=torch.float64)[0]
+
+
+def check_reconstruction_loss(m, ref, x):
+    """m.reconstruction_loss against mse_loss of the float64 module: the
+    fused pass (its own autograd node), loss and every parameter's gradient
+    within 1e-4 (the oracle: ref, the float64 SPEC module with m's
+    weights), an upstream gradient other than 1 scaling them; the
+    unfused cases (x wanting its gradient, no_grad, an empty batch) equal
+    mse_loss(m(x), x)."""
+    dev = x.device
+    x64 = x.detach().cpu().double().reshape(-1, 320)
+    m.zero_grad(set_to_none=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = m.reconstruction_loss(x)
+        assert type(loss.grad_fn).__name__ == "_ReconLossBackward"
+        assert loss.shape == () and loss.device == dev and loss.dtype == torch.float32
+        (2.5 * loss).backward()
+    check_loss_grads(m, loss, ref, x64, scale=2.5)
+    # the input's gradient too: mse_loss(m(x), x) on the module's kernels
+    xg = x.detach().clone().requires_grad_(True)
+    xr = x64.clone().requires_grad_(True)
+    lg = m.reconstruction_loss(xg)
+    assert type(lg.grad_fn).__name__ == "MseLossBackward0"
+    lg.backward()
+    torch.nn.functional.mse_loss(ref(xr), xr).backward()
+    assert rel_l2(xg.grad.cpu().reshape(-1, 320), xr.grad) <= 1e-4
+    with torch.no_grad():
+        xf = x.reshape(-1, 320)
+        assert torch.equal(m.reconstruction_loss(x), torch.nn.functional.mse_loss(m(xf), xf))
+    with warnings.catch_warnings(record=True):  # mean of an empty tensor
+        e = m.reconstruction_loss(x[:0])
+    assert torch.isnan(e)
+
+
+def check_loss_grads(m, loss, ref, x_ref, scale=1.0):
+    """m's loss (its backward done, the gradients scaled by scale) against
+    mse_loss(ref(x_ref), x_ref): the value within 1e-5, every parameter's
+    gradient within 1e-4 (relative)."""
+    ref.zero_grad()
+    want = torch.nn.functional.mse_loss(ref(x_ref), x_ref)
+    want.backward()
+    lv, wv = float(loss.detach()), float(want.detach())
+    assert abs(lv - wv) <= 1e-5 * wv, (lv, wv)
+    got = dict(m.named_parameters())
+    for name, p in ref.named_parameters():
+        err = rel_l2(got[name].grad.cpu() / scale, p.grad.cpu())
+        assert err <= 1e-4, (name, err)

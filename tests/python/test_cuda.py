@@ -4,7 +4,8 @@ float64 module; the kernel reads the tensor's own memory on the caller's
 stream (a stream-ordered producer, the pointer the library saw, no wait);
 the drop-in module forward and backward on CUDA (gradients within 1e-4 of
 float64 autograd); the fallback under the CUDA failure hooks (same results,
-one warning); mixed devices refused."""
+one warning); the fused reconstruction loss on CUDA; mixed devices
+refused."""
 import warnings
 
 import numpy as np
@@ -15,7 +16,8 @@ import ssae
 import ssae._lib
 import ssae.torch as st
 import ssae_torch
-from conftest import DEFAULT_MODEL, oracle, rel_l2
+from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss, oracle,
+                      rel_l2)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -302,6 +304,55 @@ def test_module_gradients_on_cuda_other_dims():
     for name, p in ref.named_parameters():
         assert rel_l2(got[name].grad.cpu(), p.grad) <= 1e-4, name
     assert rel_l2(x.grad.cpu(), x64.grad) <= 1e-4
+
+
+def has_loss_entry_point():
+    return has_entry_points() and ssae._lib.load().ssae_has_cuda_loss
+
+
+@pytest.mark.skipif(not has_loss_entry_point(), reason="this libssae has no fused loss")
+@pytest.mark.parametrize("dims", ["default", "other"])
+def test_reconstruction_loss_on_cuda(dims, windows):
+    """The fused loss on CUDA tensors (the tensor-core kernel for the
+    default dimensions, the trainer's for others): loss and gradients
+    within 1e-4 of float64 autograd, on the input's own memory and the
+    current stream; a batch of more groups than gradient blocks, no
+    multiple of a group; a kernel failure falls back with one warning."""
+    lib = ssae._lib.load()
+    if dims == "default":
+        m, ref = pair(13)
+        x = torch.from_numpy(np.tile(windows, (41, 1))[:4999])
+    else:
+        d = dict(n_mels=40, frames=4, latent_dim=16, slice_latent_dim=24)
+        torch.manual_seed(13)
+        m = st.SpectralShapeAutoencoder(**d)
+        ref = ssae_torch.SpectralShapeAutoencoder(**d)
+        ref.load_state_dict(m.state_dict())
+        ref = ref.double()
+        x = torch.randn(5003, 160, generator=torch.Generator().manual_seed(7)) * 12 - 40
+    m = m.cuda()
+    xc = x.cuda()
+    if dims == "default":
+        check_reconstruction_loss(m, ref, xc)
+        check_reconstruction_loss(m, ref, xc[:300].view(-1, 5, 64))
+    else:
+        loss = m.reconstruction_loss(xc)
+        assert type(loss.grad_fn).__name__ == "_ReconLossBackward"
+        loss.backward()
+        check_loss_grads(m, loss, ref, x.double())
+    m.reconstruction_loss(xc)
+    assert lib.ssae_api_last_device_input() == xc.data_ptr()
+    # a failure: plain PyTorch from then on, the same loss
+    m.zero_grad(set_to_none=True)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        m.fail_next()
+        loss = m.reconstruction_loss(xc)
+        loss.backward()
+    msgs = runtime_warnings(rec)
+    assert len(msgs) == 1 and "test hook" in msgs[0], msgs
+    assert not m.uses_kernel
+    check_loss_grads(m, loss, ref, x.double())
 
 
 @needs_entry_points

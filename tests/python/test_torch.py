@@ -1,7 +1,8 @@
 """ssae.torch.SpectralShapeAutoencoder against the SPEC module
 (tools/ssae_torch.py): forward within SPEC section 2's tolerances of
 float64, gradients of every parameter and of the input within 1e-4 of
-autograd in float64, 200 Adam steps ending at the plain module's loss,
+autograd in float64, the fused reconstruction loss's too, 200 Adam steps
+(with either loss) ending at the plain module's loss,
 model files both ways, fallbacks (library absent, kernel failure) with one
 warning, bad input."""
 import warnings
@@ -14,7 +15,7 @@ import ssae
 import ssae._lib
 import ssae.torch as st
 import ssae_torch
-from conftest import DEFAULT_MODEL, oracle, rel_l2
+from conftest import DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss, oracle, rel_l2
 
 
 def pair(seed=0, path=None):
@@ -121,14 +122,51 @@ def test_backward_from_kept_activations(windows, monkeypatch):
         assert torch.equal(q.grad, a)
 
 
-def train(model, data, steps=200, batch=128, seed=0):
+def test_reconstruction_loss_vs_float64(windows):
+    m, ref = pair(seed=11)
+    check_reconstruction_loss(m, ref, torch.from_numpy(windows[:300]))
+    # (n, F, M) input; a batch too large to keep the activations
+    x = torch.from_numpy(np.tile(windows, (41, 1))[:5003])
+    assert x.numel() * 4 * 6 > st.KEEP_ACTIVATIONS_BYTES
+    check_reconstruction_loss(m, ref, x.view(-1, 5, 64))
+
+
+def test_reconstruction_loss_falls_back(windows):
+    """A kernel failure in the fused pass: one warning, the module goes on
+    in plain PyTorch, the same loss and gradients."""
+    m, _ = pair(seed=12)
+    plain = ssae_torch.SpectralShapeAutoencoder()
+    plain.load_state_dict(m.state_dict())
+    x = torch.from_numpy(windows[:100])
+    m.reconstruction_loss(x)  # warm
+    m.zero_grad(set_to_none=True)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        m.fail_next()
+        loss = m.reconstruction_loss(x)
+        loss.backward()
+    msgs = runtime_warnings(rec)
+    assert len(msgs) == 1 and "test hook" in msgs[0], msgs
+    assert not m.uses_kernel and type(loss.grad_fn).__name__ == "MseLossBackward0"
+    check_loss_grads(m, loss, plain, x)
+
+
+def mse_step(model, xb):
+    return torch.nn.functional.mse_loss(model(xb), xb)
+
+
+def fused_step(model, xb):
+    return model.reconstruction_loss(xb)
+
+
+def train(model, data, steps=200, batch=128, seed=0, loss_of=mse_step):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(seed)
     loss = None
     for _ in range(steps):
         idx = torch.randint(0, len(data), (batch,), generator=g)
         xb = data[idx]
-        loss = torch.nn.functional.mse_loss(model(xb), xb)
+        loss = loss_of(model, xb)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -150,16 +188,20 @@ def test_adam_training_matches_plain_module(windows):
     plain = plain.double()
     with torch.no_grad():
         start = float(torch.nn.functional.mse_loss(plain(data.double()), data.double()))
+    fused = st.SpectralShapeAutoencoder()
+    fused.load_state_dict(m.state_dict())
     a = train(m, data)
     b = train(plain, data.double())
     c = train(plain32, data)
-    assert m.uses_kernel
+    f = train(fused, data, loss_of=fused_step)  # the fused loss and backward
+    assert m.uses_kernel and fused.uses_kernel
     assert a < 0.5 * start  # it trained
     # The same loss as the plain module within 1e-3: the plain module in
     # float64, or PyTorch's own in float32 (over 200 Adam steps float32
     # drifts from float64 by about 1e-3 either way, with the order of the
     # sums, which the thread count changes).
-    assert abs(a - b) <= 1e-3 * b or abs(a - c) <= 1e-3 * c, (a, b, c)
+    for got in (a, f):
+        assert abs(got - b) <= 1e-3 * b or abs(got - c) <= 1e-3 * c, (got, b, c)
 
 
 def test_model_files(tmp_path):

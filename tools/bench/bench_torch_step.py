@@ -1,7 +1,10 @@
 """Benchmark (not a test): the drop-in module's training step on CUDA
 tensors, split into the forward and the loss + backward (CUDA events), then
 the whole step (forward, MSE loss, backward, synchronised) against the plain
-SPEC module (tools/ssae_torch.py) in float32, per batch size.
+SPEC module (tools/ssae_torch.py) in float32, per batch size; and the step
+with the module's fused loss (zero_grad, model.reconstruction_loss(x),
+backward: the forward, the loss and the backward in one library call on
+CUDA).
 
 usage: PYTHONPATH=build/python:tools python3 tools/bench/bench_torch_step.py
        [--sizes 512,8192,65536] [--rounds 2] [--breakdown]
@@ -45,6 +48,14 @@ def stepper(x):
     return step
 
 
+def fused_stepper(x):
+    """One training step on x with the drop-in module's fused loss."""
+    def step(mod):
+        mod.zero_grad(set_to_none=True)
+        mod.reconstruction_loss(x).backward()
+    return step
+
+
 def run_sizes(sizes):
     import torch
 
@@ -72,18 +83,20 @@ def run_sizes(sizes):
             f += ev[0].elapsed_time(ev[1])
             b += ev[1].elapsed_time(ev[2])
         t = {}
-        for name, mod in (("ssae", m), ("torch", plain)):
+        for name, mod, st in (("ssae", m, step), ("torch", plain, step),
+                              ("fused", m, fused_stepper(x))):
+            st(mod)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(reps):
-                step(mod)
+                st(mod)
             torch.cuda.synchronize()
             t[name] = (time.perf_counter() - t0) / reps * 1e3
         if not m.uses_kernel:
             print("note: the drop-in module fell back to plain PyTorch", file=sys.stderr)
-        print("%-9s %6d %9.3f %15.3f %12.3f %7.3f %9.2f" % (
-            kernels, n, f / reps, b / reps, t["ssae"], t["torch"], t["torch"] / t["ssae"]),
-            flush=True)
+        print("%-9s %6d %9.3f %15.3f %12.3f %7.3f %9.2f %12.3f %9.2f" % (
+            kernels, n, f / reps, b / reps, t["ssae"], t["torch"], t["torch"] / t["ssae"],
+            t["fused"], t["torch"] / t["fused"]), flush=True)
 
 
 def breakdown(sizes, rounds):
@@ -153,7 +166,7 @@ def main():
     if a.breakdown:
         breakdown(sizes, a.rounds)
         return 0
-    print("kernels    batch  fwd (ms)  loss+bwd (ms)  step: ssae   torch   x torch")
+    print("kernels    batch  fwd (ms)  loss+bwd (ms)  step: ssae   torch   x torch   fused loss   x torch")
     for _ in range(a.rounds):
         for simt in (True, False):
             env = dict(os.environ)
