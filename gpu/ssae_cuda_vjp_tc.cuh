@@ -302,16 +302,30 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   auto sl = [](const float *a, int s, int j) { return a[s * kTcLd + j]; };
   auto code = [](int wi, int cc) { return (wi * 5 + (cc >> 6)) * kTcLd + (cc & 63); };
   /* LayerNorm 1's output of the group again, into U2 (rows past the last
-   * window zero) */
+   * window zero); a thread's loads of the input first, five at a time
+   * (issued one after another they cost a trip to L2 each) */
   auto ln1_again = [&](size_t base, int R, float *U2) {
-    for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
-      const int s = i >> 6, j = i & 63;
-      float xh = 0.f, u = 0.f;
-      if (s < R) {
-        const float *xr = x + (offs ? offs[base + s / 5] : (base + s / 5) * 320) + s % 5 * 64;
-        tc_ln1(__ldg(xr + j), MU1[s], RS1[s], __ldg(ln1w + j), __ldg(ln1b + j), xh, u);
+    constexpr int IT = kTcRows * 64 / kTcThreads, HALF = 5;
+    static_assert(kTcRows * 64 % kTcThreads == 0 && IT % 5 == 0, "whole rounds");
+    const int j = tid & 63, s0 = tid >> 6; /* element s0 + 8 k of column j */
+    const float w1 = __ldg(ln1w + j), b1 = __ldg(ln1b + j);
+#pragma unroll 1
+    for (int h = 0; h < IT; h += HALF) {
+      float xv[HALF];
+#pragma unroll
+      for (int k = 0; k < HALF; k++) {
+        const int s = s0 + 8 * (h + k);
+        xv[k] = s < R ? __ldg(x + (offs ? offs[base + s / 5] : (base + s / 5) * 320) +
+                              s % 5 * 64 + j)
+                      : 0.f;
       }
-      U2[s * kTcLd + j] = u;
+#pragma unroll
+      for (int k = 0; k < HALF; k++) {
+        const int s = s0 + 8 * (h + k);
+        float xh = 0.f, u = 0.f;
+        if (s < R) tc_ln1(xv[k], MU1[s], RS1[s], w1, b1, xh, u);
+        U2[s * kTcLd + j] = u;
+      }
     }
   };
 
@@ -355,12 +369,29 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       }
     }
     __syncthreads();
-    /* slice encoder: h = GELU(u We^T + be), GELU' kept */
+    /* the next group's input towards L2 (its LayerNorm 1 then waits for L2,
+     * not for DRAM): a 128-byte line a thread */
+    {
+      const size_t nb = base + (size_t)gridDim.x * kTcWin;
+      const int wi = tid / 10, line = tid % 10;
+      if (tid < kTcWin * 10 && nb + wi < n) {
+        const float *p = x + (offs ? offs[nb + wi] : (nb + wi) * 320) + line * 32;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+      }
+    }
+    /* slice encoder: h = GELU(u We^T + be), GELU' kept; the GELUs in a
+     * pass of their own over all the threads (in the product's epilogue
+     * the four warps with a second tile did a fifth of them alone) */
     tc_gemm<kTcRows, 64, 64>(
         [&](int s, int k) { return sl(U, s, k); }, [&](int k, int o) { return WE[o * kTcLd + k]; },
-        [&](int s, int o, float v) {
-          gelu(v + __ldg(be + o), &H[s * kTcLd + o], &G1[s * kTcLd + o]);
-        });
+        [&](int s, int o, float v) { H[s * kTcLd + o] = v + __ldg(be + o); });
+    __syncthreads();
+#pragma unroll 5
+    for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
+      const int e = (i >> 6) * kTcLd + (i & 63);
+      const float a = H[e];
+      gelu(a, &H[e], &G1[e]);
+    }
     __syncthreads();
     /* z = B c */
     tc_gemm_k320(
@@ -380,13 +411,18 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       if (lane == 0) RS2[warp] = rf;
     }
     __syncthreads();
-    /* bottleneck: z' = GELU(v Wb^T + bb) */
+    /* bottleneck: z' = GELU(v Wb^T + bb); the product's two tiles on two
+     * warps, the GELUs a thread each */
     tc_gemm<kTcWin, 32, 32>(
         [&](int wi, int k) { return V[wi * kTcLdw + k]; },
         [&](int k, int l) { return WB[l * kTcLdw + k]; },
-        [&](int wi, int l, float v) {
-          gelu(v + __ldg(bbias + l), &ZP[wi * kTcLdw + l], &G2[wi * kTcLdw + l]);
-        });
+        [&](int wi, int l, float v) { ZP[wi * kTcLdw + l] = v + __ldg(bbias + l); });
+    __syncthreads();
+    {
+      const int e = (tid >> 5) * kTcLdw + (tid & 31);
+      const float a = ZP[e];
+      gelu(a, &ZP[e], &G2[e]);
+    }
     __syncthreads();
     /* r = B^T z', into the slices' rows */
     tc_gemm<kTcWin, 320, 32>(
@@ -417,20 +453,35 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       }
       __syncthreads();
     } else {
-      /* the loss's: y - x (zero past the last window), then per window
-       * (a warp each) its squared error in double and s2 (y - x) */
+      /* the loss's: y, then per window (a warp each: its input read in
+       * whole rows, a thread's loads first) y - x, its squared error in
+       * double and s2 (y - x); zero past the last window */
       tc_gemm<kTcRows, 64, 64>(
           [&](int s, int k) { return sl(RR, s, k); },
           [&](int k, int m) { return WD[m * kTcLd + k]; },
-          [&](int s, int m, float v) {
-            DY[s * kTcLd + m] = s < R ? (v + __ldg(bd + m)) - __ldg(xrow(s) + m) : 0.f;
-          });
+          [&](int s, int m, float v) { DY[s * kTcLd + m] = v + __ldg(bd + m); });
       __syncthreads();
       double e = 0;
-      for (int i = lane; i < 320; i += 32) {
-        float *p = DY + (warp * 5 + (i >> 6)) * kTcLd + (i & 63);
-        e += (double)*p * (double)*p;
-        *p = s2 * *p;
+      float *dw = DY + warp * 5 * kTcLd;
+      if (warp < nw) {
+        const float *xw = x + (offs ? offs[base + warp] : (base + warp) * 320);
+        constexpr int HALF = 5;
+#pragma unroll 1
+        for (int h = 0; h < 10; h += HALF) {
+          float xv[HALF];
+#pragma unroll
+          for (int k = 0; k < HALF; k++) xv[k] = __ldg(xw + lane + 32 * (h + k));
+#pragma unroll
+          for (int k = 0; k < HALF; k++) {
+            const int i = lane + 32 * (h + k);
+            float *p = dw + (i >> 6) * kTcLd + (i & 63);
+            const float d = *p - xv[k];
+            e += (double)d * (double)d;
+            *p = s2 * d;
+          }
+        }
+      } else {
+        for (int i = lane; i < 320; i += 32) dw[(i >> 6) * kTcLd + (i & 63)] = 0.f;
       }
       sse += warp_sum(e);
       __syncthreads();
