@@ -422,9 +422,36 @@ def test_mixed_devices(windows):
     x = torch.from_numpy(windows[:10]).cuda()
     with pytest.raises(ValueError, match=r"input on cuda:0, parameters on cpu"):
         m(x)
+    with pytest.raises(ValueError, match=r"input on cuda:0, parameters on cpu"):
+        m.reconstruction_loss(x)
     m = m.cuda()
     with pytest.raises(ValueError, match=r"input on cpu, parameters on cuda:0"):
         m(x.cpu())
+    with pytest.raises(ValueError, match=r"input on cpu, parameters on cuda:0"):
+        m.reconstruction_loss(x.cpu())
+
+
+@pytest.mark.skipif(not has_loss_entry_point(), reason="this libssae has no fused loss")
+def test_loss_entry_point_refuses_host_memory(windows):
+    """The C entry point names a buffer that is not the device's memory
+    (a C caller's mistake; the package never makes it) and writes nothing."""
+    lib = ssae._lib.load()
+    net = st._Net((64, 5, 32, 64))
+    x = torch.from_numpy(windows[:10]).cuda()
+    flat = torch.cat([p.reshape(-1) for p in st.SpectralShapeAutoencoder().cuda()._params()])
+    dp = torch.zeros(net.n_params, device="cuda")
+    loss = torch.zeros((), device="cuda")
+    host = torch.zeros(net.n_params)
+    for args, what in (((flat, x, loss, host), "parameter gradients: host memory"),
+                       ((flat, x.cpu(), loss, dp), "input: host memory"),
+                       ((flat.cpu(), x, loss, dp), "parameters: host memory")):
+        err = ssae._lib.errbuf()
+        p, xi, lo, g = args
+        rc = lib.ssae_api_net_loss_cuda(net.h, p.data_ptr(), xi.data_ptr(), 10, lo.data_ptr(),
+                                        g.data_ptr(), None, err)
+        assert rc == ssae._lib.EBACKEND and what in err.value.decode(), err.value
+    torch.cuda.synchronize()
+    assert float(loss) == 0 and not dp.any()
 
 
 def test_without_entry_points_copies_once(monkeypatch, windows):
