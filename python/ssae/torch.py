@@ -160,9 +160,6 @@ try:
 except ImportError:
     def _flatten(ts):
         return torch.cat([t.detach().reshape(-1) for t in ts])
-# The flat gradient back to views shaped as the parameters, also in one
-# call (instead of a split and a view per parameter from Python).
-_unflatten = getattr(getattr(torch._C, "_nn", None), "unflatten_dense_tensors", None)
 
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -200,6 +197,15 @@ class _Net:
         self.dims = (ctypes.c_int * 4)(*dims)
         self.win = dims[0] * dims[1]
         self.n_params = self.lib.ssae_api_dims_param_count(self.dims)
+        # the parameters' shapes in TENSOR_NAMES' order (the flat gradient
+        # back to them: _grads)
+        M, Fr, L, S = dims
+        self._shapes = [(M,), (M,), (S, M), (S,), (L, Fr * S), (L,), (L,), (L, L), (L,),
+                        (M, S), (M,)]
+        self._sizes = [a * b for a, b in (sh if len(sh) == 2 else sh + (1,)
+                                          for sh in self._shapes)]
+        assert sum(self._sizes) == self.n_params
+        self._views = [sh if len(sh) == 2 else None for sh in self._shapes]
         err = _lib.errbuf()
         self.h = self.lib.ssae_api_net_new(self.dims, 0, err)
         if not self.h:
@@ -261,11 +267,11 @@ class _Net:
         self.key = key
 
     def _grads(self, dp, params):
-        """The flat gradient dp as views shaped as the parameters."""
-        if _unflatten is not None:
-            return list(_unflatten(dp, params))
-        parts = dp.split([p.numel() for p in params])
-        return [g if p.dim() == 1 else g.view(p.shape) for g, p in zip(parts, params)]
+        """The flat gradient dp as views shaped as the parameters (one split
+        into torch's C++ and a view per matrix: half the time of
+        unflatten_dense_tensors, which asks every parameter its shape)."""
+        parts = dp.split_with_sizes(self._sizes)
+        return [g if v is None else g.view(v) for g, v in zip(parts, self._views)]
 
     def forward(self, x, params, infer=True):
         """y = f(x): float64 inside on the CPU; on CUDA the inference
