@@ -266,10 +266,11 @@ class _Net:
                                                      flat.numel(), err), err)
         self.key = key
 
-    def _grads(self, dp, params):
+    def _grads(self, dp):
         """The flat gradient dp as views shaped as the parameters (one split
-        into torch's C++ and a view per matrix: half the time of
-        unflatten_dense_tensors, which asks every parameter its shape)."""
+        into torch's C++ and a view per matrix, the shapes known from the
+        dimensions: a quarter less time than unflatten_dense_tensors, which
+        asks every parameter its shape)."""
         parts = dp.split_with_sizes(self._sizes)
         return [g if v is None else g.view(v) for g, v in zip(parts, self._views)]
 
@@ -334,7 +335,7 @@ class _Net:
         if x.is_cuda:
             return self._backward_cuda(x, dy, params, want_dx, act)
         dx, dp = self._backward_flat(x, dy, params, want_dx, act)
-        return dx, self._grads(dp, params)
+        return dx, self._grads(dp)
 
     def _backward_flat(self, x, dy, params, want_dx, act):
         """The CPU backward: (dx or None, the flat parameter gradient)."""
@@ -476,7 +477,7 @@ class _Net:
                     self.h, flat.data_ptr(), x.data_ptr(), x.shape[0], dy.data_ptr(),
                     dp.data_ptr(), dx.data_ptr() if want_dx else None, stream or None, err)
         self._check(rc, err)
-        return dx, self._grads(dp, params)
+        return dx, self._grads(dp)
 
     def _loss_cuda(self, x, params):
         with _on_device(x.device):
@@ -573,14 +574,14 @@ class _ReconLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, net, *params):
         loss, dp = net.loss(x, params)
-        ctx.net, ctx.params = net, params
+        ctx.net = net
         ctx.save_for_backward(dp)
         return loss
 
     @staticmethod
     def backward(ctx, g):
         dp, = ctx.saved_tensors
-        return (None, None, *ctx.net._grads(dp * g, ctx.params))
+        return (None, None, *ctx.net._grads(dp * g))
 
 
 def _custom_op_available():
