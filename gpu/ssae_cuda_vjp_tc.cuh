@@ -301,26 +301,26 @@ __global__ void __launch_bounds__(kTcThreads, 1)
    * side by side) in one */
   auto sl = [](const float *a, int s, int j) { return a[s * kTcLd + j]; };
   auto code = [](int wi, int cc) { return (wi * 5 + (cc >> 6)) * kTcLd + (cc & 63); };
+  /* window i's input */
+  auto xwin = [&](size_t i) { return x + (offs ? offs[i] : i * 320); };
   /* LayerNorm 1's output of the group again, into U2 (rows past the last
    * window zero); a thread's loads of the input first, five at a time
    * (issued one after another they cost a trip to L2 each) */
   auto ln1_again = [&](size_t base, int R, float *U2) {
-    constexpr int IT = kTcRows * 64 / kTcThreads, HALF = 5;
-    static_assert(kTcRows * 64 % kTcThreads == 0 && IT % 5 == 0, "whole rounds");
+    constexpr int IT = kTcRows * 64 / kTcThreads, CHUNK = 5;
+    static_assert(kTcRows * 64 % kTcThreads == 0 && IT % CHUNK == 0, "whole rounds");
     const int j = tid & 63, s0 = tid >> 6; /* element s0 + 8 k of column j */
     const float w1 = __ldg(ln1w + j), b1 = __ldg(ln1b + j);
 #pragma unroll 1
-    for (int h = 0; h < IT; h += HALF) {
-      float xv[HALF];
+    for (int h = 0; h < IT; h += CHUNK) {
+      float xv[CHUNK];
 #pragma unroll
-      for (int k = 0; k < HALF; k++) {
+      for (int k = 0; k < CHUNK; k++) {
         const int s = s0 + 8 * (h + k);
-        xv[k] = s < R ? __ldg(x + (offs ? offs[base + s / 5] : (base + s / 5) * 320) +
-                              s % 5 * 64 + j)
-                      : 0.f;
+        xv[k] = s < R ? __ldg(xwin(base + s / 5) + s % 5 * 64 + j) : 0.f;
       }
 #pragma unroll
-      for (int k = 0; k < HALF; k++) {
+      for (int k = 0; k < CHUNK; k++) {
         const int s = s0 + 8 * (h + k);
         float xh = 0.f, u = 0.f;
         if (s < R) tc_ln1(xv[k], MU1[s], RS1[s], w1, b1, xh, u);
@@ -334,9 +334,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     const int nw = (int)(n - base < (size_t)kTcWin ? n - base : (size_t)kTcWin);
     const int R = nw * 5;
     /* slice s (< R) of the group's windows */
-    auto xrow = [&](int s) {
-      return x + (offs ? offs[base + s / 5] : (base + s / 5) * 320) + s % 5 * 64;
-    };
+    auto xrow = [&](int s) { return xwin(base + s / 5) + s % 5 * 64; };
 
     /* LayerNorm 1, a warp per slice (five each, their loads first),
      * x - mean in double; the rows past the last window zero */
@@ -375,7 +373,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       const size_t nb = base + (size_t)gridDim.x * kTcWin;
       const int wi = tid / 10, line = tid % 10;
       if (tid < kTcWin * 10 && nb + wi < n) {
-        const float *p = x + (offs ? offs[nb + wi] : (nb + wi) * 320) + line * 32;
+        const float *p = xwin(nb + wi) + line * 32;
         asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
       }
     }
@@ -464,15 +462,15 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       double e = 0;
       float *dw = DY + warp * 5 * kTcLd;
       if (warp < nw) {
-        const float *xw = x + (offs ? offs[base + warp] : (base + warp) * 320);
-        constexpr int HALF = 5;
+        const float *xw = xwin(base + warp);
+        constexpr int CHUNK = 5;
 #pragma unroll 1
-        for (int h = 0; h < 10; h += HALF) {
-          float xv[HALF];
+        for (int h = 0; h < 10; h += CHUNK) {
+          float xv[CHUNK];
 #pragma unroll
-          for (int k = 0; k < HALF; k++) xv[k] = __ldg(xw + lane + 32 * (h + k));
+          for (int k = 0; k < CHUNK; k++) xv[k] = __ldg(xw + lane + 32 * (h + k));
 #pragma unroll
-          for (int k = 0; k < HALF; k++) {
+          for (int k = 0; k < CHUNK; k++) {
             const int i = lane + 32 * (h + k);
             float *p = dw + (i >> 6) * kTcLd + (i & 63);
             const float d = *p - xv[k];

@@ -124,3 +124,16 @@ def check_loss_grads(m, loss, ref, x_ref, scale=1.0):
     for name, p in ref.named_parameters():
         err = rel_l2(got[name].grad.cpu() / scale, p.grad.cpu())
         assert err <= 1e-4, (name, err)
+
+
+def loss_after_failure(m, x):
+    """m.reconstruction_loss(x) and its backward with the next kernel call
+    failing (the test hook), gradients cleared first: (the loss, the
+    RuntimeWarnings' messages)."""
+    m.zero_grad(set_to_none=True)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        m.fail_next()
+        loss = m.reconstruction_loss(x)
+        loss.backward()
+    return loss, [str(r.message) for r in rec if issubclass(r.category, RuntimeWarning)]

@@ -16,8 +16,8 @@ import ssae
 import ssae._lib
 import ssae.torch as st
 import ssae_torch
-from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss, oracle,
-                      rel_l2)
+from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss,
+                      loss_after_failure, oracle, rel_l2)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -188,10 +188,14 @@ def test_module_eval_forward_on_inference_kernels(windows):
     assert rel_l2(y4, y2) < 1e-2
 
 
-def pair(seed):
+OTHER_DIMS = dict(n_mels=40, frames=4, latent_dim=16, slice_latent_dim=24)
+
+
+def pair(seed, **dims):
+    """(drop-in module, float64 SPEC module) with the same weights."""
     torch.manual_seed(seed)
-    m = st.SpectralShapeAutoencoder()
-    ref = ssae_torch.SpectralShapeAutoencoder()
+    m = st.SpectralShapeAutoencoder(**dims)
+    ref = ssae_torch.SpectralShapeAutoencoder(**dims)
     ref.load_state_dict(m.state_dict())
     return m, ref.double()
 
@@ -286,12 +290,7 @@ def test_module_gradients_on_cuda_other_dims():
     """Dimensions other than the default: the general kernel (the default
     ones run on the tensor-core kernel), gradients within 1e-4 of float64
     autograd, groups that do not fill the last block."""
-    dims = dict(n_mels=40, frames=4, latent_dim=16, slice_latent_dim=24)
-    torch.manual_seed(3)
-    m = st.SpectralShapeAutoencoder(**dims)
-    ref = ssae_torch.SpectralShapeAutoencoder(**dims)
-    ref.load_state_dict(m.state_dict())
-    ref = ref.double()
+    m, ref = pair(3, **OTHER_DIMS)
     m = m.cuda()
     g = torch.Generator().manual_seed(7)
     x = (torch.randn(5003, 160, generator=g) * 12 - 40).cuda().requires_grad_(True)
@@ -323,12 +322,7 @@ def test_reconstruction_loss_on_cuda(dims, windows):
         m, ref = pair(13)
         x = torch.from_numpy(np.tile(windows, (41, 1))[:4999])
     else:
-        d = dict(n_mels=40, frames=4, latent_dim=16, slice_latent_dim=24)
-        torch.manual_seed(13)
-        m = st.SpectralShapeAutoencoder(**d)
-        ref = ssae_torch.SpectralShapeAutoencoder(**d)
-        ref.load_state_dict(m.state_dict())
-        ref = ref.double()
+        m, ref = pair(13, **OTHER_DIMS)
         x = torch.randn(5003, 160, generator=torch.Generator().manual_seed(7)) * 12 - 40
     m = m.cuda()
     xc = x.cuda()
@@ -343,13 +337,7 @@ def test_reconstruction_loss_on_cuda(dims, windows):
     m.reconstruction_loss(xc)
     assert lib.ssae_api_last_device_input() == xc.data_ptr()
     # a failure: plain PyTorch from then on, the same loss
-    m.zero_grad(set_to_none=True)
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        m.fail_next()
-        loss = m.reconstruction_loss(xc)
-        loss.backward()
-    msgs = runtime_warnings(rec)
+    loss, msgs = loss_after_failure(m, xc)
     assert len(msgs) == 1 and "test hook" in msgs[0], msgs
     assert not m.uses_kernel
     check_loss_grads(m, loss, ref, x.double())

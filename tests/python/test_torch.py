@@ -15,7 +15,8 @@ import ssae
 import ssae._lib
 import ssae.torch as st
 import ssae_torch
-from conftest import DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss, oracle, rel_l2
+from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss,
+                      loss_after_failure, oracle, rel_l2)
 
 
 def pair(seed=0, path=None):
@@ -139,13 +140,7 @@ def test_reconstruction_loss_falls_back(windows):
     plain.load_state_dict(m.state_dict())
     x = torch.from_numpy(windows[:100])
     m.reconstruction_loss(x)  # warm
-    m.zero_grad(set_to_none=True)
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        m.fail_next()
-        loss = m.reconstruction_loss(x)
-        loss.backward()
-    msgs = runtime_warnings(rec)
+    loss, msgs = loss_after_failure(m, x)
     assert len(msgs) == 1 and "test hook" in msgs[0], msgs
     assert not m.uses_kernel and type(loss.grad_fn).__name__ == "MseLossBackward0"
     check_loss_grads(m, loss, plain, x)

@@ -83,13 +83,13 @@ def run_sizes(sizes):
             f += ev[0].elapsed_time(ev[1])
             b += ev[1].elapsed_time(ev[2])
         t = {}
-        for name, mod, st in (("ssae", m, step), ("torch", plain, step),
+        for name, mod, run in (("ssae", m, step), ("torch", plain, step),
                               ("fused", m, fused_stepper(x))):
-            st(mod)
+            run(mod)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(reps):
-                st(mod)
+                run(mod)
             torch.cuda.synchronize()
             t[name] = (time.perf_counter() - t0) / reps * 1e3
         if not m.uses_kernel:
