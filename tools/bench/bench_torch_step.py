@@ -84,7 +84,7 @@ def run_sizes(sizes):
             b += ev[1].elapsed_time(ev[2])
         t = {}
         for name, mod, run in (("ssae", m, step), ("torch", plain, step),
-                              ("fused", m, fused_stepper(x))):
+                               ("fused", m, fused_stepper(x))):
             run(mod)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
