@@ -43,8 +43,8 @@ def instrument(path):
                 "    for (int q = 0; q < %d; q++) tot += tc_clk[q];" % n,
                 "    const int tc_line[%d] = {%s};" % (n, ",".join(map(str, sites))),
                 "    for (int q = 0; q < %d; q++)" % n,
-                "      if (tc_clk[q]) printf(\"stage %%2d  barrier at line %%3d  %%10lld cycles"
-                "  %%5.1f %%%%\\n\", q, tc_line[q], tc_clk[q], 100.0 * tc_clk[q] / tot);",
+                "      if (tc_clk[q]) printf(\"stage %2d  barrier at line %3d  %10lld cycles"
+                "  %5.1f %%\\n\", q, tc_line[q], tc_clk[q], 100.0 * tc_clk[q] / tot);",
                 "    printf(\"total %lld cycles, %d groups in block 0\\n\", tot,",
                 "           (int)((ngroups + gridDim.x - 1) / gridDim.x));",
                 "  }",
