@@ -115,6 +115,7 @@ static int cuda_run(void *impl, const float *x, size_t n, float *scores, float *
                     ssae_err *err) {
   cuda_impl *c = (cuda_impl *)impl;
   if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);
+  ON_DEVICE(c);
   c->runs++;
   const size_t FM = (size_t)c->FM;
   for (size_t i = 0; i < n; i += c->cap) {
@@ -134,8 +135,16 @@ static float *cuda_input_buffer(void *impl, int slot, size_t *cap) {
   if (c->broken || slot < 0 || slot > 1) return NULL;
   const size_t FM = (size_t)c->FM;
   /* The engine's worker asks on every turn of its loop: only the first
-   * call of a thread makes anything (and selects the device for it). */
-  if (!c->ev[0] || !c->ev[1] || (slot == 1 && !c->h_x1)) cudaSetDevice(c->dev);
+   * call makes anything (on c's device). */
+  if (c->ev[0] && c->ev[1] && (slot == 0 || c->h_x1)) {
+    if (cap) *cap = c->cap;
+    return slot ? c->h_x1 : c->h_x;
+  }
+  device_scope on_dev(c->dev);
+  if (on_dev.e != cudaSuccess) {
+    cudaGetLastError();
+    return NULL;
+  }
   for (int i = 0; i < 2; i++)
     if (!c->ev[i] && cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming) != cudaSuccess) {
       c->ev[i] = NULL;
@@ -183,6 +192,7 @@ static int slot_ready(cuda_impl *c, int s, size_t n, ssae_err *err) {
 static int cuda_submit(void *impl, int s, const float *x, size_t n, ssae_err *err) {
   cuda_impl *c = (cuda_impl *)impl;
   if (slot_ready(c, s, n, err)) return -1;
+  ON_DEVICE(c);
   const lane_bufs L = lane(c, s);
   c->runs++;
   const size_t FM = (size_t)c->FM;
@@ -208,6 +218,7 @@ static int cuda_submit_spans(void *impl, int s, const ssae_span *sp, int nsp, si
                              ssae_err *err) {
   cuda_impl *c = (cuda_impl *)impl;
   if (slot_ready(c, s, n, err)) return -1;
+  ON_DEVICE(c);
   const lane_bufs L = lane(c, s);
   c->runs++;
   const size_t FM = (size_t)c->FM;
@@ -239,6 +250,7 @@ static int cuda_collect(void *impl, int s, float *scores, ssae_err *err) {
   cuda_impl *c = (cuda_impl *)impl;
   if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);
   if (s < 0 || s > 1 || !c->ev[s]) return ssae_err_set(err, "CUDA: slot %d not set up", s);
+  ON_DEVICE(c);
   CK(cudaEventSynchronize(c->ev[s]), "running the batch");
   memcpy(scores, lane(c, s).h_scores, sizeof(float) * c->pend_n[s]);
   return 0;

@@ -56,11 +56,7 @@ int run_device(void *impl, const float *x_dev, size_t n, float *scores_dev, floa
       (rc = check_device_ptr(scores_dev, c->dev, "scores", err)) ||
       (recon_dev && (rc = check_device_ptr(recon_dev, c->dev, "reconstructions", err))))
     return rc;
-  /* The launch goes to the current device: c's for the call, the
-   * caller's restored after. */
-  int cur = -1;
-  CK(cudaGetDevice(&cur), "reading the current device");
-  if (cur != c->dev) CK(cudaSetDevice(c->dev), "selecting the model's device");
+  ON_DEVICE(c);
   c->runs++;
   const int inject = c->fail_after >= 0 && c->runs > c->fail_after;
   const size_t FM = (size_t)c->FM;
@@ -76,10 +72,6 @@ int run_device(void *impl, const float *x_dev, size_t n, float *scores_dev, floa
     const size_t k = std::min(chunk, n - i);
     rc = launch_on(c, (cudaStream_t)stream, x_dev + i * FM, k, scores_dev + i,
                    recon_dev ? recon_dev + i * FM : NULL, inject, err);
-  }
-  if (cur != c->dev && cudaSetDevice(cur) != cudaSuccess && rc == 0) {
-    cudaGetLastError();
-    rc = ssae_err_set(err, "CUDA: restoring the current device");
   }
   return rc;
 }

@@ -62,7 +62,7 @@ int device_present(void) {
 
 void destroy_impl(cuda_impl *c) {
   if (!c) return;
-  cudaSetDevice(c->dev);
+  device_scope on_dev(c->dev);
   for (int i = 0; i < kGraphSlots; i++)
     if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
   if (c->stream) cudaStreamDestroy(c->stream);
@@ -135,8 +135,11 @@ cuda_impl *create_impl(const ssae_model *m, size_t max_batch, ssae_err *err) {
     free(c);
     return NULL;
   }
-  c->dev = 0;
-  CKN(cudaSetDevice(c->dev), "selecting device 0");
+  /* The device current on this thread, as CUDA's own libraries take it:
+   * device 0 unless the caller selected another (the Python package
+   * selects the tensors' device; the engine and the command line leave
+   * 0). Every later call selects it for its own duration (device_scope). */
+  CKN(cudaGetDevice(&c->dev), "reading the current device");
   cudaDeviceProp prop;
   CKN(cudaGetDeviceProperties(&prop, c->dev), "reading device properties");
   c->sms = prop.multiProcessorCount;

@@ -216,13 +216,46 @@ def backends():
     return out
 
 
+def _device_scope(device):
+    """A context in which CUDA device `device` is current, where the
+    library's CUDA backend starts (as CUDA's own libraries do); None keeps
+    the current one."""
+    import contextlib
+    if device is None:
+        return contextlib.nullcontext()
+    try:
+        import torch
+    except ImportError:
+        raise ValueError("device=%r: selecting a GPU from Python needs torch (without it, "
+                         "CUDA_VISIBLE_DEVICES chooses the GPU)" % (device,)) from None
+    try:
+        d = (torch.device("cuda", device) if isinstance(device, int) and
+             not isinstance(device, bool) else torch.device(device))
+    except (RuntimeError, TypeError, ValueError):
+        d = None
+    if d is None or d.type != "cuda":
+        raise ValueError("device %r: expected a CUDA device index, 'cuda:N' or a "
+                         "torch.device('cuda', N)" % (device,))
+    if d.index is None:
+        return contextlib.nullcontext()
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not 0 <= d.index < count:
+        raise ValueError("device %r: this host has %d CUDA device%s" %
+                         (device, count, "" if count == 1 else "s"))
+    return torch.cuda.device(d)
+
+
 class Model:
     """An ssae model on one backend.
 
-    Model(path=None, backend="auto", math="fp32"): path None is the model
-    built into the library; backend "auto" takes CUDA when present and its
-    self-test against the CPU passes, else the CPU; "cpu" or "cuda" ask for
-    one (an Error when it cannot start). math "3xtf32" runs CUDA's
+    Model(path=None, backend="auto", math="fp32", device=None): path None
+    is the model built into the library; backend "auto" takes CUDA when
+    present and its self-test against the CPU passes, else the CPU; "cpu"
+    or "cuda" ask for one (an Error when it cannot start). device: the GPU
+    the CUDA backend runs on (an index, "cuda:N" or a torch.device; selecting
+    one needs torch); None: the current device (torch.cuda.current_device(),
+    0 unless the program selected another). CUDA tensors of another device
+    than the model's are refused with a ValueError naming both. math "3xtf32" runs CUDA's
     throughput kernel on the tensor cores in 3xTF32 (fp32-level accuracy:
     relative error within 1e-6 of float64; about 1.4x the windows per
     second of "fp32" on an H100, from a few thousand windows per call); the
@@ -238,15 +271,18 @@ class Model:
     make one per thread.
     """
 
-    def __init__(self, path=None, backend="auto", math="fp32"):
+    def __init__(self, path=None, backend="auto", math="fp32", device=None):
         lib = _lib.load()
         if backend not in ("auto", "cpu", "cuda"):
             raise ValueError("backend %r: expected 'auto', 'cpu' or 'cuda'" % (backend,))
         if math not in ("fp32", "3xtf32"):
             raise ValueError("math %r: expected 'fp32' or '3xtf32'" % (math,))
+        if device is not None and backend == "cpu":
+            raise ValueError("device=%r is for the CUDA backend, not backend='cpu'" % (device,))
         err = _lib.errbuf()
         p = None if path is None else str(path).encode()
-        h = lib.ssae_api_model_open(p, backend.encode(), err)
+        with _device_scope(device):
+            h = lib.ssae_api_model_open(p, backend.encode(), err)
         if not h:
             msg = err.value.decode("utf-8", "replace")
             raise (OSError if path is not None and "cuda" not in msg.lower() else Error)(msg)

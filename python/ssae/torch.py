@@ -188,8 +188,14 @@ class _Net:
     was last given and the key (_ParamKey) they came from; on CUDA the
     parameters go with every call, as a flat vector kept by the same key."""
 
+    # One net per (dimensions, device): a CUDA net's scratch and inference
+    # model live on one device (-1: the CPU's net), so the replicas of a
+    # module on several GPUs (DataParallel, a process per GPU) each run on
+    # their own device. _armed: dimensions whose next call is to fail (the
+    # test hook) where no net of them exists yet.
     _cache = {}
     _cache_lock = threading.Lock()
+    _armed = set()
 
     def __init__(self, dims):
         import ctypes
@@ -222,12 +228,29 @@ class _Net:
         self._fail_armed = False
 
     @classmethod
-    def get(cls, dims):
+    def get(cls, dims, device=-1):
+        """The net of these dimensions for tensors of device (a CUDA device
+        index, or -1 for the CPU: x.get_device())."""
         with cls._cache_lock:
-            net = cls._cache.get(dims)
+            net = cls._cache.get((dims, device))
             if net is None:
-                net = cls._cache[dims] = _Net(dims)
+                net = cls._cache[(dims, device)] = _Net(dims)
+            if dims in cls._armed:
+                cls._armed.discard(dims)
+                net.fail_next()
             return net
+
+    @classmethod
+    def fail_next_call(cls, dims):
+        """Test hook: the next kernel call on these dimensions fails, on
+        whichever device it comes (every net of them armed, or the first
+        one made)."""
+        with cls._cache_lock:
+            nets = [n for (d, _), n in cls._cache.items() if d == dims]
+            for n in nets:
+                n.fail_next()
+            if not nets:
+                cls._armed.add(dims)
 
     def __del__(self):
         h, self.h = getattr(self, "h", None), None
@@ -596,11 +619,11 @@ def _compiling():
     return bool(f()) if f is not None else False
 
 
-def _op_net(dims):
-    """The net for the custom op, or None (with one warning) when libssae
-    is absent: the op then computes in plain PyTorch."""
+def _op_net(dims, x):
+    """The net for the custom op on x's device, or None (with one warning)
+    when libssae is absent: the op then computes in plain PyTorch."""
     try:
-        return _Net.get(dims)
+        return _Net.get(dims, x.get_device())
     except (_lib.LibraryNotFound, KernelError) as e:
         _warn_once(("kernel-op", dims), "ssae kernel unavailable (%s); ssae::autoencoder "
                    "runs on plain PyTorch" % e)
@@ -618,7 +641,7 @@ if _custom_op_available():
 
     @torch.library.custom_op("ssae::autoencoder", mutates_args=())
     def _op(x: torch.Tensor, params: List[torch.Tensor], dims: List[int]) -> torch.Tensor:
-        net = _op_net(tuple(dims))
+        net = _op_net(tuple(dims), x)
         if net is not None and (not x.is_cuda or net.has_cuda):
             try:
                 return net.forward(x, params)
@@ -640,7 +663,7 @@ if _custom_op_available():
     def _op_bwd(x: torch.Tensor, dy: torch.Tensor, params: List[torch.Tensor],
                 dims: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
         dims = tuple(dims)
-        net = _op_net(dims)
+        net = _op_net(dims, x)
         if net is not None and x.is_cuda and not net.has_cuda:
             net = None
         dx, grads = _backward(
@@ -756,7 +779,7 @@ class SpectralShapeAutoencoder(nn.Module):
             return reference_forward(x2, params, self._dims())
         if self._use_kernel(x, params):
             try:
-                net = _Net.get(self._dims())
+                net = _Net.get(self._dims(), x.get_device())
                 if torch.is_grad_enabled() and (x.requires_grad or
                                                 any(p.requires_grad for p in params)):
                     return _Autoencoder.apply(x2, net, self, *params)
@@ -787,7 +810,7 @@ class SpectralShapeAutoencoder(nn.Module):
                 self._use_kernel(x, params) and
                 (not x.is_cuda or _lib.load().ssae_has_cuda_loss)):
             try:
-                return _ReconLoss.apply(x2, _Net.get(self._dims()), *params)
+                return _ReconLoss.apply(x2, _Net.get(self._dims(), x.get_device()), *params)
             except KernelError as e:
                 self._kernel_failed(e)
         return F.mse_loss(self(x2), x2)
@@ -795,7 +818,7 @@ class SpectralShapeAutoencoder(nn.Module):
     def fail_next(self):
         """Test hook: the next kernel call (forward or backward) fails; the
         module falls back to plain PyTorch (one warning)."""
-        _Net.get(self._dims()).fail_next()
+        _Net.fail_next_call(self._dims())
 
     @property
     def uses_kernel(self):

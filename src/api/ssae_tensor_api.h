@@ -191,7 +191,11 @@ int ssae_api_save(const char *path, const int dims[4], const float *params, size
  * kernel table's kernel for n windows reads x_dev in place): scores_dev
  * (n floats), recon_dev (n*F*M floats or NULL); x_dev and recon_dev
  * 16-byte aligned (the kernels move float4s; a fresh CUDA allocation is).
- * The model's device is the one its backend started on (device 0). SSAE_API_ENODEV when the backend
+ * The model's device is the one current on the thread that opened it
+ * (device 0 unless the caller selected another: cudaSetDevice, or
+ * torch.cuda.device in Python); calls may come from any thread (each
+ * selects the model's device for its duration and restores the caller's).
+ * SSAE_API_ENODEV when the backend
  * in use reads no device memory (the CPU; or after a fall back, which a
  * device failure in this very call makes: ssae_api_model_fell_back and its
  * message say so): nothing was written; the caller copies the windows to

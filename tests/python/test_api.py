@@ -100,6 +100,20 @@ def test_score_file_equals_ssae_score(tmp_path):
         assert abs(s2 - score) <= 1e-6 * score
 
 
+def test_model_device_refused():
+    """device= names a CUDA device of this host, for a backend that can be
+    CUDA: anything else is a ValueError saying what was wrong."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ValueError, match="has %d CUDA device" % n):
+        ssae.Model(backend="auto", device=n)
+    with pytest.raises(ValueError, match="CUDA device index"):
+        ssae.Model(device="cpu")
+    with pytest.raises(ValueError, match="CUDA device index"):
+        ssae.Model(device="gpu7")
+    with pytest.raises(ValueError, match="not backend='cpu'"):
+        ssae.Model(backend="cpu", device=0)
+
+
 def test_backend_failure_falls_back(windows):
     m = ssae.Model(backend="cpu")
     want = m.score(windows)

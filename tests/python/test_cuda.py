@@ -161,7 +161,7 @@ def test_module_eval_forward_on_inference_kernels(windows):
     m = st.SpectralShapeAutoencoder.from_file(DEFAULT_MODEL).cuda()
     ref = oracle(DEFAULT_MODEL)
     x = torch.from_numpy(windows).cuda()
-    net = st._Net.get(m._dims())
+    net = st._Net.get(m._dims(), x.get_device())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with torch.no_grad():
