@@ -66,6 +66,12 @@ const ssae_cuda_kernel_desc *ssae_cuda_kernel_info(int i);
  * computes with several warps per tile (the tests' case for that path). */
 size_t ssae_cuda_warp_round(void);
 
+/* Makes CUDA device dev current on the calling thread, so that the CUDA
+ * backend made next on this thread lives on it (an instance stays on the
+ * device it was made on, whichever thread calls it). 0, or -1 with the
+ * reason (no such device: the count of this host's devices named). */
+int ssae_cuda_use_device(int dev, ssae_err *err);
+
 /* Name of device 0 ("NVIDIA H100 80GB HBM3"), or "" when there is none. */
 const char *ssae_cuda_device_name(void);
 

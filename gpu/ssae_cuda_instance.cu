@@ -60,6 +60,23 @@ int device_present(void) {
   return n > 0;
 }
 
+extern "C" int ssae_cuda_use_device(int dev, ssae_err *err) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  if (dev < 0 || dev >= n)
+    return ssae_err_set(err, "CUDA device %d: this host has %d CUDA device%s", dev, n,
+                        n == 1 ? "" : "s");
+  if ((e = cudaSetDevice(dev)) != cudaSuccess) {
+    cudaGetLastError();
+    return ssae_err_set(err, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+  }
+  return 0;
+}
+
 void destroy_impl(cuda_impl *c) {
   if (!c) return;
   device_scope on_dev(c->dev);

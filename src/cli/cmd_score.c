@@ -28,6 +28,7 @@
 #include "ssae_model.h"
 #include "ssae_outfile.h"
 #if SSAE_HAVE_CUDA
+#include "ssae_cuda.h"
 #include "ssae_cuda_frontend.h"
 #include "ssae_score_gpu.h"
 #endif
@@ -84,7 +85,8 @@ static const ssae_cli_opt options[] = {
              "warning"},
     {.kind = SSAE_CLI_INT, .name = "--device", .offset = offsetof(opts, device), .metavar = "N",
      .min = 0, .max = 255,
-     .help = "CUDA device of the GPU front end (one process per GPU scales)", .def = "0"},
+     .help = "CUDA device to run on: the GPU front end's and the CUDA backend's (one "
+             "process per GPU scales)", .def = "0"},
     {.kind = SSAE_CLI_STRING, .name = "--output", .short_name = 'o',
      .offset = offsetof(opts, output), .metavar = "OUT",
      .help = "write the results to OUT (atomically; with --shard or --resume as OUT.partial, "
@@ -563,6 +565,12 @@ static int run(const opts *o, char *const *paths, size_t n, FILE *of, ssae_shard
    * start): the CPU path (the CUDA backend with the front end on the CPU
    * is slower than it end to end). */
   const char *backend = strcmp(o->backend, "auto") ? o->backend : "cpu";
+  /* The backend lives on the device current when it is made. */
+  if (o->device && strcmp(backend, "cpu") && ssae_cuda_use_device(o->device, &err)) {
+    ssae_cli_error(CMD, "--device: %s", err.msg);
+    ssae_model_free(m);
+    return SSAE_EXIT_INPUT;
+  }
 #else
   const char *backend = o->backend;
 #endif
@@ -771,6 +779,19 @@ int ssae_cmd_score(int argc, char **argv) {
     rc = ssae_cli_usage_error(&command, "--shard-count goes with --shard");
   } else if (o.resume && !o.output) {
     rc = ssae_cli_usage_error(&command, "--resume needs -o, the output of the earlier run");
+  } else if (o.device && !strcmp(o.backend, "cpu")) {
+    rc = ssae_cli_usage_error(&command, "--device names a GPU: not with --backend cpu");
+#if SSAE_HAVE_CUDA
+  } else if (o.device && ssae_cuda_use_device(o.device, &err)) {
+    /* Checked before any work (else the front end would fail and the job go
+     * on elsewhere); a nonzero device only: the default's check would cost
+     * the driver's start before the warm-up thread could take it. */
+    ssae_cli_error(CMD, "--device %d: %s", o.device, err.msg);
+    rc = SSAE_EXIT_USAGE;
+#else
+  } else if (o.device) {
+    rc = ssae_cli_usage_error(&command, "--device: this build has no CUDA");
+#endif
   } else {
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);

@@ -366,6 +366,15 @@ def test_small(d, good):
     p = run(["score", "--channel", "x", good[0]])
     check(p.returncode == 2 and "'all'" not in err(p) and "mix" in err(p),
           f"score --channel x: {err(p)!r}")
+    # --device names a GPU of this host: refused before any work otherwise
+    # (never a job gone on on another device).
+    p = run(["score", "--backend", "cpu", "--device", "1", good[0]])
+    check(p.returncode == 2 and "--backend cpu" in err(p) and not p.stdout,
+          f"score --backend cpu --device 1: {p.returncode} {err(p)!r}")
+    p = run(["score", "--backend", "cuda", "--device", "200", good[0]])
+    check(p.returncode == 2 and "--device" in err(p) and ("this host has" in err(p) or
+                                                          "no CUDA" in err(p)) and not p.stdout,
+          f"score --device 200: {p.returncode} {err(p)!r}")
     p = run(["jack", "--name", "n" * 300])
     check(p.returncode == 2 and "--name" in err(p) and "no server" not in err(p)
           or "without JACK" in err(p), f"jack --name of 300 bytes: {p.returncode} {err(p)!r}")

@@ -13,7 +13,9 @@ one run).
 - With a CUDA device: the real GPU path: the same files, windows and
   verdicts, scores within 1e-5 relative (SPEC section 2); and the
   SSAE_CUDA_FAIL_AFTER hook (the front end moves to the CPU part way):
-  every file still scored.
+  every file still scored; with two GPUs, --device 1 on the front end and
+  on the backend path (--strict) gives the same scores (with one, it is
+  refused naming the count).
 """
 import os
 import subprocess
@@ -156,6 +158,18 @@ with tempfile.TemporaryDirectory() as d:
             fail(f"GPU failure hook: rc={fb[0]}\n{fb[2]}")
         compare_scores("fallback file scores", ref[1], fb[1], 1e-5, 1)
         compare_scores("fallback window scores", ref[3], fb[3], 1e-5, 3)
+        # --device 1 (a second GPU): the front end there, and the backend
+        # path (--strict) made on it; the same files and scores.
+        for extra in ([], ["--strict"]):
+            p = subprocess.run([ssae, "score", "-q", "--backend", "cuda", "--device", "1",
+                                *extra, clips], capture_output=True, text=True)
+            if p.returncode == 2 and "this host has 1 CUDA device" in p.stderr:
+                print("one GPU: --device 1 refused, as it should be")
+                break
+            if p.returncode != ref[0] or "went on on the CPU" in p.stderr or \
+                    "unavailable" in p.stderr:
+                fail(f"--device 1 {extra}: rc={p.returncode}\n{p.stderr}")
+            compare_scores(f"--device 1 {extra} file scores", ref[1], p.stdout, 1e-5, 1)
     else:
         print("no CUDA device: the GPU part skipped")
 
