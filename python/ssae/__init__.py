@@ -378,7 +378,7 @@ class Model:
         on the current stream of x's device; None when the backend in use
         reads no device memory (the caller copies to the host)."""
         import torch
-        from .torch import _on_device, _stream
+        from ._torch_net import _on_device, _stream
         if not x.is_contiguous():
             x = x.contiguous()  # the kernels read windows a row apart
         if x.data_ptr() % 16:
@@ -433,7 +433,7 @@ class Model:
         dev = x.get_device()
         if dev != torch.cuda.current_device():
             return None
-        from .torch import _stream
+        from ._torch_net import _stream
         stream = _stream(dev)
         n = s[0]
         scores = torch.empty(n, dtype=torch.float32, device=x.device)

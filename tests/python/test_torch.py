@@ -13,6 +13,7 @@ import torch
 
 import ssae
 import ssae._lib
+import ssae._torch_net
 import ssae.torch as st
 import ssae_torch
 from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss,
@@ -115,7 +116,7 @@ def test_backward_from_kept_activations(windows, monkeypatch):
     # a batch too large to keep them (here: any): nothing kept, the
     # backward recomputes, the same bits
     m.zero_grad()
-    monkeypatch.setattr(st, "KEEP_ACTIVATIONS_BYTES", 0)
+    monkeypatch.setattr(ssae._torch_net, "KEEP_ACTIVATIONS_BYTES", 0)
     y0, act0 = net.forward_train(x, p)
     assert act0 is None and torch.equal(y0, y_kept)
     (m(x) * dy).sum().backward()
@@ -128,7 +129,7 @@ def test_reconstruction_loss_vs_float64(windows):
     check_reconstruction_loss(m, ref, torch.from_numpy(windows[:300]))
     # (n, F, M) input; a batch too large to keep the activations
     x = torch.from_numpy(np.tile(windows, (41, 1))[:5003])
-    assert x.numel() * 4 * 6 > st.KEEP_ACTIVATIONS_BYTES
+    assert x.numel() * 4 * 6 > ssae._torch_net.KEEP_ACTIVATIONS_BYTES
     check_reconstruction_loss(m, ref, x.view(-1, 5, 64))
 
 

@@ -1,0 +1,459 @@
+"""The drop-in module's handle on libssae (ssae.torch): one ssae_api_net
+per model dimensions and device (_Net), with what its calls need from torch
+(the current stream, the device, the parameters as one vector, torch's
+OpenMP team for the CPU). The module and its autograd Functions are in
+ssae/torch.py; this file holds no autograd."""
+import contextlib
+import os
+import re
+import threading
+
+import torch
+
+from . import _lib
+
+
+class KernelError(RuntimeError):
+    """A libssae kernel call failed."""
+
+
+class _ParamKey:
+    """Which parameter values a net holds: the tensors themselves (kept
+    alive, so that no other tensor can take their memory and match), their
+    storage and their version counters (bumped by every in-place change,
+    the optimiser's included)."""
+
+    __slots__ = ("tensors", "state")
+
+    def __init__(self, params):
+        self.tensors = list(params)
+        self.state = tuple((p.data_ptr(), p._version) for p in params)
+
+    def __eq__(self, other):
+        return (isinstance(other, _ParamKey) and self.state == other.state and
+                len(self.tensors) == len(other.tensors) and
+                all(a is b for a, b in zip(self.tensors, other.tensors)))
+
+
+# The CPU training forward keeps the activations for the backward up to
+# this size (about 4,800 windows at the default dimensions, 7 KB each);
+# above it the backward computes them again, cheaper than writing and
+# reading them through memory.
+KEEP_ACTIVATIONS_BYTES = 32 << 20
+
+_team_lock = threading.Lock()
+_team_addr = False  # not looked for yet
+
+
+def _omp_team():
+    """The address of GOMP_parallel in the OpenMP runtime that torch's CPU
+    operators run on, or None (another parallel backend, no such runtime
+    found, or SSAE_TORCH_TEAM=0). The drop-in module's CPU training calls
+    run on that team: torch leaves its threads spinning between operators,
+    and ssae's own threads woken beside them would compete for the same
+    cores (a step took 8x longer so on 16 cores)."""
+    global _team_addr
+    if _team_addr is not False:
+        return _team_addr
+    with _team_lock:
+        if _team_addr is False:
+            _team_addr = _find_omp_team()
+    return _team_addr
+
+
+def _find_omp_team():
+    import ctypes
+    if os.environ.get("SSAE_TORCH_TEAM", "1") == "0":
+        return None
+    try:
+        if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+            return None
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "/lib" in line and
+                    re.search(r"/lib(gomp|iomp5)[^/]*\.so", line)}
+    except (OSError, RuntimeError, AttributeError):
+        return None
+    # torch's own copy first (wheels bundle a renamed libgomp)
+    tdir = os.path.dirname(os.path.abspath(torch.__file__))
+    for path in sorted(libs, key=lambda p: not p.startswith(tdir)):
+        try:
+            fn = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            return ctypes.cast(fn.GOMP_parallel, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+# Parameters to one flat vector in one call into torch's C++ (a Python loop
+# of views costs microseconds an operator, as much as the kernels at batch
+# 512); the plain loop where this torch has no such helper.
+try:
+    from torch._utils import _flatten_dense_tensors as _flatten
+except ImportError:
+    def _flatten(ts):
+        return torch.cat([t.detach().reshape(-1) for t in ts])
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(index):
+    """The handle of the current stream of CUDA device index (the raw
+    pointer straight from torch where it offers it: a Stream object costs
+    more than the kernel launch at small batches)."""
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+def _on_device(device):
+    """torch.cuda.device(device) when it is not the current device already
+    (entering that context costs more than the kernel call at batch 1)."""
+    if device.index is None or device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(device)
+
+
+class _Net:
+    """One ssae_api_net per model dimensions, shared by the modules of those
+    dimensions; calls are serialised. On the CPU it keeps the parameters it
+    was last given and the key (_ParamKey) they came from; on CUDA the
+    parameters go with every call, as a flat vector kept by the same key."""
+
+    # One net per (dimensions, device): a CUDA net's scratch and inference
+    # model live on one device (-1: the CPU's net), so the replicas of a
+    # module on several GPUs (DataParallel, a process per GPU) each run on
+    # their own device. _armed: dimensions whose next call is to fail (the
+    # test hook) where no net of them exists yet.
+    _cache = {}
+    _cache_lock = threading.Lock()
+    _armed = set()
+
+    def __init__(self, dims):
+        import ctypes
+        self.lib = _lib.load()
+        self.dims = (ctypes.c_int * 4)(*dims)
+        self.win = dims[0] * dims[1]
+        self.n_params = self.lib.ssae_api_dims_param_count(self.dims)
+        # the parameters' shapes in TENSOR_NAMES' order (the flat gradient
+        # back to them: _grads)
+        M, Fr, L, S = dims
+        self._shapes = [(M,), (M,), (S, M), (S,), (L, Fr * S), (L,), (L,), (L, L), (L,),
+                        (M, S), (M,)]
+        self._sizes = [a * b for a, b in (sh if len(sh) == 2 else sh + (1,)
+                                          for sh in self._shapes)]
+        assert sum(self._sizes) == self.n_params
+        self._views = [sh if len(sh) == 2 else None for sh in self._shapes]
+        err = _lib.errbuf()
+        self.h = self.lib.ssae_api_net_new(self.dims, 0, err)
+        if not self.h:
+            raise KernelError(err.value.decode("utf-8", "replace"))
+        self.lock = threading.Lock()
+        self.key = None
+        # The evaluation forward on CUDA through the inference kernels: a
+        # model made from the parameters (_infer: key, device, handle), made
+        # once the same parameters come a second time in a row (_seen);
+        # _infer_off: why it cannot be (the training kernel then serves).
+        self._infer = None
+        self._seen = None
+        self._infer_off = None
+        self._fail_armed = False
+
+    @classmethod
+    def get(cls, dims, device=-1):
+        """The net of these dimensions for tensors of device (a CUDA device
+        index, or -1 for the CPU: x.get_device())."""
+        with cls._cache_lock:
+            net = cls._cache.get((dims, device))
+            if net is None:
+                net = cls._cache[(dims, device)] = _Net(dims)
+            if dims in cls._armed:
+                cls._armed.discard(dims)
+                net.fail_next()
+            return net
+
+    @classmethod
+    def fail_next_call(cls, dims):
+        """Test hook: the next kernel call on these dimensions fails, on
+        whichever device it comes (every net of them armed, or the first
+        one made)."""
+        with cls._cache_lock:
+            nets = [n for (d, _), n in cls._cache.items() if d == dims]
+            for n in nets:
+                n.fail_next()
+            if not nets:
+                cls._armed.add(dims)
+
+    def __del__(self):
+        h, self.h = getattr(self, "h", None), None
+        if h:
+            self.lib.ssae_api_net_free(h)
+        inf, self._infer = getattr(self, "_infer", None), None
+        if inf is not None:
+            self.lib.ssae_api_model_free(inf[2])
+
+    @property
+    def has_cuda(self):
+        return self.lib.ssae_has_cuda_tensors
+
+    def _use_team(self):
+        """The CPU training calls on torch's OpenMP team (_omp_team), with
+        torch's thread count of the moment; under self.lock."""
+        team = _omp_team()
+        setting = (team, torch.get_num_threads() if team else 0)
+        if setting != getattr(self, "_team", None):
+            self.lib.ssae_api_net_set_team(self.h, setting[0], setting[1])
+            self._team = setting
+
+    def _check(self, rc, err):
+        self._fail_armed = False  # every net call consumes the test hook
+        if rc != 0:
+            raise KernelError(err.value.decode("utf-8", "replace"))
+
+    def _params(self, params):
+        key = _ParamKey(params)
+        if key == self.key:
+            return
+        flat = torch.cat([p.detach().reshape(-1) for p in params]).contiguous()
+        err = _lib.errbuf()
+        self.key = None
+        self._check(self.lib.ssae_api_net_set_params(self.h, _lib.fptr(flat.data_ptr()),
+                                                     flat.numel(), err), err)
+        self.key = key
+
+    def _grads(self, dp):
+        """The flat gradient dp as views shaped as the parameters (one split
+        into torch's C++ and a view per matrix, the shapes known from the
+        dimensions: a quarter less time than unflatten_dense_tensors, which
+        asks every parameter its shape)."""
+        parts = dp.split_with_sizes(self._sizes)
+        return [g if v is None else g.view(v) for g, v in zip(parts, self._views)]
+
+    def forward(self, x, params, infer=True):
+        """y = f(x): float64 inside on the CPU; on CUDA the inference
+        kernels once the same parameters come again (infer), else the
+        trainer's kernel."""
+        if x.is_cuda:
+            y = self._infer_cuda(x, params) if infer else None
+            return y if y is not None else self._forward_cuda(x, params)
+        y = torch.empty_like(x)
+        err = _lib.errbuf()
+        with self.lock:
+            self._params(params)
+            rc = self.lib.ssae_api_net_forward(self.h, _lib.fptr(x.data_ptr()), x.shape[0],
+                                               _lib.fptr(y.data_ptr()), err)
+        self._check(rc, err)
+        return y
+
+    def _take_act(self, n_act):
+        """A buffer for n_act floats of activations: the one the last
+        backward gave back when it is large enough (a fresh allocation of
+        this size would be new pages to fault in at every step)."""
+        buf, self._act_free = getattr(self, "_act_free", None), None
+        if buf is None or buf.numel() < n_act:
+            buf = torch.empty(n_act, dtype=torch.float32)
+        return buf[:n_act]
+
+    def give_back_act(self, act):
+        """The backward is done with act: its buffer serves the next
+        training forward (the larger one is kept)."""
+        base = act._base if act._base is not None else act
+        cur = getattr(self, "_act_free", None)
+        if cur is None or cur.numel() < base.numel():
+            self._act_free = base
+
+    def forward_train(self, x, params):
+        """(y, activations for backward, or None where the backward is to
+        recompute them): the CPU training forward."""
+        n = x.shape[0]
+        y = torch.empty_like(x)
+        err = _lib.errbuf()
+        with self.lock:
+            self._params(params)
+            self._use_team()
+            n_act = self.lib.ssae_api_net_act_floats(self.h, n)
+            if n_act * 4 > KEEP_ACTIVATIONS_BYTES:
+                act, n_act, ap = None, 0, None
+            else:
+                act = self._take_act(n_act)
+                ap = _lib.fptr(act.data_ptr())
+            rc = self.lib.ssae_api_net_forward_train(
+                self.h, _lib.fptr(x.data_ptr()), n, _lib.fptr(y.data_ptr()), ap, n_act, err)
+        self._check(rc, err)
+        return y, act
+
+    def backward(self, x, dy, params, want_dx, act=None):
+        """(dx or None, parameter gradients) for the upstream gradient dy;
+        act: what forward_train kept (CPU), else the forward runs again
+        (inside the kernels on CUDA; act: the flat parameters the forward
+        used, when given)."""
+        if x.is_cuda:
+            return self._backward_cuda(x, dy, params, want_dx, act)
+        dx, dp = self._backward_flat(x, dy, params, want_dx, act)
+        return dx, self._grads(dp)
+
+    def _backward_flat(self, x, dy, params, want_dx, act):
+        """The CPU backward: (dx or None, the flat parameter gradient)."""
+        dp = torch.empty(self.n_params, dtype=torch.float32)
+        dx = torch.empty_like(x) if want_dx else None
+        dxp = _lib.fptr(dx.data_ptr()) if want_dx else None
+        err = _lib.errbuf()
+        with self.lock:
+            self._params(params)
+            self._use_team()
+            if act is not None:
+                rc = self.lib.ssae_api_net_backward_saved(
+                    self.h, _lib.fptr(act.data_ptr()), act.numel(), x.shape[0],
+                    _lib.fptr(dy.data_ptr()), _lib.fptr(dp.data_ptr()), dxp, err)
+                self.give_back_act(act)
+            else:
+                rc = self.lib.ssae_api_net_backward(
+                    self.h, _lib.fptr(x.data_ptr()), x.shape[0], _lib.fptr(dy.data_ptr()),
+                    _lib.fptr(dp.data_ptr()), dxp, err)
+        self._check(rc, err)
+        return dx, dp
+
+    def loss(self, x, params):
+        """(the mean squared reconstruction error of x over every value, as
+        a 0-dim tensor on x's device; its flat parameter gradient), x taken
+        as a constant. CUDA: one library call (ssae_api_net_loss_cuda, the
+        trainer's own step); CPU: the training forward keeping its
+        activations, the error's gradient, the backward from them."""
+        if x.is_cuda:
+            return self._loss_cuda(x, params)
+        y, act = self.forward_train(x, params)
+        d = y.sub_(x)
+        loss = d.pow(2).mean()
+        dy = d.mul_(2.0 / d.numel())
+        _, dp = self._backward_flat(x, dy, params, False, act)
+        return loss, dp
+
+    # CUDA: the parameters as one flat vector on the device, every call (the
+    # optimiser changes them in place); all work queued on the current
+    # stream of the input's device, where torch also queues what comes
+    # before (producers) and after (consumers); temporaries are freed into
+    # that stream's pool, so their reuse waits for these kernels.
+
+    def _flat_cuda(self, params, stream):
+        """The parameters as one vector on their device: made on stream,
+        kept while the parameters (storage, version) and the stream stay
+        the same (an evaluation loop then queues no copy per call)."""
+        key = (stream, _ParamKey(params))
+        cached = getattr(self, "_cuda_flat", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        with torch.no_grad():
+            flat = _flatten(params)
+        self._cuda_flat = (key, flat)
+        return flat
+
+    def _infer_model(self, x, params):
+        """The inference model for these parameters on x's device, or None
+        (first sight of them, or the inference path is off)."""
+        if self._infer_off is not None:
+            return None
+        key, dev = _ParamKey(params), x.get_device()
+        inf = self._infer
+        if inf is not None and inf[0] == key and inf[1] == dev:
+            return inf[2]
+        if self._seen != key:
+            # Parameters that change at every call (a no_grad forward inside
+            # a training loop) would make a model per call: wait for them to
+            # come twice.
+            self._seen = key
+            return None
+        flat = torch.cat([p.detach().reshape(-1) for p in params]).cpu()
+        err = _lib.errbuf()
+        with _on_device(x.device):
+            h = self.lib.ssae_api_model_from_params(self.dims, _lib.fptr(flat.data_ptr()),
+                                                    flat.numel(), b"cuda", err)
+        if not h:
+            self._infer_off = err.value.decode("utf-8", "replace")
+            return None
+        if inf is not None:
+            self.lib.ssae_api_model_free(inf[2])
+        self._infer = (key, dev, h)
+        return h
+
+    def _infer_cuda(self, x, params):
+        """y from the inference kernels (ssae's kernel table, as
+        ssae.Model.reconstruct on CUDA tensors), on the current stream; None
+        when they cannot serve this call."""
+        if x.data_ptr() % 16 or self._fail_armed:
+            return None  # an armed test hook is the trainer kernel's to fire
+        with self.lock:
+            h = self._infer_model(x, params)
+            if h is None:
+                return None
+            n = x.shape[0]
+            with _on_device(x.device):
+                stream = _stream(x.get_device())
+                scores = torch.empty(n, dtype=torch.float32, device=x.device)
+                y = torch.empty_like(x)
+                err = _lib.errbuf()
+                rc = self.lib.ssae_api_model_score_cuda(h, x.data_ptr(), n, scores.data_ptr(),
+                                                        y.data_ptr(), stream or None, err)
+            if rc != 0:
+                # Another device than the model's, or the device failed (the
+                # model fell back to the CPU): the trainer's kernel serves,
+                # and reports its own failures.
+                self._infer_off = err.value.decode("utf-8", "replace")
+                return None
+        return y
+
+    def _forward_cuda(self, x, params, flat=None):
+        """y on the trainer's kernel, from the parameters' flat vector (made
+        here when not given)."""
+        with _on_device(x.device):
+            stream = _stream(x.get_device())
+            y = torch.empty_like(x)
+            err = _lib.errbuf()
+            with self.lock:
+                if flat is None:
+                    flat = self._flat_cuda(params, stream)
+                rc = self.lib.ssae_api_net_forward_cuda(self.h, flat.data_ptr(), x.data_ptr(),
+                                                        x.shape[0], y.data_ptr(), stream or None,
+                                                        err)
+        self._check(rc, err)
+        return y
+
+    def _backward_cuda(self, x, dy, params, want_dx, flat=None):
+        """(dx or None, parameter gradients) on the trainer's kernels, from
+        the flat vector the forward used when given."""
+        with _on_device(x.device):
+            stream = _stream(x.get_device())
+            dp = torch.empty(self.n_params, dtype=torch.float32, device=x.device)
+            dx = torch.empty_like(x) if want_dx else None
+            err = _lib.errbuf()
+            with self.lock:
+                if flat is None:
+                    flat = self._flat_cuda(params, stream)
+                rc = self.lib.ssae_api_net_backward_cuda(
+                    self.h, flat.data_ptr(), x.data_ptr(), x.shape[0], dy.data_ptr(),
+                    dp.data_ptr(), dx.data_ptr() if want_dx else None, stream or None, err)
+        self._check(rc, err)
+        return dx, self._grads(dp)
+
+    def _loss_cuda(self, x, params):
+        with _on_device(x.device):
+            stream = _stream(x.get_device())
+            dp = torch.empty(self.n_params, dtype=torch.float32, device=x.device)
+            loss = torch.empty((), dtype=torch.float32, device=x.device)
+            err = _lib.errbuf()
+            with self.lock:
+                flat = self._flat_cuda(params, stream)
+                rc = self.lib.ssae_api_net_loss_cuda(self.h, flat.data_ptr(), x.data_ptr(),
+                                                     x.shape[0], loss.data_ptr(),
+                                                     dp.data_ptr(), stream or None, err)
+        self._check(rc, err)
+        return loss, dp
+
+    def forward_train_cuda(self, x, params):
+        """(y, the flat parameter vector it was computed with: the backward's,
+        so that one concatenation serves the step); under no_grad."""
+        flat = _flatten(params)
+        return self._forward_cuda(x, params, flat), flat
+
+    def fail_next(self):
+        self._fail_armed = True
+        self.lib.ssae_api_net_fail_next(self.h)
