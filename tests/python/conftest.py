@@ -111,6 +111,47 @@ def check_reconstruction_loss(m, ref, x):
     assert torch.isnan(e)
 
 
+def check_reconstruction_backward(m, x):
+    """m.reconstruction_backward(x) against reconstruction_loss(x) and
+    backward() on the same module: the loss and every gradient the same
+    bits, no graph on the loss; a second call adds into .grad as backward
+    does; a parameter that wants no gradient gets none (the others the
+    same); x wanting its own gradient gets it (the unfused path)."""
+    m.zero_grad(set_to_none=True)
+    loss = m.reconstruction_loss(x)
+    loss.backward()
+    want_loss = loss.detach().clone()
+    want = {n: p.grad.clone() for n, p in m.named_parameters()}
+    m.zero_grad(set_to_none=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = m.reconstruction_backward(x)
+    assert got.grad_fn is None and not got.requires_grad and got.device == x.device
+    assert torch.equal(got, want_loss)
+    for n, p in m.named_parameters():
+        assert torch.equal(p.grad, want[n]), n
+    m.reconstruction_backward(x)
+    for n, p in m.named_parameters():
+        assert torch.equal(p.grad, want[n] + want[n]), n
+    m.zero_grad(set_to_none=True)
+    m.global_basis.requires_grad_(False)
+    try:
+        m.reconstruction_backward(x)
+        assert m.global_basis.grad is None
+        for n, p in m.named_parameters():
+            if n != "global_basis":
+                assert torch.equal(p.grad, want[n]), n
+    finally:
+        m.global_basis.requires_grad_(True)
+    m.zero_grad(set_to_none=True)
+    xg = x.detach().clone().requires_grad_(True)
+    lg = m.reconstruction_backward(xg)
+    assert xg.grad is not None and lg.grad_fn is None
+    assert abs(float(lg) - float(want_loss)) <= 1e-6 * float(want_loss)
+    for n, p in m.named_parameters():
+        assert rel_l2(p.grad.cpu(), want[n].cpu()) <= 1e-5, n
+
+
 def check_loss_grads(m, loss, ref, x_ref, scale=1.0):
     """m's loss (its backward done, the gradients scaled by scale) against
     mse_loss(ref(x_ref), x_ref): the value within 1e-5, every parameter's

@@ -16,8 +16,8 @@ import ssae
 import ssae._lib
 import ssae.torch as st
 import ssae_torch
-from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss,
-                      loss_after_failure, oracle, rel_l2)
+from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_backward,
+                      check_reconstruction_loss, loss_after_failure, oracle, rel_l2)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -329,6 +329,7 @@ def test_reconstruction_loss_on_cuda(dims, windows):
     if dims == "default":
         check_reconstruction_loss(m, ref, xc)
         check_reconstruction_loss(m, ref, xc[:300].view(-1, 5, 64))
+        check_reconstruction_backward(m, xc)
     else:
         loss = m.reconstruction_loss(xc)
         assert type(loss.grad_fn).__name__ == "_ReconLossBackward"

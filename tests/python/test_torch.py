@@ -16,8 +16,8 @@ import ssae._lib
 import ssae._torch_net
 import ssae.torch as st
 import ssae_torch
-from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_loss,
-                      loss_after_failure, oracle, rel_l2)
+from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_backward,
+                      check_reconstruction_loss, loss_after_failure, oracle, rel_l2)
 
 
 def pair(seed=0, path=None):
@@ -144,6 +144,26 @@ def test_reconstruction_loss_falls_back(windows):
     loss, msgs = loss_after_failure(m, x)
     assert len(msgs) == 1 and "test hook" in msgs[0], msgs
     assert not m.uses_kernel and type(loss.grad_fn).__name__ == "MseLossBackward0"
+    check_loss_grads(m, loss, plain, x)
+
+
+def test_reconstruction_backward(windows):
+    """The fused step without autograd: reconstruction_loss and backward's
+    loss and gradients, bit for bit; after a kernel failure, one warning
+    and the plain module's loss and gradients."""
+    m, _ = pair(seed=14)
+    check_reconstruction_backward(m, torch.from_numpy(windows[:300]))
+    plain = ssae_torch.SpectralShapeAutoencoder()
+    plain.load_state_dict(m.state_dict())
+    x = torch.from_numpy(windows[:100])
+    m.zero_grad(set_to_none=True)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        m.fail_next()
+        loss = m.reconstruction_backward(x)
+    msgs = [str(r.message) for r in rec if issubclass(r.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "test hook" in msgs[0], msgs
+    assert not m.uses_kernel and loss.grad_fn is None
     check_loss_grads(m, loss, plain, x)
 
 

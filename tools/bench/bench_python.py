@@ -8,7 +8,9 @@ For each device (the CPU, and CUDA when torch sees one):
   train step, batch 512 and 65,536        one forward + MSE loss + backward,
                             milliseconds per step; and the same step with
                             the module's fused loss
-                            (model.reconstruction_loss(x).backward())
+                            (model.reconstruction_loss(x).backward()),
+                            and that without autograd
+                            (model.reconstruction_backward(x))
 ssae rows: ssae.Model.score (the library's backend: the CPU forward, or the
 CUDA kernel table's kernel on the tensor in place; on CUDA also with
 math="3xtf32", the tensor-core kernel) and the drop-in module
@@ -176,14 +178,20 @@ def bench_device(dev, args, table):
         mod.zero_grad(set_to_none=True)
         mod.reconstruction_loss(x).backward()
 
+    def direct_step(mod, x):
+        mod.zero_grad(set_to_none=True)
+        mod.reconstruction_backward(x)
+
     for n in args.sizes_train:
         x = inputs(n, dev, seed=1)
         reps = args.reps
         ts = timed(lambda: step(drop, x), dev, reps)
         tp = timed(lambda: step(plain, x), dev, reps)
         tf = timed(lambda: fused_step(drop, x), dev, reps)
+        tg = timed(lambda: direct_step(drop, x), dev, reps)
         table.add(dev, "train step fwd+bwd", n, "ms", ts * 1e3, tp * 1e3)
         table.add(dev, "train step fused loss", n, "ms", tf * 1e3, tp * 1e3)
+        table.add(dev, "train step no autograd", n, "ms", tg * 1e3, tp * 1e3)
         del x
     if not drop.uses_kernel:
         print("  note: the drop-in module fell back to plain PyTorch on %s" % dev)

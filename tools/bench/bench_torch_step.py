@@ -4,7 +4,9 @@ the whole step (forward, MSE loss, backward, synchronised) against the plain
 SPEC module (tools/ssae_torch.py) in float32, per batch size; and the step
 with the module's fused loss (zero_grad, model.reconstruction_loss(x),
 backward: the forward, the loss and the backward in one library call on
-CUDA).
+CUDA), and the same without autograd (zero_grad,
+model.reconstruction_backward(x): the fused pass's gradients put in .grad
+directly).
 
 usage: PYTHONPATH=build/python:tools python3 tools/bench/bench_torch_step.py
        [--sizes 512,8192,65536] [--rounds 2] [--breakdown]
@@ -56,6 +58,14 @@ def fused_stepper(x):
     return step
 
 
+def direct_stepper(x):
+    """The fused step without autograd (reconstruction_backward)."""
+    def step(mod):
+        mod.zero_grad(set_to_none=True)
+        mod.reconstruction_backward(x)
+    return step
+
+
 def run_sizes(sizes):
     import torch
 
@@ -84,7 +94,8 @@ def run_sizes(sizes):
             b += ev[1].elapsed_time(ev[2])
         t = {}
         for name, mod, run in (("ssae", m, step), ("torch", plain, step),
-                               ("fused", m, fused_stepper(x))):
+                               ("fused", m, fused_stepper(x)),
+                               ("direct", m, direct_stepper(x))):
             run(mod)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -94,9 +105,10 @@ def run_sizes(sizes):
             t[name] = (time.perf_counter() - t0) / reps * 1e3
         if not m.uses_kernel:
             print("note: the drop-in module fell back to plain PyTorch", file=sys.stderr)
-        print("%-9s %6d %9.3f %15.3f %12.3f %7.3f %9.2f %12.3f %9.2f" % (
+        print("%-9s %6d %9.3f %15.3f %12.3f %7.3f %9.2f %12.3f %9.2f %12.3f %9.2f" % (
             kernels, n, f / reps, b / reps, t["ssae"], t["torch"], t["torch"] / t["ssae"],
-            t["fused"], t["torch"] / t["fused"]), flush=True)
+            t["fused"], t["torch"] / t["fused"], t["direct"], t["torch"] / t["direct"]),
+            flush=True)
 
 
 def breakdown(sizes, rounds):
@@ -166,7 +178,8 @@ def main():
     if a.breakdown:
         breakdown(sizes, a.rounds)
         return 0
-    print("kernels    batch  fwd (ms)  loss+bwd (ms)  step: ssae   torch   x torch   fused loss   x torch")
+    print("kernels    batch  fwd (ms)  loss+bwd (ms)  step: ssae   torch   x torch   fused loss"
+          "   x torch  no autograd   x torch")
     for _ in range(a.rounds):
         for simt in (True, False):
             env = dict(os.environ)
