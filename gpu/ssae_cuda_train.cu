@@ -441,10 +441,12 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
       return NULL;               \
     }                            \
   } while (0)
-  c->dev = 0;
-  CKN(cudaSetDevice(0), "selecting device 0");
+  /* The device current on this thread (0 unless the caller selected
+   * another: ssae train --device); the trainer's calls come from this
+   * thread. */
+  CKN(cudaGetDevice(&c->dev), "reading the current device");
   cudaDeviceProp prop;
-  CKN(cudaGetDeviceProperties(&prop, 0), "reading device properties");
+  CKN(cudaGetDeviceProperties(&prop, c->dev), "reading device properties");
   /* Windows per group: 4 at most (SSAE_CUDA_TRAIN_WB overrides, for
    * benchmarks). */
   int want = 4;

@@ -28,6 +28,9 @@
 #include "ssae_threshold.h"
 #include "ssae_reference.h"
 #include "ssae_train.h"
+#if SSAE_HAVE_CUDA
+#include "ssae_cuda.h"
+#endif
 
 static const char *const CMD = "train";
 
@@ -35,7 +38,7 @@ static const char *const CMD = "train";
 
 typedef struct opts {
   const char *output, *backend;
-  int epochs, batch, patience, threads, quiet, latent, slice_latent, channel, strict;
+  int epochs, batch, patience, threads, quiet, latent, slice_latent, channel, strict, device;
   double lr, weight_decay, val, percentile;
   uint64_t seed;
   ssae_feat_cfg feat;
@@ -88,6 +91,9 @@ static const ssae_cli_opt options[] = {
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", O(backend), .choices = ssae_cli_backends,
      .help = "where to train; auto: CUDA when a device is present and passes a start-up "
              "self-test against the CPU, else cpu"},
+    {.kind = SSAE_CLI_INT, .name = "--device", O(device), .metavar = "N", .min = 0, .max = 255,
+     .help = "CUDA device to train on (--backend cuda or auto; one process per GPU)",
+     .def = "0"},
     {.kind = SSAE_CLI_INT, .name = "--threads", O(threads), .metavar = "N", .min = 0,
      .max = 256, .help = "CPU threads; 0: all cores"},
     {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', O(quiet),
@@ -782,6 +788,20 @@ int ssae_cmd_train(int argc, char **argv) {
     ssae_cli_error(CMD, "--backend %s: CUDA training is not built into this ssae; use "
                         "--backend cpu (or auto)", o.backend);
     rc = SSAE_EXIT_USAGE;
+  } else if (o.device && !strcmp(o.backend, "cpu")) {
+    ssae_cli_error(CMD, "--device names a GPU: not with --backend cpu");
+    rc = SSAE_EXIT_USAGE;
+#if SSAE_HAVE_CUDA
+  } else if (o.device && ssae_cuda_use_device(o.device, &err)) {
+    /* Before the features are computed: the trainer is made on the device
+     * current on this thread. */
+    ssae_cli_error(CMD, "--device %d: %s", o.device, err.msg);
+    rc = SSAE_EXIT_USAGE;
+#else
+  } else if (o.device) {
+    ssae_cli_error(CMD, "--device: this build has no CUDA");
+    rc = SSAE_EXIT_USAGE;
+#endif
   } else {
     rc = run(&o, args.pos, args.n_pos);
   }

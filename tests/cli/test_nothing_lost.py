@@ -371,10 +371,17 @@ def test_small(d, good):
     p = run(["score", "--backend", "cpu", "--device", "1", good[0]])
     check(p.returncode == 2 and "--backend cpu" in err(p) and not p.stdout,
           f"score --backend cpu --device 1: {p.returncode} {err(p)!r}")
-    p = run(["score", "--backend", "cuda", "--device", "200", good[0]])
-    check(p.returncode == 2 and "--device" in err(p) and ("this host has" in err(p) or
-                                                          "no CUDA" in err(p)) and not p.stdout,
-          f"score --device 200: {p.returncode} {err(p)!r}")
+    for cmd in (["score", "--backend", "cuda", "--device", "200", good[0]],
+                ["train", "-o", os.path.join(d, "dev.safetensors"), "--device", "200", good[0]]):
+        p = run(cmd)
+        check(p.returncode == 2 and "--device" in err(p) and ("this host has" in err(p) or
+                                                              "no CUDA" in err(p))
+              and not p.stdout, f"{cmd[0]} --device 200: {p.returncode} {err(p)!r}")
+    p = run(["train", "-o", os.path.join(d, "dev.safetensors"), "--backend", "cpu", "--device",
+             "1", good[0]])
+    check(p.returncode == 2 and "--backend cpu" in err(p),
+          f"train --backend cpu --device 1: {p.returncode} {err(p)!r}")
+    check(not os.path.exists(os.path.join(d, "dev.safetensors")), "refused train wrote nothing")
     p = run(["jack", "--name", "n" * 300])
     check(p.returncode == 2 and "--name" in err(p) and "no server" not in err(p)
           or "without JACK" in err(p), f"jack --name of 300 bytes: {p.returncode} {err(p)!r}")

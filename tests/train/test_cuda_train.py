@@ -9,8 +9,10 @@
   weights and shuffle, validation loss and early stop, and two runs giving
   the same parameters bit for bit;
 - `ssae train --backend cuda` end to end on generated machine sound: two runs
-  write identical tensors, the loss curve follows the CPU's, and the model
-  scores held-out clips with an AUC within 0.02 of the CPU-trained one."""
+  write identical tensors (and a run on a second GPU, --device 1, where there
+  is one; else --device 1 is refused), the loss curve follows the CPU's, and
+  the model scores held-out clips with an AUC within 0.02 of the CPU-trained
+  one."""
 import json
 import os
 import re
@@ -156,11 +158,13 @@ else:
             head = json.loads(f.read(hl))
             return f.read(), head.get("__metadata__", {})
 
-    def train_cli(be, name):
+    def train_cli(be, name, extra=(), refused_ok=False):
         out = os.path.join(tmp, name)
         r = subprocess.run([SSAE, "train", "-o", out, "--epochs", "25", "--batch", "64", "--seed",
-                            "3", "--val", "0.2", "--backend", be, train_dir],
+                            "3", "--val", "0.2", "--backend", be, *extra, train_dir],
                            capture_output=True, text=True)
+        if refused_ok and r.returncode == 2 and "this host has 1 CUDA device" in r.stderr:
+            return None
         if r.returncode:
             print(r.stderr[-800:])
             sys.exit(1)
@@ -177,6 +181,16 @@ else:
     print("   two CUDA runs: tensors %s" % ("identical" if t1 == t2 else "DIFFERENT"))
     if t1 != t2 or l_g1 != l_g2:
         fails.append("ssae train --backend cuda: two runs differ")
+    # --device 1: on a second GPU the same tensors; with one GPU refused
+    # naming the count
+    g3 = train_cli("cuda", "g3.safetensors", ["--device", "1"], refused_ok=True)
+    if g3 is None:
+        print("   --device 1: refused (one GPU)")
+    else:
+        t3, _ = tensors(g3[0])
+        print("   --device 1: tensors %s" % ("identical" if t3 == t1 else "DIFFERENT"))
+        if t3 != t1:
+            fails.append("ssae train --device 1: tensors differ from device 0's")
     if meta1.get("train_backend") != "cuda":
         fails.append("train_backend metadata is %r" % meta1.get("train_backend"))
     curve = max(abs(a - b) / b for a, b in zip(l_g1 + v_g1, l_cpu + v_cpu))
