@@ -280,10 +280,63 @@ def window_scores(model, x):
     return ((y - x.to(y.dtype)) ** 2).mean(dim=1)
 
 
+def torchaudio_reads_files():
+    """False where torchaudio.load cannot read a file: torchaudio >= 2.9
+    decodes only through torchcodec, which may not be installed."""
+    import importlib.util
+    return not (importlib.util.find_spec("torchaudio._torchcodec") is not None and
+                importlib.util.find_spec("torchcodec") is None)
+
+
+def read_wav(path):
+    """(channels x samples float32 tensor, sample rate) of a WAV file of
+    integer PCM (8 to 32 bits) or float samples, scaled as torchaudio.load
+    scales them (integers by 2^(bits-1), 8-bit unsigned about 128): the
+    reader where torchaudio cannot read files (torchaudio_reads_files)."""
+    import numpy as np
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError("%s: not a RIFF WAVE file" % path)
+    pos, fmt, pcm = 12, None, None
+    while pos + 8 <= len(data):
+        cid, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
+        body = data[pos + 8:pos + 8 + size]
+        if cid == b"fmt " and len(body) >= 16:
+            tag, ch, rate, _, align, bits = struct.unpack("<HHIIHH", body[:16])
+            if tag == 0xFFFE and len(body) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the subformat's tag
+                tag = struct.unpack("<H", body[24:26])[0]
+            fmt = (tag, ch, rate, align, bits)
+        elif cid == b"data":
+            pcm = body
+        pos += 8 + size + (size & 1)
+    if fmt is None or pcm is None:
+        raise ValueError("%s: no fmt or data chunk" % path)
+    tag, ch, rate, align, bits = fmt
+    if ch < 1 or align != ch * ((bits + 7) // 8):
+        raise ValueError("%s: %d channels of %d bits in frames of %d bytes" % (path, ch, bits, align))
+    pcm = pcm[:len(pcm) // align * align]
+    if tag == 3 and bits in (32, 64):
+        x = np.frombuffer(pcm, dtype="<f%d" % (bits // 8)).astype(np.float32)
+    elif tag == 1 and bits == 8:
+        x = (np.frombuffer(pcm, dtype=np.uint8).astype(np.float32) - 128) / 128
+    elif tag == 1 and bits in (16, 32):
+        x = (np.frombuffer(pcm, dtype="<i%d" % (bits // 8)).astype(np.float64) /
+             2.0 ** (bits - 1)).astype(np.float32)
+    elif tag == 1 and bits == 24:
+        b = np.frombuffer(pcm, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+        x = (np.where(v >= 1 << 23, v - (1 << 24), v) / 2.0 ** 23).astype(np.float32)
+    else:
+        raise ValueError("%s: format tag %d with %d bits: not read here" % (path, tag, bits))
+    return torch.from_numpy(np.ascontiguousarray(x.reshape(-1, ch).T)), rate
+
+
 def load_audio(path, channel=0, sample_rate=16000):
-    """Samples of one channel ('mix' for the mean) at sample_rate."""
+    """Samples of one channel ('mix' for the mean) at sample_rate:
+    torchaudio.load, or read_wav where torchaudio cannot read files."""
     import torchaudio
-    wave, sr = torchaudio.load(path)
+    wave, sr = torchaudio.load(path) if torchaudio_reads_files() else read_wav(path)
     wave = wave.mean(dim=0) if channel == "mix" else wave[int(channel)]
     if sr != sample_rate:
         wave = torchaudio.functional.resample(wave, sr, sample_rate)

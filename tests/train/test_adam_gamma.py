@@ -1,11 +1,16 @@
 """Adam against torch.optim.Adam (several steps, with and without weight
-decay), the gamma fit (its MLE equation in float64) and the inverse of the
+decay; bit for bit with torch 1.x, within an ulp a step with torch 2's
+lerp), the gamma fit (its MLE equation in float64) and the inverse of the
 regularised incomplete gamma against torch.special.gammainc."""
 import tempfile
 
 from ssae_ref import np, torch, probe, run, adam_inputs, torch_adam, probe_adam, finish
 
 P = probe()
+# torch 1.x's Adam has ssae's arithmetic step for step (the first moment as
+# m * beta1 + g * (1 - beta1)): bit for bit there. torch 2 computes it with
+# lerp, whose rounding differs: within an ulp of the parameter a step there.
+TORCH_ADAM_AS_SSAE = int(torch.__version__.split(".")[0]) < 2
 tmp = tempfile.mkdtemp()
 fails = []
 rng = np.random.default_rng(5)
@@ -17,10 +22,19 @@ for lr, wd in ((1e-3, 0.0), (3e-2, 0.05)):
     moved = np.abs(ref - p0)
     e = np.max(np.abs(got - ref) / np.maximum(moved, 1e-30))
     same = np.mean(got == ref)
-    print("adam lr %g wd %g: %.4f%% bit-identical, max error relative to the update %.2e" %
-          (lr, wd, 100 * same, e))
-    if not (e <= 1e-6 and same >= 0.999):
-        fails.append("adam lr %g wd %g: %.3g" % (lr, wd, e))
+    ulps = np.max(np.abs(got - ref) / np.spacing(np.abs(ref).astype(np.float32)))
+    print("adam lr %g wd %g: %.4f%% bit-identical, max error relative to the update %.2e, "
+          "%.0f ulp of the parameter" % (lr, wd, 100 * same, e, ulps))
+    if TORCH_ADAM_AS_SSAE:
+        if not (e <= 1e-6 and same >= 0.999):
+            fails.append("adam lr %g wd %g: %.3g" % (lr, wd, e))
+    elif not ulps <= steps:
+        # torch >= 2 moves the first moment with lerp and so rounds it
+        # otherwise: an ulp of the moment, at most an ulp of the parameter
+        # a step (the error relative to the update is large only where the
+        # steps nearly cancel)
+        fails.append("adam lr %g wd %g (torch %s): %.0f ulp, %.4f%% identical"
+                     % (lr, wd, torch.__version__, ulps, 100 * same))
 
 # gamma fit: the MLE (loc 0) solves log k - digamma(k) = log mean - mean log
 for case in range(4):

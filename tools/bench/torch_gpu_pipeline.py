@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The PyTorch GPU pipeline a user would write for `ssae score`'s job:
-torchaudio.load per file (the standard library's wave reader where
+torchaudio.load per file (tools/ssae_torch.py's WAV reader where
 torchaudio needs torchcodec, which is absent), torchaudio's MelSpectrogram
 on the GPU, the SPEC
 module (tools/ssae_torch.py) on the GPU, file score = mean window score.
@@ -23,28 +23,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ssae_torch as st  # noqa: E402
 
 
-def wave_load(path):
-    """First channel of a 16-bit PCM WAV as float32 / 32768 (torchaudio.load's
-    scaling), through the standard library: torchaudio >= 2.9 reads files
-    only with torchcodec installed."""
-    import wave
-    import numpy as np
-    with wave.open(path, "rb") as w:
-        if w.getsampwidth() != 2:
-            raise ValueError("%s: not 16-bit PCM" % path)
-        ch = w.getnchannels()
-        x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").reshape(-1, ch)[:, 0]
-    return torch.from_numpy(x.astype(np.float32) / 32768.0)
-
-
 def loader():
     """torchaudio.load's first channel where it can read files here, else
-    wave_load."""
-    import importlib.util
-    if (importlib.util.find_spec("torchaudio._torchcodec") is not None and
-            importlib.util.find_spec("torchcodec") is None):
-        return wave_load
-    return lambda path: torchaudio.load(path)[0][0]
+    the reference's WAV reader (the same scaling)."""
+    if st.torchaudio_reads_files():
+        return lambda path: torchaudio.load(path)[0][0]
+    return lambda path: st.read_wav(path)[0][0]
 
 
 def main():
