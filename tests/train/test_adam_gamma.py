@@ -1,6 +1,6 @@
 """Adam against torch.optim.Adam (several steps, with and without weight
-decay; bit for bit with torch 1.x, within an ulp a step with torch 2's
-lerp), the gamma fit (its MLE equation in float64) and the inverse of the
+decay; bit for bit with torch 1.x, as close to float64 Adam as torch 2's
+own), the gamma fit (its MLE equation in float64) and the inverse of the
 regularised incomplete gamma against torch.special.gammainc."""
 import tempfile
 
@@ -9,7 +9,8 @@ from ssae_ref import np, torch, probe, run, adam_inputs, torch_adam, probe_adam,
 P = probe()
 # torch 1.x's Adam has ssae's arithmetic step for step (the first moment as
 # m * beta1 + g * (1 - beta1)): bit for bit there. torch 2 computes it with
-# lerp, whose rounding differs: within an ulp of the parameter a step there.
+# lerp, whose rounding differs: there ssae is held to torch's own distance
+# from Adam in float64.
 TORCH_ADAM_AS_SSAE = int(torch.__version__.split(".")[0]) < 2
 tmp = tempfile.mkdtemp()
 fails = []
@@ -22,19 +23,23 @@ for lr, wd in ((1e-3, 0.0), (3e-2, 0.05)):
     moved = np.abs(ref - p0)
     e = np.max(np.abs(got - ref) / np.maximum(moved, 1e-30))
     same = np.mean(got == ref)
-    ulps = np.max(np.abs(got - ref) / np.spacing(np.abs(ref).astype(np.float32)))
-    print("adam lr %g wd %g: %.4f%% bit-identical, max error relative to the update %.2e, "
-          "%.0f ulp of the parameter" % (lr, wd, 100 * same, e, ulps))
     if TORCH_ADAM_AS_SSAE:
+        print("adam lr %g wd %g: %.4f%% bit-identical, max error relative to the update %.2e" %
+              (lr, wd, 100 * same, e))
         if not (e <= 1e-6 and same >= 0.999):
             fails.append("adam lr %g wd %g: %.3g" % (lr, wd, e))
-    elif not ulps <= steps:
-        # torch >= 2 moves the first moment with lerp and so rounds it
-        # otherwise: an ulp of the moment, at most an ulp of the parameter
-        # a step (the error relative to the update is large only where the
-        # steps nearly cancel)
-        fails.append("adam lr %g wd %g (torch %s): %.0f ulp, %.4f%% identical"
-                     % (lr, wd, torch.__version__, ulps, 100 * same))
+    else:
+        # torch >= 2 moves the first moment with lerp, which rounds otherwise:
+        # ssae's parameters are to be as close to Adam in float64 as torch's
+        # own float32 ones (within 2x and an ulp of the largest parameter)
+        ref64 = torch_adam(p0.astype(np.float64), [g.astype(np.float64) for g in gs], lr, wd)
+        err_s, err_t = np.max(np.abs(got - ref64)), np.max(np.abs(ref - ref64))
+        ulp = np.spacing(np.float32(np.max(np.abs(ref64))))
+        print("adam lr %g wd %g (torch %s): %.4f%% bit-identical; largest error against float64 "
+              "Adam: ssae %.3g, torch %.3g (an ulp of the largest parameter: %.3g)"
+              % (lr, wd, torch.__version__, 100 * same, err_s, err_t, ulp))
+        if not err_s <= 2 * err_t + ulp:
+            fails.append("adam lr %g wd %g: error %.3g against torch's %.3g" % (lr, wd, err_s, err_t))
 
 # gamma fit: the MLE (loc 0) solves log k - digamma(k) = log mean - mean log
 for case in range(4):
