@@ -255,11 +255,11 @@ class Model:
     the CUDA backend runs on (an index, "cuda:N" or a torch.device; selecting
     one needs torch); None: the current device (torch.cuda.current_device(),
     0 unless the program selected another). CUDA tensors of another device
-    than the model's are refused with a ValueError naming both. math "3xtf32" runs CUDA's
-    throughput kernel on the tensor cores in 3xTF32 (fp32-level accuracy:
-    relative error within 1e-6 of float64; about 1.4x the windows per
-    second of "fp32" on an H100, from a few thousand windows per call); the
-    CPU computes as it does with either.
+    than the model's are refused with a ValueError naming both. math
+    "3xtf32" runs CUDA's throughput kernel on the tensor cores in 3xTF32
+    (fp32-level accuracy: relative error within 1e-6 of float64; about
+    1.4x the windows per second of "fp32" on an H100, from a few thousand
+    windows per call); the CPU computes as it does with either.
 
     Attributes: n_mels, frames, latent_dim, slice_latent_dim, window_size
     (frames * n_mels), threshold (None when the model has none), features
