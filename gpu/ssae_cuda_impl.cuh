@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "ssae_cuda.h"
+#include "ssae_cuda_device_scope.cuh"
 #include "ssae_cuda_layout.cuh"
 
 namespace ssae_cuda {
@@ -82,26 +83,8 @@ int cuda_fail(cuda_impl *c, ssae_err *err, const char *what, cudaError_t e);
 /* 1 when a CUDA device is present. */
 int device_present(void);
 
-/* For one call into the backend: c's device current on the calling thread,
- * the caller's own restored when the call returns. An instance lives on the
- * device current when it was made (create_impl); its calls may come from
- * any thread (the engine's worker, a Python thread whose current device is
- * torch's). Where the devices are the same (one GPU, or the engine's own
- * threads) this is one cudaGetDevice; it never allocates. */
-struct device_scope {
-  int prev, dev;
-  cudaError_t e;
-  explicit device_scope(int d) : prev(-1), dev(d), e(cudaGetDevice(&prev)) {
-    if (e == cudaSuccess && prev != dev) e = cudaSetDevice(dev);
-  }
-  ~device_scope() {
-    if (prev >= 0 && prev != dev && cudaSetDevice(prev) != cudaSuccess) cudaGetLastError();
-  }
-  device_scope(const device_scope &) = delete;
-  device_scope &operator=(const device_scope &) = delete;
-};
-
-/* The first statement of a backend call that touches c's device. */
+/* The first statement of a backend call that touches c's device (made on
+ * the device current at create_impl): that device for the call. */
 #define ON_DEVICE(c)                                      \
   device_scope on_dev_((c)->dev);                         \
   CK(on_dev_.e, "selecting the model's device")

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ssae_cuda_device_scope.cuh"
 #include "ssae_cuda_train_kernels.cuh"
 #include "ssae_cuda_vjp_tc.cuh"
 #include "ssae_cuda_warp_3xtf32.cuh"
@@ -154,21 +155,6 @@ int check_ptr(const void *p, int dev, const char *what, ssae_err *err) {
     return ssae_err_set(err, "CUDA: %s: memory of device %d, this object's is %d", what,
                         at.device, dev);
   return 0;
-}
-
-/* The current device is v's for the call (restored by leave). */
-int enter(ssae_cuda_vjp *v, int *prev, ssae_err *err) {
-  CKV(cudaGetDevice(prev), "reading the current device");
-  if (*prev != v->dev) CKV(cudaSetDevice(v->dev), "selecting the device");
-  return 0;
-}
-
-int leave(ssae_cuda_vjp *v, int prev, int rc, ssae_err *err) {
-  if (prev >= 0 && prev != v->dev && cudaSetDevice(prev) != cudaSuccess) {
-    cudaGetLastError();
-    if (rc == 0) rc = ssae_err_set(err, "CUDA: restoring the current device");
-  }
-  return rc;
 }
 
 /* Queues on s: wait for the previous call's work, then the derived weights
@@ -312,14 +298,13 @@ int loss(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float 
 
 extern "C" void ssae_cuda_vjp_free(ssae_cuda_vjp *v) {
   if (!v) return;
-  int prev = -1;
-  if (cudaGetDevice(&prev) != cudaSuccess) cudaGetLastError();
-  if (prev != v->dev) cudaSetDevice(v->dev);
-  void *ptrs[] = {v->w.bn, v->w.bnt,   v->w.enct, v->w.bnwt, v->w.dect,
-                  v->w.gnorm, v->part, v->part_sse, v->wf, v->scores};
-  for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) cudaFree(ptrs[i]);
-  if (v->done) cudaEventDestroy(v->done);
-  if (prev >= 0 && prev != v->dev) cudaSetDevice(prev);
+  {
+    device_scope on_dev(v->dev);
+    void *ptrs[] = {v->w.bn, v->w.bnt,   v->w.enct, v->w.bnwt, v->w.dect,
+                    v->w.gnorm, v->part, v->part_sse, v->wf, v->scores};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) cudaFree(ptrs[i]);
+    if (v->done) cudaEventDestroy(v->done);
+  }
   cudaGetLastError();
   free(v);
 }
@@ -410,9 +395,9 @@ extern "C" int ssae_cuda_vjp_forward(ssae_cuda_vjp *v, const float *params_dev,
   if (check_ptr(params_dev, v->dev, "parameters", err) ||
       (n && (check_ptr(x_dev, v->dev, "input", err) || check_ptr(y_dev, v->dev, "output", err))))
     return -1;
-  int prev = -1;
-  if (enter(v, &prev, err)) return leave(v, prev, -1, err);
-  return leave(v, prev, forward(v, params_dev, x_dev, n, y_dev, (cudaStream_t)stream, err), err);
+  device_scope on_dev(v->dev);
+  CKV(on_dev.e, "selecting the device");
+  return forward(v, params_dev, x_dev, n, y_dev, (cudaStream_t)stream, err);
 }
 
 extern "C" int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev,
@@ -427,12 +412,10 @@ extern "C" int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev,
              check_ptr(dy_dev, v->dev, "upstream gradient", err) ||
              (dx_dev && check_ptr(dx_dev, v->dev, "input gradient", err)))))
     return -1;
-  int prev = -1;
-  if (enter(v, &prev, err)) return leave(v, prev, -1, err);
-  return leave(v, prev,
-               backward(v, params_dev, x_dev, n, dy_dev, dparams_dev, dx_dev,
-                        (cudaStream_t)stream, err),
-               err);
+  device_scope on_dev(v->dev);
+  CKV(on_dev.e, "selecting the device");
+  return backward(v, params_dev, x_dev, n, dy_dev, dparams_dev, dx_dev, (cudaStream_t)stream,
+                  err);
 }
 
 extern "C" int ssae_cuda_vjp_loss(ssae_cuda_vjp *v, const float *params_dev, const float *x_dev,
@@ -445,9 +428,7 @@ extern "C" int ssae_cuda_vjp_loss(ssae_cuda_vjp *v, const float *params_dev, con
       check_ptr(dparams_dev, v->dev, "parameter gradients", err) ||
       (n && check_ptr(x_dev, v->dev, "input", err)))
     return -1;
-  int prev = -1;
-  if (enter(v, &prev, err)) return leave(v, prev, -1, err);
-  return leave(v, prev,
-               loss(v, params_dev, x_dev, n, loss_dev, dparams_dev, (cudaStream_t)stream, err),
-               err);
+  device_scope on_dev(v->dev);
+  CKV(on_dev.e, "selecting the device");
+  return loss(v, params_dev, x_dev, n, loss_dev, dparams_dev, (cudaStream_t)stream, err);
 }

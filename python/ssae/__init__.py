@@ -236,13 +236,14 @@ def _device_scope(device):
     if d is None or d.type != "cuda":
         raise ValueError("device %r: expected a CUDA device index, 'cuda:N' or a "
                          "torch.device('cuda', N)" % (device,))
-    if d.index is None:
+    if d.index is None:  # torch.device("cuda"): the current one
         return contextlib.nullcontext()
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if not 0 <= d.index < count:
         raise ValueError("device %r: this host has %d CUDA device%s" %
                          (device, count, "" if count == 1 else "s"))
-    return torch.cuda.device(d)
+    from ._torch_net import _on_device
+    return _on_device(d)
 
 
 class Model:

@@ -44,4 +44,12 @@ void ssae_cli_json_str(FILE *f, const char *s);
 /* Prints "ssae CMD: msg" on stderr. */
 void ssae_cli_error(const char *cmd, const char *fmt, ...) SSAE_PRINTF(2, 3);
 
+/* A command's --device N (a GPU): 0 when it can run there, N then current
+ * on this thread (the CUDA backend or trainer made next on it lives there);
+ * else says why (with --backend cpu, a device this host lacks, a build
+ * without CUDA) and returns SSAE_EXIT_USAGE, before any work. Device 0 is
+ * taken as it is: checking it would cost the CUDA driver's start here,
+ * which the commands overlap with other work. */
+int ssae_cli_use_device(const char *cmd, int device, const char *backend);
+
 #endif

@@ -4,6 +4,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ssae_config.h"
+#if SSAE_HAVE_CUDA
+#include "ssae_cuda.h"
+#endif
 #include "ssae_json.h"
 #include "ssae_shard.h"
 
@@ -48,4 +52,23 @@ void ssae_cli_error(const char *cmd, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
+}
+
+int ssae_cli_use_device(const char *cmd, int device, const char *backend) {
+  if (!device) return SSAE_EXIT_OK;
+  if (!strcmp(backend, "cpu")) {
+    ssae_cli_error(cmd, "--device names a GPU: not with --backend cpu");
+    return SSAE_EXIT_USAGE;
+  }
+#if SSAE_HAVE_CUDA
+  ssae_err err = {{0}};
+  if (ssae_cuda_use_device(device, &err)) {
+    ssae_cli_error(cmd, "--device %d: %s", device, err.msg);
+    return SSAE_EXIT_USAGE;
+  }
+  return SSAE_EXIT_OK;
+#else
+  ssae_cli_error(cmd, "--device: this build has no CUDA");
+  return SSAE_EXIT_USAGE;
+#endif
 }

@@ -28,7 +28,6 @@
 #include "ssae_model.h"
 #include "ssae_outfile.h"
 #if SSAE_HAVE_CUDA
-#include "ssae_cuda.h"
 #include "ssae_cuda_frontend.h"
 #include "ssae_score_gpu.h"
 #endif
@@ -565,15 +564,10 @@ static int run(const opts *o, char *const *paths, size_t n, FILE *of, ssae_shard
    * start): the CPU path (the CUDA backend with the front end on the CPU
    * is slower than it end to end). */
   const char *backend = strcmp(o->backend, "auto") ? o->backend : "cpu";
-  /* The backend lives on the device current when it is made. */
-  if (o->device && strcmp(backend, "cpu") && ssae_cuda_use_device(o->device, &err)) {
-    ssae_cli_error(CMD, "--device: %s", err.msg);
-    ssae_model_free(m);
-    return SSAE_EXIT_INPUT;
-  }
 #else
   const char *backend = o->backend;
 #endif
+  /* CUDA: on --device's GPU, current on this thread (ssae_cli_use_device) */
   ssae_backend *be = ssae_backend_new(m, backend, BATCH_WINDOWS, &err);
   if (!be) {
     ssae_cli_error(CMD, "%s", err.msg);
@@ -779,19 +773,10 @@ int ssae_cmd_score(int argc, char **argv) {
     rc = ssae_cli_usage_error(&command, "--shard-count goes with --shard");
   } else if (o.resume && !o.output) {
     rc = ssae_cli_usage_error(&command, "--resume needs -o, the output of the earlier run");
-  } else if (o.device && !strcmp(o.backend, "cpu")) {
-    rc = ssae_cli_usage_error(&command, "--device names a GPU: not with --backend cpu");
-#if SSAE_HAVE_CUDA
-  } else if (o.device && ssae_cuda_use_device(o.device, &err)) {
-    /* Checked before any work (else the front end would fail and the job go
-     * on elsewhere); a nonzero device only: the default's check would cost
-     * the driver's start before the warm-up thread could take it. */
-    ssae_cli_error(CMD, "--device %d: %s", o.device, err.msg);
-    rc = SSAE_EXIT_USAGE;
-#else
-  } else if (o.device) {
-    rc = ssae_cli_usage_error(&command, "--device: this build has no CUDA");
-#endif
+  } else if ((rc = ssae_cli_use_device(CMD, o.device, o.backend)) != SSAE_EXIT_OK) {
+    /* before any work (else the front end would fail and the job go on
+     * elsewhere); the device is now this thread's, where run makes the
+     * backend */
   } else {
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);

@@ -28,9 +28,6 @@
 #include "ssae_threshold.h"
 #include "ssae_reference.h"
 #include "ssae_train.h"
-#if SSAE_HAVE_CUDA
-#include "ssae_cuda.h"
-#endif
 
 static const char *const CMD = "train";
 
@@ -788,20 +785,8 @@ int ssae_cmd_train(int argc, char **argv) {
     ssae_cli_error(CMD, "--backend %s: CUDA training is not built into this ssae; use "
                         "--backend cpu (or auto)", o.backend);
     rc = SSAE_EXIT_USAGE;
-  } else if (o.device && !strcmp(o.backend, "cpu")) {
-    ssae_cli_error(CMD, "--device names a GPU: not with --backend cpu");
-    rc = SSAE_EXIT_USAGE;
-#if SSAE_HAVE_CUDA
-  } else if (o.device && ssae_cuda_use_device(o.device, &err)) {
-    /* Before the features are computed: the trainer is made on the device
-     * current on this thread. */
-    ssae_cli_error(CMD, "--device %d: %s", o.device, err.msg);
-    rc = SSAE_EXIT_USAGE;
-#else
-  } else if (o.device) {
-    ssae_cli_error(CMD, "--device: this build has no CUDA");
-    rc = SSAE_EXIT_USAGE;
-#endif
+  } else if ((rc = ssae_cli_use_device(CMD, o.device, o.backend)) != SSAE_EXIT_OK) {
+    /* before the features are computed; the trainer is made on this thread */
   } else {
     rc = run(&o, args.pos, args.n_pos);
   }
