@@ -52,4 +52,13 @@ void ssae_cli_error(const char *cmd, const char *fmt, ...) SSAE_PRINTF(2, 3);
  * which the commands overlap with other work. */
 int ssae_cli_use_device(const char *cmd, int device, const char *backend);
 
+/* For a short job whose GPU work is on one stream (score, eval, report): one
+ * hardware work queue for the process's CUDA context instead of the
+ * driver's eight (CUDA_DEVICE_MAX_CONNECTIONS=1, unless the user set it).
+ * Each queue costs the context's creation and its teardown at exit time
+ * (BENCHMARKS.md: about 90 ms of a 0.3 s CUDA start and exit on an H100
+ * host), and work that is in order on one stream loses nothing. Call while
+ * the process has one thread, before any CUDA call. */
+void ssae_cli_one_cuda_queue(const char *backend);
+
 #endif

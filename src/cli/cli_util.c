@@ -1,5 +1,6 @@
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -52,6 +53,14 @@ void ssae_cli_error(const char *cmd, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputc('\n', stderr);
+}
+
+void ssae_cli_one_cuda_queue(const char *backend) {
+#if SSAE_HAVE_CUDA
+  if (strcmp(backend, "cpu")) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 0);
+#else
+  (void)backend;
+#endif
 }
 
 int ssae_cli_use_device(const char *cmd, int device, const char *backend) {

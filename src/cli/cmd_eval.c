@@ -647,6 +647,7 @@ int ssae_cmd_eval(int argc, char **argv) {
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
+  ssae_cli_one_cuda_queue(o.backend);
   rc = check(&o);
   if (!rc) rc = run(&o);
   ssae_cli_args_free(&args);

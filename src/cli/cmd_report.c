@@ -210,6 +210,7 @@ int ssae_cmd_report(int argc, char **argv) {
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
+  ssae_cli_one_cuda_queue(o.backend);
   if (args.n_pos > 1)
     rc = ssae_cli_usage_error(&command, "one FILE at a time ('%s' and '%s')", args.pos[0],
                               args.pos[1]);

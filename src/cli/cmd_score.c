@@ -763,6 +763,7 @@ int ssae_cmd_score(int argc, char **argv) {
   if (rc != SSAE_CLI_CONTINUE) return rc;
   ssae_shard_spec spec;
   ssae_err err = {{0}};
+  ssae_cli_one_cuda_queue(o.backend);
   if (!args.n_pos && !o.files_from) {
     rc = ssae_cli_usage_error(&command, "no input files");
   } else if (o.shard && ssae_shard_spec_parse(o.shard, (size_t)o.shard_count, &spec, &err)) {

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "cli_opts.h"
 #include "ssae_audio.h"
+#include "ssae_config.h"
 #include "ssae_features.h"
 
 typedef struct opts {
@@ -207,6 +208,23 @@ int main(void) {
   CHECK(rc == SSAE_EXIT_OK && strstr(out_text, "usage: ssae demo"), "-h");
   /* A usage error before --help wins. */
   USAGE("--bogus", "--help");
+
+  /* One CUDA hardware queue for the short jobs (score, eval, report):
+   * asked for unless the backend is cpu, the user's own setting kept. */
+  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  ssae_cli_one_cuda_queue("cpu");
+  CHECK(!getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "set for --backend cpu");
+  ssae_cli_one_cuda_queue("auto");
+  const char *q = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+#if SSAE_HAVE_CUDA
+  CHECK(q && !strcmp(q, "1"), "one queue for auto: %s", q ? q : "unset");
+#else
+  CHECK(!q, "set without CUDA: %s", q);
+#endif
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "4", 1);
+  ssae_cli_one_cuda_queue("cuda");
+  q = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  CHECK(q && !strcmp(q, "4"), "the user's setting replaced: %s", q ? q : "unset");
 
   if (fails) {
     fprintf(stderr, "%d check(s) failed\n", fails);

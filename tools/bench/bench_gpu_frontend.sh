@@ -12,7 +12,8 @@
 # CPU); cuda and cpu on the set four times over (a job four times the size:
 # the GPU's fixed start-up spread over more work); and a process that only
 # starts CUDA (the driver and a context) and exits (tools/bench/pinned_bench
-# 0, built with CUDA): what any CUDA program pays on the host. Prints a table (wall seconds per round, the median, clips/s), checks that
+# 0, built with CUDA): what any CUDA program pays on the host, with the
+# driver's eight hardware queues and with one as ssae score asks. Prints a table (wall seconds per round, the median, clips/s), checks that
 # the cuda and cpu file scores agree (1e-5 relative), and prints the
 # per-window limits of the GPU path computed from the kernels' arithmetic
 # and data movement (gpu/ssae_cuda_frontend.cu): PCIe bytes per second of
@@ -51,6 +52,9 @@ for r in $(seq 1 "$ROUNDS"); do
   echo "round $r/$ROUNDS ..." >&2
   run_timed cuda "$SSAE" score -q --stats --backend cuda "$DIR"
   grep -h "GPU front end:" "$OUT/cuda.err" >&2 || true
+  # the same with the driver's default of eight hardware queues (ssae
+  # score asks for one, ssae_cli_one_cuda_queue)
+  run_timed cuda8 env CUDA_DEVICE_MAX_CONNECTIONS=8 "$SSAE" score -q --backend cuda "$DIR"
   run_timed cpu "$SSAE" score -q --backend cpu "$DIR"
   run_timed auto "$SSAE" score -q --backend auto "$DIR"
   # a small job (the first 100 clips): auto must stay on the CPU path
@@ -61,6 +65,7 @@ for r in $(seq 1 "$ROUNDS"); do
   run_timed x4_cpu "$SSAE" score -q --backend cpu "$DIR" "$DIR" "$DIR" "$DIR"
   if [ -x "$BUILD/tools/bench/pinned_bench" ]; then
     run_timed floor "$BUILD/tools/bench/pinned_bench" 0
+    run_timed floor1 env CUDA_DEVICE_MAX_CONNECTIONS=1 "$BUILD/tools/bench/pinned_bench" 0
   fi
   if [ $TORCH_OK = 1 ]; then
     run_timed torch "$PY" "$HERE/torch_gpu_pipeline.py" "$MODEL" "$DIR"/clip*.wav
@@ -73,7 +78,8 @@ fi
 /usr/bin/python3 - "$OUT" "$N" "$TORCH_OK" <<'EOF'
 import statistics, sys
 out, n, torch_ok = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-rows = [("ssae score --backend cuda", "cuda"), ("ssae score --backend cpu", "cpu"),
+rows = [("ssae score --backend cuda", "cuda"), ("cuda, the driver's 8 queues", "cuda8"),
+        ("ssae score --backend cpu", "cpu"),
         ("ssae score --backend auto", "auto")]
 if torch_ok:
     rows.append(("PyTorch GPU (torchaudio + module)", "torch"))
@@ -83,6 +89,7 @@ rows += [("100 clips: --backend auto", "small_auto"), ("100 clips: --backend cpu
 import os
 if os.path.exists(f"{out}/floor.t"):
     rows.append(("CUDA start + exit, no work", "floor"))
+    rows.append(("the same, one queue", "floor1"))
 med = {}
 print(f"{'pipeline':36s} {'rounds (s)':28s} {'median s':>9s} {'clips/s':>9s}")
 for label, key in rows:
@@ -91,7 +98,7 @@ for label, key in rows:
     m = statistics.median(ok) if ok else float("nan")
     med[key] = m
     clips = 100 if key.startswith("small") else 4 * n if key.startswith("x4") else n
-    rate = f"{clips / m:9.0f}" if ok and key != "floor" else f"{'-':>9s}"
+    rate = f"{clips / m:9.0f}" if ok and not key.startswith("floor") else f"{'-':>9s}"
     print(f"{label:36s} {' '.join(ts):28s} {m:9.3f} {rate}")
 if med["cuda"] == med["cuda"]:
     print(f"cuda / cpu speed-up: {med['cpu'] / med['cuda']:.2f}x"
@@ -100,9 +107,12 @@ print(f"auto / cpu: {med['cpu'] / med['auto']:.2f}x ({n} clips), "
       f"{med['small_cpu'] / med['small_auto']:.2f}x (100 clips)")
 print(f"cuda / cpu at {4 * n} files (the set 4 times): {med['x4_cpu'] / med['x4_cuda']:.2f}x; "
       f"the extra {3 * n} files: {(med['x4_cpu'] - med['cpu']) / (med['x4_cuda'] - med['cuda']):.2f}x")
+if med["cuda8"] == med["cuda8"]:
+    print(f"one hardware queue against the driver's eight: {med['cuda8'] / med['cuda']:.2f}x")
 if "floor" in med:
-    print(f"a CUDA process's start and exit alone: {med['floor']:.3f} s "
-          f"(cuda at {n} files beyond it: {med['cpu'] / max(med['cuda'] - med['floor'], 1e-9):.2f}x)")
+    print(f"a CUDA process's start and exit alone: {med['floor']:.3f} s, one queue "
+          f"{med['floor1']:.3f} s (cuda at {n} files beyond it: "
+          f"{med['cpu'] / max(med['cuda'] - med['floor1'], 1e-9):.2f}x)")
 
 def scores(key):
     d = {}
