@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ssae_cuda_device_scope.cuh"
 #include "ssae_cuda_train_kernels.cuh"
 #include "ssae_cuda_vjp_tc.cuh"
 
@@ -85,11 +86,13 @@ int cfail(ctrain *c, ssae_err *err, const char *what, cudaError_t e) {
     if (e_ != cudaSuccess) return cfail(c, err, what, e_);  \
   } while (0)
 
-/* Work that left the device in an unknown state is refused after. */
-#define CHECK_BROKEN()                                                 \
-  do {                                                                 \
-    if (c->broken) return ssae_err_set(err, "%s", c->broken_msg);     \
-  } while (0)
+/* Each callback's start: work that left the device in an unknown state is
+ * refused after; the rest runs on the trainer's device whichever thread
+ * calls, the caller's own device restored at return (device_scope). */
+#define ENTER()                                                  \
+  if (c->broken) return ssae_err_set(err, "%s", c->broken_msg); \
+  device_scope on_dev_(c->dev);                                  \
+  CK(on_dev_.e, "selecting the trainer's device")
 
 void free_sets(ctrain *c) {
   cudaFree(c->d_tdata);
@@ -111,7 +114,7 @@ void free_sets(ctrain *c) {
 
 void destroy(ctrain *c) {
   if (!c) return;
-  cudaSetDevice(c->dev);
+  device_scope on_dev(c->dev);
   free_sets(c);
   for (int i = 0; i < kInflight; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
@@ -191,7 +194,7 @@ int grow(ctrain *c, float **p, size_t *cap, size_t want, ssae_err *err) {
 
 int cb_set_params(void *ctx, const float *params, ssae_err *err) {
   ctrain *c = (ctrain *)ctx;
-  CHECK_BROKEN();
+  ENTER();
   for (int i = 0; i < c->d.P; i++)
     if (!isfinite(params[i]))
       return ssae_err_set(err, "parameter %d is not finite (training diverged; try a smaller "
@@ -208,7 +211,7 @@ int cb_set_params(void *ctx, const float *params, ssae_err *err) {
 int cb_grad(void *ctx, const float *x, size_t n, double scale, double *sse, float *grad,
             ssae_err *err) {
   ctrain *c = (ctrain *)ctx;
-  CHECK_BROKEN();
+  ENTER();
   if (n == 0) return ssae_err_set(err, "empty batch");
   const size_t FM = (size_t)c->d.F * c->d.M;
   if (grow(c, &c->d_x, &c->x_cap, n * FM, err)) return -1;
@@ -228,7 +231,7 @@ int cb_grad(void *ctx, const float *x, size_t n, double scale, double *sse, floa
 
 int cb_scores(void *ctx, const float *x, size_t n, float *scores, ssae_err *err) {
   ctrain *c = (ctrain *)ctx;
-  CHECK_BROKEN();
+  ENTER();
   if (n == 0) return 0;
   const size_t FM = (size_t)c->d.F * c->d.M;
   if (grow(c, &c->d_x, &c->x_cap, n * FM, err) || grow(c, &c->d_sc, &c->sc_cap, n, err))
@@ -259,7 +262,7 @@ unsigned long long *set_offsets(const ssae_window_set *s, size_t fm, size_t *ext
 int cb_begin(void *ctx, const ssae_window_set *train, const ssae_window_set *val,
              const float *params, const ssae_adam_cfg *adam, ssae_err *err) {
   ctrain *c = (ctrain *)ctx;
-  CHECK_BROKEN();
+  ENTER();
   free_sets(c);
   const size_t fm = (size_t)c->d.F * c->d.M;
   size_t text = 0, vext = 0;
@@ -329,7 +332,7 @@ out:
 int cb_epoch(void *ctx, const size_t *perm, size_t batch, volatile sig_atomic_t *stop,
              ssae_train_batch_fn done, void *user, ssae_err *err) {
   ctrain *c = (ctrain *)ctx;
-  CHECK_BROKEN();
+  ENTER();
   const size_t n = c->n_train;
   if (n == 0 || batch == 0) return ssae_err_set(err, "nothing to train on");
   const size_t fm = (size_t)c->d.F * c->d.M;
@@ -379,7 +382,7 @@ int cb_epoch(void *ctx, const size_t *perm, size_t batch, volatile sig_atomic_t 
 
 int cb_val_loss(void *ctx, double *loss, ssae_err *err) {
   ctrain *c = (ctrain *)ctx;
-  CHECK_BROKEN();
+  ENTER();
   if (c->n_val == 0) {
     *loss = NAN;
     return 0;
@@ -397,7 +400,7 @@ int cb_val_loss(void *ctx, double *loss, ssae_err *err) {
 
 int cb_get_params(void *ctx, float *params, ssae_err *err) {
   ctrain *c = (ctrain *)ctx;
-  CHECK_BROKEN();
+  ENTER();
   CK(cudaMemcpyAsync(params, c->w.p, sizeof(float) * c->d.P, cudaMemcpyDeviceToHost, c->st),
      "copying the parameters");
   CK(cudaStreamSynchronize(c->st), "copying the parameters");
@@ -442,8 +445,8 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
     }                            \
   } while (0)
   /* The device current on this thread (0 unless the caller selected
-   * another: ssae train --device); the trainer's calls come from this
-   * thread. */
+   * another: ssae train --device), where the trainer lives; its calls
+   * select it (ENTER). */
   CKN(cudaGetDevice(&c->dev), "reading the current device");
   cudaDeviceProp prop;
   CKN(cudaGetDeviceProperties(&prop, c->dev), "reading device properties");

@@ -31,6 +31,7 @@ if run([P, "cuda_available"]).returncode != 0:
     print("skip: no CUDA device (or CUDA not built in)")
     sys.exit(77)
 SSAE = os.environ.get("SSAE")
+ndev = int(run([P, "cuda_devices"]).stdout.strip() or 0)
 tmp = tempfile.mkdtemp()
 fails = []
 
@@ -78,6 +79,18 @@ for case, (M, Fr, L, S, n, seed) in enumerate([(64, 5, 32, 64, 70, 1), (64, 5, 3
     print("   window scores max rel err %.2e" % se)
     if not se <= 1e-5:
         fails.append("case %d: CUDA scores rel err %.3g" % (case, se))
+    if ndev >= 2:
+        # made on the second GPU, called from a thread whose current device
+        # is the first: the same bits, and the caller's device left current
+        ok = True
+        for made, called in ((1, 0), (0, 1)):
+            r = run([P, "be_grad", "cuda:%d:%d" % (made, called), M, Fr, L, S, 2, pf, xf, gf])
+            if not (r.returncode == 0 and np.array_equal(read(gf), outs["cuda"])):
+                ok = False
+                fails.append("case %d: trainer made on GPU %d, called with GPU %d current: %s"
+                             % (case, made, called, r.stderr.strip() or "gradient differs"))
+        print("   trainer on another GPU than the caller's current one: %s"
+              % ("same bits" if ok else "FAILED"))
 
 # ---- 2. Adam ---------------------------------------------------------------
 rng = np.random.default_rng(5)

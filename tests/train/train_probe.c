@@ -7,6 +7,7 @@
 #include "ssae_config.h"
 #include "ssae_train.h"
 #if SSAE_HAVE_CUDA
+#include "ssae_cuda.h"
 #include "ssae_cuda_train.h"
 #endif
 
@@ -46,12 +47,20 @@ static void on_epoch(const ssae_train_progress *p, void *user) {
   if (p->epoch_end) printf("epoch %d loss %.17g\n", p->epoch, p->loss);
 }
 
-/* A backend by name: cpu (THREADS threads) or cuda. */
+/* A backend by name: cpu (THREADS threads), cuda, or cuda:A:B (made on
+ * device A, then device B made current on this thread for its calls: they
+ * must run on A and leave B current). */
 static int open_be(const char *name, const ssae_dims *d, int threads, ssae_train_backend *be,
                    ssae_err *err) {
   if (!strcmp(name, "cpu")) return ssae_train_backend_cpu(be, d, threads, err);
 #if SSAE_HAVE_CUDA
   if (!strcmp(name, "cuda")) return ssae_train_backend_cuda(be, d, err);
+  int made, called;
+  if (sscanf(name, "cuda:%d:%d", &made, &called) == 2)
+    return ssae_cuda_use_device(made, err) || ssae_train_backend_cuda(be, d, err) ||
+                   ssae_cuda_use_device(called, err)
+               ? -1
+               : 0;
 #endif
   (void)threads;
   return ssae_err_set(err, "backend %s is not built in", name);
@@ -136,6 +145,14 @@ static int read_adam(char **a, ssae_adam_cfg *c, int *steps, float **p, size_t *
 
 int main(int argc, char **argv) {
   ssae_err err = {{0}};
+  if (argc == 2 && !strcmp(argv[1], "cuda_devices")) {
+#if SSAE_HAVE_CUDA
+    printf("%d\n", ssae_cuda_device_count());
+#else
+    printf("0\n");
+#endif
+    return 0;
+  }
   if (argc == 2 && !strcmp(argv[1], "cuda_available")) {
 #if SSAE_HAVE_CUDA
     return ssae_cuda_train_available() ? 0 : 77;
@@ -157,6 +174,13 @@ int main(int argc, char **argv) {
     int rc = grad_or_scores(!strcmp(argv[1], "be_grad"), be.grad, be.scores, be.ctx, &in,
                             argv[10], &err);
     ssae_train_backend_free(&be);
+#if SSAE_HAVE_CUDA
+    int made, called;
+    if (!rc && sscanf(argv[2], "cuda:%d:%d", &made, &called) == 2 &&
+        ssae_cuda_current_device() != called)
+      rc = ssae_err_set(&err, "the trainer left device %d current, not the caller's %d",
+                        ssae_cuda_current_device(), called);
+#endif
     return inputs_done(&in, rc, &err);
   }
   if (argc == 14 && !strcmp(argv[1], "train")) {
