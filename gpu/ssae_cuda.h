@@ -66,14 +66,38 @@ const ssae_cuda_kernel_desc *ssae_cuda_kernel_info(int i);
  * computes with several warps per tile (the tests' case for that path). */
 size_t ssae_cuda_warp_round(void);
 
+/* Name of device 0 ("NVIDIA H100 80GB HBM3"), or "" when there is none. */
+const char *ssae_cuda_device_name(void);
+
 /* Makes CUDA device dev current on the calling thread, so that the CUDA
  * backend made next on this thread lives on it (an instance stays on the
  * device it was made on, whichever thread calls it). 0, or -1 with the
  * reason (no such device: the count of this host's devices named). */
 int ssae_cuda_use_device(int dev, ssae_err *err);
 
-/* Name of device 0 ("NVIDIA H100 80GB HBM3"), or "" when there is none. */
-const char *ssae_cuda_device_name(void);
+/* The device selection below exists in builds without CUDA too
+ * (gpu/ssae_cuda_device_none.c: no devices, and a device asked for is
+ * refused saying that the build has no CUDA). */
+
+/* How many CUDA devices this host has (0 when none, or no driver). */
+int ssae_cuda_device_count(void);
+
+/* 0 when dev is one of this host's devices, else -1 with the reason, as
+ * ssae_cuda_use_device gives it (the count of this host's devices named).
+ * Selects nothing. */
+int ssae_cuda_check_device(int dev, ssae_err *err);
+
+/* For objects made on a thread that is not the maker's to change (the
+ * live engine's, made on a JACK or LV2 host's thread): enter makes device
+ * dev current on the calling thread and writes the one current before into
+ * *prev; leave(prev) makes that one current again. enter: 0, or -1 with
+ * the reason (ssae_cuda_check_device's). */
+int ssae_cuda_device_enter(int dev, int *prev, ssae_err *err);
+void ssae_cuda_device_leave(int prev);
+
+/* The device current on the calling thread, -1 when none can be read (no
+ * device, no CUDA): for tests of the code that must leave it alone. */
+int ssae_cuda_current_device(void);
 
 #ifdef __cplusplus
 }

@@ -60,21 +60,60 @@ int device_present(void) {
   return n > 0;
 }
 
-extern "C" int ssae_cuda_use_device(int dev, ssae_err *err) {
+extern "C" int ssae_cuda_device_count(void) {
   int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();
-    n = 0;
+    return 0;
   }
+  return n;
+}
+
+extern "C" int ssae_cuda_check_device(int dev, ssae_err *err) {
+  const int n = ssae_cuda_device_count();
   if (dev < 0 || dev >= n)
     return ssae_err_set(err, "CUDA device %d: this host has %d CUDA device%s", dev, n,
                         n == 1 ? "" : "s");
-  if ((e = cudaSetDevice(dev)) != cudaSuccess) {
+  return 0;
+}
+
+extern "C" int ssae_cuda_use_device(int dev, ssae_err *err) {
+  if (ssae_cuda_check_device(dev, err)) return -1;
+  cudaError_t e = cudaSetDevice(dev);
+  if (e != cudaSuccess) {
     cudaGetLastError();
     return ssae_err_set(err, "CUDA device %d: %s", dev, cudaGetErrorString(e));
   }
   return 0;
+}
+
+extern "C" int ssae_cuda_device_enter(int dev, int *prev, ssae_err *err) {
+  if (ssae_cuda_check_device(dev, err)) return -1;
+  int p = 0;
+  cudaError_t e = cudaGetDevice(&p);
+  if (e == cudaSuccess && p != dev) e = cudaSetDevice(dev);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return ssae_err_set(err, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+  }
+  *prev = p;
+  return 0;
+}
+
+extern "C" void ssae_cuda_device_leave(int prev) {
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur == prev) return;
+  /* As device_scope: a failure to restore is cleared, the work is done. */
+  if (cudaSetDevice(prev) != cudaSuccess) cudaGetLastError();
+}
+
+extern "C" int ssae_cuda_current_device(void) {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return d;
 }
 
 void destroy_impl(cuda_impl *c) {

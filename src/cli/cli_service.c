@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ssae_cuda.h"
 #include "ssae_service_conf.h"
 
 /* ---- logging (also without the service) ---- */
@@ -55,6 +56,7 @@ void ssae_cli_log(int prio, const char *prog, const char *fmt, ...) {
 void ssae_cli_service_note_given(ssae_cli_service_args *a, const ssae_cli_args *args) {
   a->given_model = ssae_cli_given(args, "--model");
   a->given_backend = ssae_cli_given(args, "--backend");
+  a->given_gpu = ssae_cli_given(args, "--gpu");
   a->given_events = ssae_cli_given(args, "--events");
   a->given_threshold = ssae_cli_given(args, "--threshold");
   a->given_smoothing = ssae_cli_given(args, "--smoothing");
@@ -65,11 +67,33 @@ void ssae_cli_service_note_given(ssae_cli_service_args *a, const ssae_cli_args *
 
 void ssae_cli_service_engine_cfg(const ssae_cli_service_cmdvals *v, ssae_engine_cfg *c) {
   c->backend = v->backend;
+  c->gpu = v->gpu;
   c->status_every_s = v->status_s;
   c->params.threshold = v->threshold;
   c->params.smoothing_s = v->smoothing_s;
   c->params.on_count = v->on_count;
   c->params.off_count = v->off_count;
+}
+
+int ssae_cli_check_gpu(const char *cmd, const ssae_cli_args *args, int gpu,
+                       const char *backend) {
+  if (!ssae_cli_given(args, "--gpu")) return SSAE_EXIT_OK;
+  if (!strcmp(backend, "cpu")) {
+    ssae_cli_error(cmd, "--gpu names a GPU: not with --backend cpu");
+    return SSAE_EXIT_USAGE;
+  }
+  ssae_err err = {{0}};
+  if (ssae_cuda_check_device(gpu, &err)) {
+    ssae_cli_error(cmd, "--gpu %d: %s", gpu, err.msg);
+    return SSAE_EXIT_USAGE;
+  }
+  return SSAE_EXIT_OK;
+}
+
+void ssae_cli_engine_gpu(const ssae_engine_cfg *ec) {
+  int prev;
+  if (strcmp(ec->backend, "cpu") && ec->gpu < ssae_cuda_device_count())
+    ssae_cuda_device_enter(ec->gpu, &prev, NULL);
 }
 
 ssae_model *ssae_cli_open_model(const ssae_cli_service *s, const char *cmd, const char *model,
@@ -176,6 +200,7 @@ static ssae_config *build_config(const ssae_cli_service *s, int channels, ssae_e
   o.events = a->given_events ? s->vals.events : NULL;
   o.model = a->given_model ? s->vals.model : NULL;
   o.backend = a->given_backend ? s->vals.backend : NULL;
+  o.gpu = a->given_gpu ? &s->vals.gpu : NULL;
   o.threshold = a->given_threshold ? s->vals.threshold : 0;
   if (ssae_config_apply(c, &o, err)) {
     ssae_config_free(c);
@@ -428,6 +453,7 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
     return -1;
   }
   ec->backend = c->backend;
+  ec->gpu = c->gpu;
   /* One model per machine: machines that name one file share it. */
   ec->channel_models = (const ssae_model *const *)models;
   char outs[1024];

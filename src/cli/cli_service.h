@@ -1,8 +1,8 @@
 /* The plant service (src/service) behind `ssae monitor` and `ssae jack`:
  * --config FILE and the flags that go over it (--node, --names, --mqtt,
- * --metrics, --clips, and the commands' own --model, --backend, --events,
- * --threshold, --smoothing, --on, --off, --status), turned into a running
- * ssae_service beside the command's engine; the SIGHUP reload (the signal
+ * --metrics, --clips, and the commands' own --model, --backend, --gpu,
+ * --events, --threshold, --smoothing, --on, --off, --status), turned into
+ * a running ssae_service beside the command's engine; the SIGHUP reload (the signal
  * handler only sets a flag, ssae_cli_service_poll does the work on the main
  * thread); the once-a-second tick; log lines fit for journald.
  *
@@ -41,7 +41,7 @@ typedef struct ssae_cli_service_args {
   int clip_pictures; /* --clip-pictures */
   /* Which of the command's own options were on the command line (they go
    * over the file; the others leave the file's value). */
-  int given_model, given_backend, given_events, given_threshold,
+  int given_model, given_backend, given_gpu, given_events, given_threshold,
       given_smoothing, given_on, given_off, given_status;
 } ssae_cli_service_args;
 
@@ -52,8 +52,8 @@ typedef struct ssae_cli_service_args {
   {.kind = SSAE_CLI_STRING, .name = "--config", .offset = offsetof(type, member.config), \
    .metavar = "FILE", .def = "",                                                     \
    .help = "service config (YAML): machines, inputs, MQTT, metrics, clips; the "     \
-           "flags below and --model, --backend, --events, --threshold, --smoothing, " \
-           "--on, --off, --status go over it; SIGHUP re-reads it"},                  \
+           "flags below and --model, --backend, --gpu, --events, --threshold, "    \
+           "--smoothing, --on, --off, --status go over it; SIGHUP re-reads it"},     \
   {.kind = SSAE_CLI_STRING, .name = "--node", .offset = offsetof(type, member.node),  \
    .metavar = "NAME", .def = "", .help = "this host's name in MQTT topics and metrics"}, \
   {.kind = SSAE_CLI_STRING, .name = "--names", .offset = offsetof(type, member.names), \
@@ -82,7 +82,7 @@ typedef struct ssae_cli_service_args {
 /* The detector's options of the live commands (monitor, jack): the ones a
  * service's config goes under when given (ssae_cli_service_note_given,
  * ssae_cli_service_cmdvals). `type` has the fields threshold, smoothing,
- * on, off, status and backend. */
+ * on, off, status, backend and gpu. */
 #define SSAE_CLI_DETECTOR_OPTIONS(type)                                              \
   {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", .offset = offsetof(type, threshold), \
    .metavar = "X", .min = SSAE_CLI_THRESHOLD_MIN, .max = SSAE_CLI_THRESHOLD_MAX,     \
@@ -96,7 +96,11 @@ typedef struct ssae_cli_service_args {
   {.kind = SSAE_CLI_DOUBLE, .name = "--status", .offset = offsetof(type, status),     \
    .metavar = "S", .min = 0, .max = 1e9, .help = "status event every S seconds of audio"}, \
   {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(type, backend),   \
-   .choices = ssae_cli_backends, .help = "where the model runs"}
+   .choices = ssae_cli_backends, .help = "where the model runs"},                    \
+  {.kind = SSAE_CLI_INT, .name = "--gpu", .offset = offsetof(type, gpu), .metavar = "N", \
+   .min = 0, .max = 255,                                                              \
+   .help = "CUDA device of the CUDA backend and the device front end (--backend cuda " \
+           "or auto; a multi-GPU host: one process per GPU)", .def = "0"}
 
 typedef struct ssae_cli_service ssae_cli_service;
 
@@ -110,12 +114,28 @@ int ssae_cli_service_wanted(const ssae_cli_service_args *a);
 typedef struct ssae_cli_service_cmdvals {
   const char *model, *backend, *events;
   double threshold, smoothing_s, status_s;
-  int on_count, off_count;
+  int on_count, off_count, gpu;
 } ssae_cli_service_cmdvals;
 
-/* The engine's backend, status period and detector from the command's
+/* The engine's backend, GPU, status period and detector from the command's
  * values (a service's config goes over them in ssae_cli_service_start). */
 void ssae_cli_service_engine_cfg(const ssae_cli_service_cmdvals *v, ssae_engine_cfg *c);
+
+/* A live command's --gpu N, when given (args): SSAE_EXIT_OK when this host
+ * has GPU N; else says why (with --backend cpu, a device this host lacks,
+ * a build without CUDA) and returns SSAE_EXIT_USAGE, before any work.
+ * Selects nothing: the engine makes its CUDA objects on N itself. */
+int ssae_cli_check_gpu(const char *cmd, const ssae_cli_args *args, int gpu,
+                       const char *backend);
+
+/* Right before ssae_engine_new on the command's main thread: the engine's
+ * GPU (ec->gpu: --gpu or the config's) made current there for good. The
+ * engine gives the thread that makes it its own current device back; were
+ * that another GPU, restoring it would start a CUDA context there (GPU 0's
+ * memory taken by a process that runs on GPU 1). Nothing with the CPU
+ * backend, on a host without GPUs, or for a device the host lacks (the
+ * engine then says why). */
+void ssae_cli_engine_gpu(const ssae_engine_cfg *ec);
 
 /* Reads the config (or the defaults) and applies the flags; installs the
  * SIGHUP handler. `prog` ("ssae monitor") starts log lines. NULL after

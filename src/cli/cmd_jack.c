@@ -25,7 +25,7 @@ static const char *const CMD = "jack";
 
 typedef struct opts {
   const char *model, *events, *name, *backend;
-  int inputs, clients, passthrough, on, off, gpu_frontend;
+  int inputs, clients, passthrough, on, off, gpu_frontend, gpu;
   ssae_cli_list connect;
   double duration, threshold, smoothing, status, watchdog;
   ssae_cli_service_args svc;
@@ -120,7 +120,7 @@ static ssae_cli_service *svc;
 /* The values a service's config goes under when given. */
 static ssae_cli_service_cmdvals cmdvals(const opts *o) {
   ssae_cli_service_cmdvals v = {o->model,     o->backend, o->events, o->threshold,
-                                o->smoothing, o->status,  o->on,     o->off};
+                                o->smoothing, o->status,  o->on,     o->off, o->gpu};
   return v;
 }
 
@@ -292,8 +292,10 @@ static int run(const opts *o) {
     if (ssae_cli_service_start(svc, o->inputs, ecfg.input_rate, &ecfg, ssae_evsink_on_event,
                                sink, 0))
       ssae_err_set(&err, "the service did not start");
-    else
+    else {
+      ssae_cli_engine_gpu(&ecfg);
       e = ssae_engine_new(ssae_cli_service_model(svc, m), &ecfg, &err);
+    }
   }
   int started = e != NULL;
   for (int k = 0; started && k < K; k++) {
@@ -365,6 +367,10 @@ int ssae_cmd_jack(int argc, char **argv) {
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
   ssae_cli_service_note_given(&o.svc, &args);
+  if ((rc = ssae_cli_check_gpu(CMD, &args, o.gpu, o.backend)) != SSAE_EXIT_OK) {
+    ssae_cli_args_free(&args);
+    return rc;
+  }
 #if SSAE_HAVE_JACK
   if (ssae_cli_service_wanted(&o.svc)) {
     ssae_cli_service_cmdvals v = cmdvals(&o);

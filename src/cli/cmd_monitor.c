@@ -37,7 +37,7 @@ static void on_sigint(int sig) {
 
 typedef struct opts {
   const char *model, *device, *input, *events, *windows, *backend;
-  int list, channels, realtime, no_meter, channel, on, off, block, gpu_frontend;
+  int list, channels, realtime, no_meter, channel, on, off, block, gpu_frontend, gpu;
   double rate, duration, threshold, smoothing, status;
   ssae_cli_service_args svc;
 } opts;
@@ -99,7 +99,7 @@ static const ssae_cli_cmd command = {
 /* The values a service's config goes under when given. */
 static ssae_cli_service_cmdvals cmdvals(const opts *o) {
   ssae_cli_service_cmdvals v = {o->model,     o->backend, o->events, o->threshold,
-                                o->smoothing, o->status,  o->on,     o->off};
+                                o->smoothing, o->status,  o->on,     o->off, o->gpu};
   return v;
 }
 
@@ -253,6 +253,7 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   }
   /* As fast as possible: the ring must hold what the worker has not yet
    * scored; the file is fed no faster than the worker drains it below. */
+  ssae_cli_engine_gpu(ecfg);
   ssae_engine *e = ssae_engine_new(ssae_cli_service_model(svc, m), ecfg, &err);
   size_t block = (size_t)o->block;
   float *buf = malloc(sizeof *buf * block * (size_t)C);
@@ -392,8 +393,10 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
     if (ssae_cli_service_start(svc, o->channels, rate, ecfg, ssae_evsink_on_event, sink,
                                o->windows != NULL))
       ssae_err_set(&err, "the service did not start");
-    else
+    else {
+      ssae_cli_engine_gpu(ecfg);
       e = ssae_engine_new(ssae_cli_service_model(svc, m), ecfg, &err);
+    }
     if (e) ssae_io_pa_set_hook(pa, svc ? ssae_cli_service_hook : NULL, svc);
   }
   if (!e || ssae_io_pa_start(pa, e, &err)) {
@@ -528,6 +531,10 @@ int ssae_cmd_monitor(int argc, char **argv) {
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
   ssae_cli_service_note_given(&o.svc, &args);
+  if ((rc = ssae_cli_check_gpu(CMD, &args, o.gpu, o.backend)) != SSAE_EXIT_OK) {
+    ssae_cli_args_free(&args);
+    return rc;
+  }
   if (ssae_cli_service_wanted(&o.svc) && !o.list) {
     ssae_cli_service_cmdvals v = cmdvals(&o);
     if (!(svc = ssae_cli_service_load("ssae monitor", &o.svc, &v, &rc)) ||

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ssae_cuda.h"
 #include "ssae_engine_internal.h"
 
 void ssae_engine_params_default(ssae_engine_params *p) {
@@ -89,6 +90,32 @@ int ssae_engine_model_rate(const ssae_engine *e) { return e->feat.sample_rate; }
 int ssae_engine_window_floats(const ssae_engine *e) { return e->wf; }
 
 /* ------------------------------------------------------------------ */
+/* the CUDA device                                                     */
+
+int engine_gpu_enter(const ssae_engine *e, int *prev, ssae_err *err) {
+  *prev = -1;
+  if (e->gpu_dev < 0) return 0;
+  if (ssae_cuda_device_enter(e->gpu_dev, prev, err)) {
+    *prev = -1;
+    return -1;
+  }
+  return 0;
+}
+
+void engine_gpu_leave(int prev) {
+  if (prev >= 0) ssae_cuda_device_leave(prev);
+}
+
+void engine_gpu_adopt(const ssae_engine *e) {
+  /* For good, the thread being the engine's: the CUDA objects' calls then
+   * find their device current (no switch and back per call, and no
+   * context made on another GPU for this thread). Were it refused, each
+   * call would still select its device itself. */
+  int own;
+  engine_gpu_enter(e, &own, NULL);
+}
+
+/* ------------------------------------------------------------------ */
 /* life cycle                                                          */
 
 /* The audio side: groups, channels' front ends, rings; warmed. */
@@ -141,6 +168,19 @@ static int fronts_new(ssae_engine *e, ssae_err *err) {
   return 0;
 }
 
+/* What may touch the GPU: the backend or device front end, the rings
+ * (page-locked for the GPU), the worker's setup and warm-up; with the
+ * engine's device current (ssae_engine_new). */
+static int build(ssae_engine *e, const ssae_model *m, ssae_err *err) {
+  const ssae_engine_cfg *cfg = &e->cfg;
+  if (cfg->gpu_frontend ? engine_devfe_new(e, m, err)
+                        : !(e->w.sc = engine_scorer_new(e, cfg->channel_models, m, err)))
+    return -1;
+  engine_publish_init(e);
+  if (fronts_new(e, err)) return -1;
+  return cfg->gpu_frontend ? engine_devfe_setup(e, err) : engine_worker_setup(e, err);
+}
+
 ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
                              ssae_err *err) {
   ssae_engine_cfg def;
@@ -172,6 +212,11 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
                  m->feat.frames, m->feat.n_mels, m->d.frames, m->d.n_mels);
     return NULL;
   }
+  const int cpu_only = cfg->backend && !strcmp(cfg->backend, "cpu");
+  if (cpu_only && cfg->gpu) {
+    ssae_err_set(err, "engine: gpu %d: not with backend cpu", cfg->gpu);
+    return NULL;
+  }
   ssae_engine *e = calloc(1, sizeof *e);
   if (!e) {
     ssae_err_set(err, "engine: out of memory");
@@ -179,6 +224,10 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
   }
   e->cfg = *cfg;
   if (!e->cfg.backend) e->cfg.backend = "auto";
+  /* A GPU named is a GPU required (its absence fails below); device 0
+   * only where there is one: "auto" takes the CPU on a host without, and
+   * "cuda" fails there with the backend's own reason. */
+  e->gpu_dev = !cpu_only && (cfg->gpu || ssae_cuda_device_count() > 0) ? cfg->gpu : -1;
   if (e->cfg.poll_ms <= 0) e->cfg.poll_ms = 0.2;
   if (e->cfg.spin_ms == 0) e->cfg.spin_ms = 0.5;
   e->feat = m->feat;
@@ -223,12 +272,15 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
     ssae_err_set(err, "engine: out of memory");
     goto fail;
   }
-  if (cfg->gpu_frontend ? engine_devfe_new(e, m, err)
-                        : !(e->w.sc = engine_scorer_new(e, cfg->channel_models, m, err)))
+  int prev;
+  if (engine_gpu_enter(e, &prev, err)) {
+    ssae_err_prefix(err, "engine");
+    e->gpu_dev = -1;
     goto fail;
-  engine_publish_init(e);
-  if (fronts_new(e, err)) goto fail;
-  if (cfg->gpu_frontend ? engine_devfe_setup(e, err) : engine_worker_setup(e, err)) goto fail;
+  }
+  const int built = build(e, m, err);
+  engine_gpu_leave(prev);
+  if (built) goto fail;
   atomic_store_explicit(&e->sh.backend_name,
                         cfg->gpu_frontend ? engine_devfe_name(e) : engine_scorer_name(e->w.sc),
                         memory_order_relaxed);
@@ -273,8 +325,12 @@ void ssae_engine_free(ssae_engine *e) {
         s.dropped != e->w.status_dropped)
       engine_emit_counters(e, SSAE_EVENT_STATUS, e->w.last_t);
   }
+  /* The CUDA objects go with their device current, as they came. */
+  int prev;
+  engine_gpu_enter(e, &prev, NULL);
   engine_worker_free(e); /* before the rings: it unpins them */
   engine_devfe_free(e);
+  engine_gpu_leave(prev);
   if (e->fr)
     for (int c = 0; c < e->C; c++) {
       ssae_resampler_free(e->fr[c].rs);
@@ -320,7 +376,10 @@ static int swap_in(ssae_engine *e, const ssae_model *const *chan_models, const s
                           "running one (%s differs); restart with it instead",
                           chan_models ? " of a channel" : "", d);
   }
+  int prev;
+  if (engine_gpu_enter(e, &prev, err)) return ssae_err_prefix(err, "engine");
   engine_scorer *nsc = engine_scorer_new(e, chan_models, m, err);
+  engine_gpu_leave(prev);
   if (!nsc) return -1;
   pthread_mutex_lock(&e->swap.mu);
   atomic_store(&e->swap.pending, nsc);

@@ -197,6 +197,19 @@ typedef struct ssae_engine_cfg {
    * ssae_engine_set_channel_params; `enabled` is the engine's, from
    * params). Read during ssae_engine_new only. */
   const ssae_engine_params *channel_params;
+  /* The CUDA device of the CUDA backend and of the device front end (0:
+   * the first GPU). ssae_engine_new and a model swap make them with it
+   * current on the calling thread and then give that thread its own
+   * current device back (a JACK or LV2 host's thread keeps its own); the
+   * worker keeps it current. Giving back a device that had no CUDA context
+   * yet starts one (device 0's, about 0.5 GB, for a thread that never used
+   * CUDA): a program of its own thread selects the device first
+   * (ssae_cuda_device_enter), as `ssae monitor` and `ssae jack` do. A
+   * device the host lacks fails ssae_engine_new naming it and the host's
+   * count, with "auto" too (a GPU asked for is not left for the CPU;
+   * "auto" with 0 on a host without one takes the CPU as before); nonzero
+   * with backend "cpu" fails too. */
+  int gpu;
 } ssae_engine_cfg;
 
 /* channels 1, input_rate 0, defaults above. */

@@ -326,6 +326,7 @@ void *engine_devfe_main(void *arg) {
   memset(&sp, 0, sizeof sp);
   sp.sched_priority = sched_get_priority_min(SCHED_FIFO);
   pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+  engine_gpu_adopt(e);
   const int64_t poll = (int64_t)(e->cfg.poll_ms * 1e6);
   const int64_t spin = e->cfg.spin_ms > 0 ? (int64_t)(e->cfg.spin_ms * 1e6) : 0;
   int64_t last_item = 0;
@@ -495,7 +496,7 @@ int engine_devfe_new(ssae_engine *e, const ssae_model *m, ssae_err *err) {
   while (len < keep + 2 * (size_t)RUN_MAX + extra) len <<= 1;
   d->ring_len = len;
   ssae_cuda_fe_cfg fc = {.channels = e->C, .max_block = RUN_MAX, .pcm = SSAE_FE_PCM_F32,
-                         .device = 0, .cpu = 0, .keep_frames = 0, .ring_len = len};
+                         .device = cfg->gpu, .cpu = 0, .keep_frames = 0, .ring_len = len};
   const int want_gpu = strcmp(which, "cpu") != 0;
   ssae_err gerr = {{0}};
   if (want_gpu && ssae_cuda_fe_device_present()) d->fe = ssae_cuda_fe_new(m, &fc, &gerr);

@@ -343,6 +343,10 @@ struct ssae_engine {
   double in_rate;
   size_t max_block;
   int mu_ok; /* which of the mutexes and the condition exist */
+  /* cfg.gpu when the engine made its backend or front end with that CUDA
+   * device current (engine_gpu_enter), -1 when it touches no device (the
+   * CPU backend, "auto" on a host without one). */
+  int gpu_dev;
 
   front *fr; /* C, audio threads */
   group *g;  /* G, audio threads */
@@ -418,6 +422,16 @@ const char *engine_devfe_name(const ssae_engine *e);
 /* 1 once every block the audio threads marked so far has its windows
  * published (drain). */
 int engine_devfe_idle(ssae_engine *e);
+
+/* ---- ssae_engine.c: the engine's CUDA device (e->gpu_dev) current on a
+ * thread. The control thread enters it around whatever makes or frees the
+ * engine's CUDA objects, and leaves it (its own device back: *prev); the
+ * worker enters it once, its thread being the engine's own. Nothing to do
+ * (0, *prev -1) when the engine touches no device. */
+int engine_gpu_enter(const ssae_engine *e, int *prev, ssae_err *err);
+void engine_gpu_leave(int prev);
+/* The worker's start (ssae_engine_worker.c, ssae_engine_devfe.c). */
+void engine_gpu_adopt(const ssae_engine *e);
 
 /* ---- ssae_engine_worker.c ---- */
 void *engine_worker_main(void *arg);

@@ -151,6 +151,7 @@ void *engine_worker_main(void *arg) {
   memset(&sp, 0, sizeof sp);
   sp.sched_priority = sched_get_priority_min(SCHED_FIFO);
   pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+  engine_gpu_adopt(e);
   const int64_t poll = (int64_t)(e->cfg.poll_ms * 1e6);
   const int64_t deadline = (int64_t)(e->cfg.batch_deadline_ms * 1e6);
   const int64_t spin = e->cfg.spin_ms > 0 ? (int64_t)(e->cfg.spin_ms * 1e6) : 0;

@@ -26,6 +26,7 @@ static const cyaml_schema_value_t machine_entry = {
 
 static const cyaml_schema_field_t engine_fields[] = {
     STR("backend", cfg_engine, backend),
+    CYAML_FIELD_INT_PTR("gpu", OPT, cfg_engine, gpu),
     CYAML_FIELD_FLOAT_PTR("status_every", OPT, cfg_engine, status_every),
     CYAML_FIELD_END};
 

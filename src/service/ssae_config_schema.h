@@ -22,6 +22,7 @@ typedef struct cfg_machine {
 
 typedef struct cfg_engine {
   char *backend;
+  int *gpu;
   double *status_every;
 } cfg_engine;
 

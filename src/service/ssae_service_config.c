@@ -251,6 +251,7 @@ static int from_raw(ssae_config *c, const cfg_top *t, ssae_err *err) {
   if (t->node) oom |= set_str(&c->node, t->node);
   if (t->engine) {
     if (t->engine->backend) oom |= set_str(&c->backend, t->engine->backend);
+    if (t->engine->gpu) c->gpu = *t->engine->gpu;
     if (t->engine->status_every) c->status_every_s = *t->engine->status_every;
   }
   if (t->machines_count) {
@@ -378,6 +379,12 @@ static int check_values(const ssae_config *c, ssae_err *err) {
       strcmp(c->backend, "cuda"))
     return bad(c, err, "engine.backend", "'%s' is not auto, cpu or cuda",
                c->backend);
+  /* The host's devices are the engine's to check when it starts (a file
+   * may be written for another machine); here what no host could run. */
+  if (c->gpu < 0 || c->gpu > 255)
+    return bad(c, err, "engine.gpu", "%d: a CUDA device index is 0..255", c->gpu);
+  if (c->gpu && !strcmp(c->backend, "cpu"))
+    return bad(c, err, "engine.gpu", "%d names a GPU: not with engine.backend cpu", c->gpu);
   for (int i = 0; i < c->n_machines; i++) {
     const ssae_config_machine *m = &c->machines[i];
 #define MKEY(k) (snprintf(key, sizeof key, "machines[%d]%s", i, k), key)
@@ -597,6 +604,7 @@ int ssae_config_apply(ssae_config *c, const ssae_config_overrides *o,
     return ssae_err_set(err, "out of memory");
   if (o->backend && set_str(&c->backend, o->backend))
     return ssae_err_set(err, "out of memory");
+  if (o->gpu) c->gpu = *o->gpu;
   for (int i = 0; i < c->n_machines; i++) {
     if (o->model && set_str(&c->machines[i].model, o->model))
       return ssae_err_set(err, "out of memory");

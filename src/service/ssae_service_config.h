@@ -81,6 +81,7 @@ typedef struct ssae_config {
   ssae_config_machine *machines;
   int n_machines;
   char *backend;        /* "auto" */
+  int gpu;              /* engine.gpu: the CUDA device (0: the first) */
   double status_every_s; /* state cadence, seconds of audio (1) */
   ssae_config_input input;
   char *events;         /* JSON-lines file; NULL: none; "-": stdout */
@@ -115,6 +116,7 @@ typedef struct ssae_config_overrides {
   const char *events;    /* --events FILE */
   const char *model;     /* --model M: every machine's model */
   const char *backend;   /* --backend */
+  const int *gpu;        /* --gpu N */
   double threshold;      /* --threshold X (0: keep) */
 } ssae_config_overrides;
 

@@ -2,9 +2,10 @@
  * (topics, Home Assistant discovery, metrics labels, clip names; the old
  * names' retained state and discovery configs are cleared from the broker),
  * detector settings and model info are taken over; what needs a restart
- * (node, machine count, inputs, outputs) is refused with the key that
- * changed. The service's own notes ("config_reloaded", "config_rejected")
- * go to the events file and to <prefix>/<node>/event.
+ * (node, machine count, the engine's settings: backend, GPU, status
+ * period; inputs, outputs) is refused with the key that changed. The
+ * service's own notes ("config_reloaded", "config_rejected") go to the
+ * events file and to <prefix>/<node>/event.
  *
  * Thread context: main thread (reload, note); takes names_mu against the
  * worker, the clip writer and the metrics thread. */
@@ -31,8 +32,8 @@ char *ssae_service_restart_signature(const ssae_config *c) {
   const ssae_config_clips *k = &c->clips;
   const ssae_config_input *in = &c->input;
   ssae_textbuf_printf(&b, "node=%s\nmachines (their count)=%d\nengine.backend=%s\n"
-                          "engine.status_every=%.17g\noutputs.events=%s\n",
-                      c->node, c->n_machines, c->backend, c->status_every_s,
+                          "engine.gpu=%d\nengine.status_every=%.17g\noutputs.events=%s\n",
+                      c->node, c->n_machines, c->backend, c->gpu, c->status_every_s,
                       S(c->events));
   ssae_textbuf_printf(&b, "outputs.mqtt.url=%s\noutputs.mqtt.prefix=%s\n"
                           "outputs.mqtt.client_id=%s\noutputs.mqtt.username=%s\n"

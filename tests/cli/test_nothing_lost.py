@@ -21,7 +21,10 @@
   NaN input through the monitor is counted (status event "nonfinite"),
   status events carry "xruns"; --threshold 0 is refused alike by eval,
   report, monitor; score --channel's error does not offer 'all'; a
-  300-byte jack --name is refused before connecting (exit 2).
+  300-byte jack --name is refused before connecting (exit 2); --gpu of
+  monitor and jack (alone and as a service) names a GPU of this host and
+  not with --backend cpu, refused before any work otherwise (exit 2), and
+  a config's engine.gpu that is not a device index is refused naming it.
 Standard library only."""
 import glob
 import json
@@ -382,6 +385,31 @@ def test_small(d, good):
     check(p.returncode == 2 and "--backend cpu" in err(p),
           f"train --backend cpu --device 1: {p.returncode} {err(p)!r}")
     check(not os.path.exists(os.path.join(d, "dev.safetensors")), "refused train wrote nothing")
+    # --gpu: the live engine's GPU, the same refusals before any work, by
+    # monitor and jack alone and as a service (a config and --gpu over it).
+    svc = os.path.join(d, "svc.yaml")
+    with open(svc, "w") as f:
+        f.write("machines:\n  - name: m\n")
+    for cmd in (["monitor", "--input", good[0]], ["jack"],
+                ["monitor", "--config", svc, "--input", good[0]], ["jack", "--config", svc]):
+        what = " ".join(cmd[:2] if "--config" in cmd else cmd[:1])
+        p = run([cmd[0], "--gpu", "200", *cmd[1:]])
+        check(p.returncode == 2 and "--gpu 200" in err(p) and ("this host has" in err(p) or
+                                                                "no CUDA" in err(p))
+              and not p.stdout, f"{what} --gpu 200: {p.returncode} {err(p)!r}")
+        p = run([cmd[0], "--backend", "cpu", "--gpu", "1", *cmd[1:]])
+        check(p.returncode == 2 and "--backend cpu" in err(p) and not p.stdout,
+              f"{what} --backend cpu --gpu 1: {p.returncode} {err(p)!r}")
+    p = run(["monitor", "--gpu", "-1", "--input", good[0]])
+    check(p.returncode == 2 and "--gpu" in err(p),
+          f"monitor --gpu -1: {p.returncode} {err(p)!r}")
+    for value, why in (("-1", "0..255"), ("x", "not an integer")):
+        with open(svc, "w") as f:
+            f.write(f"engine:\n  gpu: {value}\nmachines:\n  - name: m\n")
+        p = run(["monitor", "--config", svc, "--input", good[0]])
+        check(p.returncode == 1 and ("engine.gpu" in err(p) and why in err(p) or
+                                     "without the plant service" in err(p)) and not p.stdout,
+              f"monitor --config with gpu: {value}: {p.returncode} {err(p)!r}")
     p = run(["jack", "--name", "n" * 300])
     check(p.returncode == 2 and "--name" in err(p) and "no server" not in err(p)
           or "without JACK" in err(p), f"jack --name of 300 bytes: {p.returncode} {err(p)!r}")

@@ -2,8 +2,10 @@
  * the LINE and the reason (unknown key, wrong type, bad value, YAML syntax,
  * missing required key, missing model file, duplicate machine name, models
  * whose feature settings disagree, unset password variable); a good file
- * loads with its values and defaults; flags go over the file; the example
- * config in tools/ loads. */
+ * loads with its values and defaults; flags go over the file; the engine's
+ * GPU (engine.gpu, --gpu): refused out of range, as text and with the CPU
+ * backend, and a reload that changes it is refused as needing a restart;
+ * the example config in tools/ loads. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "../ssae_test.h"
 #include "ssae_model.h"
+#include "ssae_service.h"
 #include "ssae_service_config.h"
 
 static char dir[256];
@@ -101,6 +104,12 @@ static const struct {
      "outputs:\n  mqtt:\n    url: mqtt://h\n    username: u\n"
      "    password_env: SSAE_TEST_SURELY_UNSET\n",
      5, 0, "SSAE_TEST_SURELY_UNSET", "not set"},
+    {"gpu negative", "node: a\nengine:\n  gpu: -1\n",
+     3, 0, "engine.gpu", "0..255"},
+    {"gpu as text", "engine:\n  gpu: x\n",
+     2, 0, "engine.gpu", "not an integer"},
+    {"gpu with the cpu", "engine:\n  backend: cpu\n  gpu: 1\n",
+     3, 0, "engine.gpu", "not with engine.backend cpu"},
     {"missing model file",
      "machines:\n  - name: a\n  - name: b\n    model: /nonexistent/m.safetensors\n",
      4, 1, "machines[1].model", "No such file"},
@@ -162,7 +171,8 @@ static void good_config(const char *model_a) {
   snprintf(beside, sizeof beside, "%s/a.safetensors", dir);
   CHECK(c->machines[1].model && strcmp(c->machines[1].model, beside) == 0,
         "relative model path taken beside the config: %s", c->machines[1].model);
-  CHECK(c->status_every_s == 0.5 && strcmp(c->backend, "cpu") == 0, "engine");
+  CHECK(c->status_every_s == 0.5 && strcmp(c->backend, "cpu") == 0 && c->gpu == 0,
+        "engine");
   CHECK(c->input.kind == SSAE_CONFIG_INPUT_JACK && c->input.n_ports == 2 &&
             strcmp(c->input.ports[1], "system:capture_2") == 0,
         "jack ports");
@@ -232,6 +242,46 @@ static void good_config(const char *model_a) {
   ssae_config_free(c);
 }
 
+/* engine.gpu and --gpu; a reload that changes the GPU needs a restart
+ * (as the backend does): the service refuses it naming the key. */
+static void gpu_key(void) {
+  ssae_err err = {{0}};
+  const char *text = "engine: {backend: cuda, gpu: 3}\nmachines:\n  - name: m\n";
+  ssae_config *c = ssae_config_load_mem(text, strlen(text), "gpu.yaml", &err);
+  CHECK(c && c->gpu == 3 && !strcmp(c->backend, "cuda"), "engine.gpu 3: %s", err.msg);
+  ssae_config_overrides o = {0};
+  const int one = 1;
+  o.gpu = &one;
+  CHECK(c && ssae_config_apply(c, &o, &err) == 0 && c->gpu == 1, "--gpu 1 over the file: %s",
+        err.msg);
+  o = (ssae_config_overrides){0};
+  o.backend = "cpu";
+  CHECK(c && ssae_config_apply(c, &o, &err) != 0 && strstr(err.msg, "engine.gpu") &&
+            strstr(err.msg, "backend cpu"),
+        "--backend cpu over a file's GPU 1 refused: %s", err.msg);
+  ssae_config_free(c);
+
+  /* The reload. */
+  const char *a = "engine: {gpu: 0}\nmachines:\n  - name: m\n";
+  const char *b = "engine: {gpu: 1}\nmachines:\n  - name: m\n";
+  ssae_config *ca = ssae_config_load_mem(a, strlen(a), "a.yaml", &err);
+  ssae_config *cb = ssae_config_load_mem(b, strlen(b), "b.yaml", &err);
+  ssae_service_opts so;
+  ssae_service_opts_default(&so);
+  ssae_service *s = ca ? ssae_service_new(ca, &so, &err) : NULL;
+  CHECK(s && cb, "service from engine.gpu 0: %s", err.msg);
+  if (s && cb) {
+    CHECK(ssae_service_reload(s, ca, NULL, NULL, &err) == 0, "reload unchanged: %s", err.msg);
+    CHECK(ssae_service_reload(s, cb, NULL, NULL, &err) != 0 &&
+              strstr(err.msg, "engine.gpu changed") && strstr(err.msg, "restart"),
+          "reload to GPU 1 not refused as needing a restart: %s", err.msg);
+    printf("ok  %-28s %s\n", "reload of engine.gpu", err.msg);
+  }
+  ssae_service_free(s);
+  ssae_config_free(ca);
+  ssae_config_free(cb);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/ssae_test_config_XXXXXX");
   if (!mkdtemp(dir)) {
@@ -257,6 +307,7 @@ int main(void) {
   }
   bad_configs(a, b);
   good_config(a);
+  gpu_key();
 
   /* The example config that ships loads (its models need not exist). */
   const char *root = getenv("SSAE_SOURCE_ROOT");
