@@ -512,7 +512,8 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
     for (; emitted < n && res[emitted].done; emitted++) {
       result *r = &res[emitted];
       ssae_scored_file sf = {.index = emitted, .path = paths[emitted], .scores = r->scores,
-                             .n_windows = r->n_windows, .error = r->error};
+                             .n_windows = r->n_windows, .error = r->error,
+                             .batch_end = emitted + 1 == n || !res[emitted + 1].done};
       cb(user, &sf);
       free(r->scores);
       free(r->error);

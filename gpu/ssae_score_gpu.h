@@ -29,9 +29,12 @@ typedef struct ssae_scored_file {
   const float *scores;  /* n_windows window scores (NULL on error) */
   size_t n_windows;
   const char *error;    /* NULL when scored; the message naming the file */
+  int batch_end;        /* 1: the last result until the next run is done (the
+                           place to flush an output stream: a flush per file
+                           costs a system call each) */
 } ssae_scored_file;
 
-/* Called on the calling thread, in input order. */
+/* Called on the calling thread, in input order, a run's files at a time. */
 typedef void (*ssae_scored_file_cb)(void *user, const ssae_scored_file *f);
 
 /* Where the time went (ssae score --stats): the main thread runs one set of

@@ -448,7 +448,7 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
     emit_windows(g->out, f->path, &s, f->scores, g->m);
   }
   g->out->done++;
-  if (!g->out->tty || g->out->quiet) fflush(g->out->of);
+  if (f->batch_end && (!g->out->tty || g->out->quiet)) fflush(g->out->of);
   progress(g->out, 0);
 }
 
