@@ -10,7 +10,11 @@
 #                                         root needed, nothing touches /),
 #                                         rewrites the .pc files to that prefix
 #                                         and prints the PKG_CONFIG_PATH,
-#                                         LD_LIBRARY_PATH and LIBRARY_PATH lines.
+#                                         LD_LIBRARY_PATH, LIBRARY_PATH,
+#                                         PYTHONPATH and PATH lines
+#                                         (meson-python, pure Python, and
+#                                         patchelf, which it runs: for `pip
+#                                         install .` and its test).
 #
 # The packages are Debian 12's (libc 2.36); they run on any newer glibc
 # (Ubuntu 24.04 has 2.39).
@@ -20,7 +24,7 @@ dir=${2:-.deps}
 pkgs="libkissfft-dev libkissfft-float131 libsndfile1-dev libsndfile1 libsoxr-dev
 libsoxr0 libflac12 libflac-dev libogg0 libogg-dev libvorbis0a libvorbisenc2
 libvorbis-dev libopus0 libopus-dev libmpg123-0 libmpg123-dev libmp3lame0
-libmp3lame-dev"
+libmp3lame-dev python3-mesonpy python3-pyproject-metadata patchelf"
 case "$cmd" in
 fetch)
   mkdir -p "$dir/debs"
@@ -48,6 +52,8 @@ env)
   echo "export PKG_CONFIG_PATH=$lib/pkgconfig:$root/usr/share/pkgconfig\${PKG_CONFIG_PATH:+:\$PKG_CONFIG_PATH}"
   echo "export LD_LIBRARY_PATH=$lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
   echo "export LIBRARY_PATH=$lib\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
+  echo "export PYTHONPATH=$root/usr/lib/python3/dist-packages\${PYTHONPATH:+:\$PYTHONPATH}"
+  echo "export PATH=\$PATH:$root/usr/bin"
   ;;
 *)
   echo "usage: $0 fetch|env [DIR]" >&2

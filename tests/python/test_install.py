@@ -39,10 +39,31 @@ CHECK = textwrap.dedent("""
     mod = st.SpectralShapeAutoencoder.from_file(sys.argv[2])
     with torch.no_grad():
         y = mod(torch.from_numpy(x)).numpy()
-    np.save(sys.argv[3], m.score(x))
+    s = m.score(x)
+    np.save(sys.argv[3], s)
     np.save(sys.argv[4], y)
+    cuda = None
+    if torch.cuda.is_available() and ssae.backends()["cuda"]:
+        # the wheel's CUDA kernels: scores of CUDA tensors, and the drop-in
+        # module's forward and backward on the GPU, against its CPU path
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # a fallback to plain PyTorch warns
+            xc = torch.from_numpy(x).cuda()
+            sc = ssae.Model(backend="cuda").score(xc)
+            modc = st.SpectralShapeAutoencoder.from_file(sys.argv[2]).cuda()
+            xg = xc.clone().requires_grad_(True)
+            xh = torch.from_numpy(x).requires_grad_(True)
+            torch.nn.functional.mse_loss(modc(xg), xg).backward()
+            torch.nn.functional.mse_loss(mod(xh), xh).backward()
+        g = max(float((pc.grad.cpu() - ph.grad).norm() / ph.grad.norm())
+                for pc, ph in zip(modc.parameters(), mod.parameters()))
+        cuda = {"device": str(sc.device),
+                "scores": float(np.abs(sc.cpu().numpy() / s - 1).max()),
+                "grads": g, "dx": float((xg.grad.cpu() - xh.grad).norm() / xh.grad.norm()),
+                "warnings": [str(w.message) for w in caught]}
     print(json.dumps({"package": ssae.__file__, "lib": ssae._lib.load()._name,
-                      "backends": ssae.backends()}))
+                      "backends": ssae.backends(), "cuda": cuda}))
 """)
 
 
@@ -51,7 +72,22 @@ def test_pip_install(tmp_path, windows):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv_dir)],
                    check=True, capture_output=True)
     py = str(venv_dir / "bin" / "python")
+    if sys.prefix != sys.base_prefix:
+        # this Python is itself a venv (the GPU hosts' torch lives in one):
+        # the new venv sees the base Python's site packages, so it is given
+        # this one's too (numpy and torch), behind its own
+        import site
+        own = subprocess.run([py, "-c", "import site; print(site.getsitepackages()[0])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+        with open(os.path.join(own, "_parent_venv.pth"), "w") as f:
+            f.write("\n".join(site.getsitepackages()) + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    # The caller's PYTHONPATH without the build tree's package (a host's
+    # meson-python may come that way: tools/gpu-host-deps.sh)
+    keep = [d for d in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if d and not os.path.exists(os.path.join(d, "ssae", "__init__.py"))]
+    if keep:
+        env["PYTHONPATH"] = os.pathsep.join(keep)
     env["PIP_NO_INPUT"] = "1"
     p = subprocess.run([py, "-m", "pip", "install", "--no-build-isolation", "--no-index",
                         "--disable-pip-version-check", SOURCE],
@@ -72,6 +108,12 @@ def test_pip_install(tmp_path, windows):
     assert got["package"].startswith(site), got  # not the build tree's copy
     assert got["lib"].startswith(site), got       # the libssae inside the wheel
     assert got["backends"]["cpu"]
+    if got["cuda"] is not None:
+        c = got["cuda"]
+        print("the wheel on the GPU:", c)
+        assert c["device"].startswith("cuda"), c
+        assert c["scores"] <= 1e-5 and c["grads"] <= 1e-4 and c["dx"] <= 1e-4, c
+        assert not c["warnings"], c
 
     # the same numbers as the build tree's package (another build of the
     # same source: within float32 rounding)
