@@ -54,15 +54,9 @@ static void on_event(void *user, const ssae_event *ev) {
       g->alarms[g->n_alarms++] = (alarm_ev){(int)ev->type, ev->channel, ev->window};
     return;
   }
-  if (ev->type != SSAE_EVENT_WINDOW) return;
-  if (ev->channel < 0 || ev->channel >= C || ev->window >= MAXW ||
-      g->seen[ev->channel][ev->window]) {
-    g->bad = 1;
-    return;
-  }
-  g->score[ev->channel][ev->window] = (float)ev->score;
-  g->t[ev->channel][ev->window] = ev->t;
-  g->seen[ev->channel][ev->window] = 1;
+  const int r = engine_test_take_window(ev, C, MAXW, &g->score[0][0], &g->seen[0][0]);
+  if (r < 0) g->bad = 1;
+  else if (r) g->t[ev->channel][ev->window] = ev->t;
 }
 
 /* Channel c's audio: a tone and noise of its own; channel 3 carries NaN
@@ -70,12 +64,7 @@ static void on_event(void *user, const ssae_event *ev) {
  * channel 1 short runs of zeros (just digital silence, each inside a block
  * or two: a zero the copy fails to note changes its windows' flags). */
 static void make_audio(float *x, size_t n, int c, double rate) {
-  uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(c + 1);
-  for (size_t i = 0; i < n; i++) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    double u = (double)(s >> 11) * 0x1.0p-53 - 0.5;
-    x[i] = (float)(0.3 * sin(2 * M_PI * (200.0 + 150.0 * c) * (double)i / rate) + 0.1 * u);
-  }
+  engine_test_audio(x, n, c, rate);
   if (c == 3)
     for (size_t i = n / 3; i < n / 3 + 40; i += 7) x[i] = i % 2 ? NAN : INFINITY;
   if (c == 4)

@@ -38,25 +38,9 @@ typedef struct got {
 
 static void on_event(void *user, const ssae_event *ev) {
   got *g = user;
-  if (ev->type != SSAE_EVENT_WINDOW) return;
-  if (ev->channel < 0 || ev->channel >= C || ev->window >= MAXW ||
-      g->seen[ev->channel][ev->window]) {
-    g->bad = 1;
-    return;
-  }
-  g->score[ev->channel][ev->window] = (float)ev->score;
-  g->seen[ev->channel][ev->window] = 1;
-  g->n++;
-}
-
-/* Channel c's audio: a tone and noise of its own. */
-static void make_audio(float *x, size_t n, int c) {
-  uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(c + 1);
-  for (size_t i = 0; i < n; i++) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    const double u = (double)(s >> 11) * 0x1.0p-53 - 0.5;
-    x[i] = (float)(0.3 * sin(2 * M_PI * (250.0 + 170.0 * c) * (double)i / RATE) + 0.1 * u);
-  }
+  const int r = engine_test_take_window(ev, C, MAXW, &g->score[0][0], &g->seen[0][0]);
+  if (r < 0) g->bad = 1;
+  else g->n += r;
 }
 
 static void cfg_for(ssae_engine_cfg *cfg, got *g, const char *backend, int gpu, int devfe) {
@@ -233,7 +217,7 @@ int main(int argc, char **argv) {
   float *audio[C];
   for (int c = 0; c < C; c++) {
     if (!(audio[c] = malloc(n * sizeof(float)))) FAIL("out of memory");
-    make_audio(audio[c], n, c);
+    engine_test_audio(audio[c], n, c, RATE);
   }
   if (cuda) two_gpus(m, m2, audio, n);
   else refusals(m, audio, n);
