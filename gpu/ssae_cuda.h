@@ -31,8 +31,9 @@ extern "C" {
 
 extern const ssae_backend_ops ssae_backend_cuda;
 
-/* Device-resident timing for `ssae bench`: n windows of random log-mel-like
- * input already on the device, `reps` launches (after warm-up), each timed
+/* Device-resident timing for `ssae bench`, on the device current on this
+ * thread: n windows of random log-mel-like input already on the device,
+ * `reps` launches (after warm-up), each timed
  * with CUDA events. Writes the median and the 99th percentile in
  * microseconds. recon: also write reconstructions. graph: time the replay
  * of a one-kernel CUDA graph instead of a plain launch. */
@@ -66,7 +67,8 @@ const ssae_cuda_kernel_desc *ssae_cuda_kernel_info(int i);
  * computes with several warps per tile (the tests' case for that path). */
 size_t ssae_cuda_warp_round(void);
 
-/* Name of device 0 ("NVIDIA H100 80GB HBM3"), or "" when there is none. */
+/* Name of the device current on this thread (device 0 unless selected:
+ * "NVIDIA H100 80GB HBM3"), or "" when there is none. */
 const char *ssae_cuda_device_name(void);
 
 /* Makes CUDA device dev current on the calling thread, so that the CUDA

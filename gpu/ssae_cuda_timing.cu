@@ -14,7 +14,10 @@ using namespace ssae_cuda;
 extern "C" const char *ssae_cuda_device_name(void) {
   static char name[256];
   cudaDeviceProp p;
-  if (!device_present() || cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "";
+  int d = 0;
+  if (!device_present() || cudaGetDevice(&d) != cudaSuccess ||
+      cudaGetDeviceProperties(&p, d) != cudaSuccess)
+    return "";
   snprintf(name, sizeof name, "%s", p.name);
   return name;
 }
@@ -109,7 +112,6 @@ extern "C" int ssae_cuda_time_empty(int reps, double *us_median, ssae_err *err) 
       goto done;                         \
     }                                    \
   } while (0)
-  CKE(cudaSetDevice(0), "selecting device 0");
   CKE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "creating a stream");
   CKE(cudaEventCreate(&e0), "event");
   CKE(cudaEventCreate(&e1), "event");

@@ -28,6 +28,7 @@ static const char *const CMD = "bench";
 
 typedef struct opts {
   const char *model, *backend;
+  int device;
   double seconds;
   struct batches {
     size_t v[MAX_BATCHES];
@@ -72,6 +73,8 @@ static const ssae_cli_opt options[] = {
      .help = "model file", .def = "the built-in model"},
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
      .choices = bench_backends, .help = "all: every backend available here"},
+    {.kind = SSAE_CLI_INT, .name = "--device", .offset = offsetof(opts, device), .metavar = "N",
+     .min = 0, .max = 255, .help = "CUDA device of the CUDA backend and of the kernels alone", .def = "0"},
     {.kind = SSAE_CLI_CUSTOM, .name = "--batches", .offset = offsetof(opts, batches),
      .metavar = "N,N,...", .help = "batch sizes", .parse = parse_batches, .show = show_batches},
     {.kind = SSAE_CLI_DOUBLE, .name = "--seconds", .offset = offsetof(opts, seconds),
@@ -80,8 +83,8 @@ static const ssae_cli_opt options[] = {
 
 static const ssae_cli_cmd command = {
     .name = "bench",
-    .usage = "usage: ssae bench [--model M] [--backend all|cpu|cuda] [--batches N,N,...]\n"
-             "                  [--seconds S]",
+    .usage = "usage: ssae bench [--model M] [--backend all|cpu|cuda] [--device N]\n"
+             "                  [--batches N,N,...] [--seconds S]",
     .about = "Throughput (windows/s) and latency percentiles of each backend over batch\n"
              "sizes, host windows in and host scores out; batch 1 is the one-window round\n"
              "trip. For CUDA also the fused kernel alone on device-resident input.",
@@ -250,7 +253,8 @@ static int run(const opts *o) {
          o->model ? o->model : "(built in)", m->d.n_mels, m->d.frames, m->d.latent,
          m->d.slice_latent, o->seconds);
 #if SSAE_HAVE_CUDA
-  if (ssae_backend_cuda.available()) printf("# CUDA device: %s\n", ssae_cuda_device_name());
+  if (ssae_backend_cuda.available())
+    printf("# CUDA device %d: %s\n", ssae_cuda_current_device(), ssae_cuda_device_name());
 #endif
   printf("%-7s %9s %8s %14s %11s %11s %11s\n", "backend", "batch", "calls", "windows/s",
          "p50_us", "p99_us", "max_us");
@@ -293,7 +297,8 @@ int ssae_cmd_bench(int argc, char **argv) {
   ssae_cli_args args;
   int rc = ssae_cli_parse(&command, argc, argv, &o, &args);
   if (rc != SSAE_CLI_CONTINUE) return rc;
-  rc = run(&o);
+  /* before any work: the backends and the kernels' timing run there */
+  if ((rc = ssae_cli_use_device(CMD, o.device, o.backend)) == SSAE_EXIT_OK) rc = run(&o);
   ssae_cli_args_free(&args);
   return rc;
 }

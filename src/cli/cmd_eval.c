@@ -25,7 +25,7 @@ typedef struct opts {
   const char *model, *csv, *format, *plot, *scores, *backend;
   ssae_cli_list normal, anomaly;
   double threshold, max_fpr;
-  int channel, strict;
+  int channel, strict, device;
 } opts;
 
 static const char *const formats[] = {"tsv", "json", NULL};
@@ -59,6 +59,8 @@ static const ssae_cli_opt options[] = {
      .metavar = "X", .min = 1e-6, .max = 1, .help = "partial AUC limit"},
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
      .choices = ssae_cli_backends, .help = "where the model runs"},
+    {.kind = SSAE_CLI_INT, .name = "--device", .offset = offsetof(opts, device), .metavar = "N",
+     .min = 0, .max = 255, .help = "CUDA device of the CUDA backend (--backend cuda or auto)", .def = "0"},
     {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
      .metavar = "N|mix", .help = "channel of multi-channel files",
      .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
@@ -649,6 +651,8 @@ int ssae_cmd_eval(int argc, char **argv) {
   if (rc != SSAE_CLI_CONTINUE) return rc;
   ssae_cli_one_cuda_queue(o.backend);
   rc = check(&o);
+  /* before any work; the backend made next on this thread lives there */
+  if (!rc) rc = ssae_cli_use_device(CMD, o.device, o.backend);
   if (!rc) rc = run(&o);
   ssae_cli_args_free(&args);
   return rc;

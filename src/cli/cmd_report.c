@@ -22,7 +22,7 @@ static const char *const CMD = "report";
 
 typedef struct opts {
   const char *output, *model, *backend;
-  int channel, on, off, strict;
+  int channel, on, off, strict, device;
   int reference; /* also the spectrum-only reference's scores */
   int size[2]; /* width, height */
   double threshold, smoothing;
@@ -55,6 +55,8 @@ static const ssae_cli_opt options[] = {
      .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
      .choices = ssae_cli_backends, .help = "where the model runs"},
+    {.kind = SSAE_CLI_INT, .name = "--device", .offset = offsetof(opts, device), .metavar = "N",
+     .min = 0, .max = 255, .help = "CUDA device of the CUDA backend (--backend cuda or auto)", .def = "0"},
     {.kind = SSAE_CLI_DOUBLE, .name = "--threshold", .offset = offsetof(opts, threshold),
      .metavar = "X", .min = SSAE_CLI_THRESHOLD_MIN,
      .max = SSAE_CLI_THRESHOLD_MAX,
@@ -216,7 +218,7 @@ int ssae_cmd_report(int argc, char **argv) {
                               args.pos[1]);
   else if (!args.n_pos || !o.output)
     rc = ssae_cli_usage_error(&command, "give one FILE and -o OUT.png");
-  else
+  else if ((rc = ssae_cli_use_device(CMD, o.device, o.backend)) == SSAE_EXIT_OK)
     rc = run(&o, args.pos[0]);
   ssae_cli_args_free(&args);
   return rc;

@@ -384,7 +384,10 @@ def test_small(d, good):
     check(p.returncode == 2 and "--backend cpu" in err(p) and not p.stdout,
           f"score --backend cpu --device 1: {p.returncode} {err(p)!r}")
     for cmd in (["score", "--backend", "cuda", "--device", "200", good[0]],
-                ["train", "-o", os.path.join(d, "dev.safetensors"), "--device", "200", good[0]]):
+                ["train", "-o", os.path.join(d, "dev.safetensors"), "--device", "200", good[0]],
+                ["eval", "--device", "200", "--normal", good[0], "--anomaly", good[1]],
+                ["report", "--device", "200", good[0], "-o", os.path.join(d, "dev.png")],
+                ["bench", "--device", "200", "--batches", "1", "--seconds", "0.01"]):
         p = run(cmd)
         check(p.returncode == 2 and "--device" in err(p) and ("this host has" in err(p) or
                                                               "no CUDA" in err(p))
@@ -393,7 +396,16 @@ def test_small(d, good):
              "1", good[0]])
     check(p.returncode == 2 and "--backend cpu" in err(p),
           f"train --backend cpu --device 1: {p.returncode} {err(p)!r}")
+    for cmd in (["eval", "--backend", "cpu", "--device", "1", "--normal", good[0], "--anomaly",
+                 good[1]],
+                ["report", "--backend", "cpu", "--device", "1", good[0], "-o",
+                 os.path.join(d, "dev.png")],
+                ["bench", "--backend", "cpu", "--device", "1"]):
+        p = run(cmd)
+        check(p.returncode == 2 and "--backend cpu" in err(p) and not p.stdout,
+              f"{cmd[0]} --backend cpu --device 1: {p.returncode} {err(p)!r}")
     check(not os.path.exists(os.path.join(d, "dev.safetensors")), "refused train wrote nothing")
+    check(not os.path.exists(os.path.join(d, "dev.png")), "refused report wrote nothing")
     # --gpu: the live engine's GPU, the same refusals before any work, by
     # monitor and jack alone and as a service (a config and --gpu over it).
     svc = os.path.join(d, "svc.yaml")

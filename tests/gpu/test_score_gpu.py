@@ -15,7 +15,7 @@ one run).
   SSAE_CUDA_FAIL_AFTER hook (the front end moves to the CPU part way):
   every file still scored; with two GPUs, --device 1 on the front end and
   on the backend path (--strict) gives the same scores (with one, it is
-  refused naming the count).
+  refused naming the count), and eval, report and bench run there.
 """
 import os
 import subprocess
@@ -170,6 +170,37 @@ with tempfile.TemporaryDirectory() as d:
                     "unavailable" in p.stderr:
                 fail(f"--device 1 {extra}: rc={p.returncode}\n{p.stderr}")
             compare_scores(f"--device 1 {extra} file scores", ref[1], p.stdout, 1e-5, 1)
+        # eval, report and bench take --device too: eval's file scores on
+        # device 1 as on the CPU, report's picture made, bench's kernels
+        # timed there (it names the device)
+        ev = {}
+        for dev, be in (("0", "cpu"), ("1", "cuda")):
+            out = os.path.join(d, f"ev{dev}.tsv")
+            args = ["--backend", be] + (["--device", dev] if be == "cuda" else [])
+            p = subprocess.run([ssae, "eval", *args, "--normal", clips, "--anomaly", clips,
+                                "--scores", out], capture_output=True, text=True)
+            if p.returncode == 2 and "this host has 1 CUDA device" in p.stderr:
+                break
+            if p.returncode != 0:
+                fail(f"eval --device {dev}: rc={p.returncode}\n{p.stderr}")
+                break
+            with open(out) as f:
+                ev[dev] = f.read()
+        if len(ev) == 2:
+            compare_scores("eval --device 1 file scores", ev["0"], ev["1"], 1e-5, 3)
+            first = sorted(os.listdir(clips))[0]
+            png = os.path.join(d, "r1.png")
+            p = subprocess.run([ssae, "report", "--backend", "cuda", "--device", "1",
+                                os.path.join(clips, first), "-o", png],
+                               capture_output=True, text=True)
+            if p.returncode != 0 and "without cairo" not in p.stderr:
+                fail(f"report --device 1: rc={p.returncode}\n{p.stderr}")
+            p = subprocess.run([ssae, "bench", "--backend", "cuda", "--device", "1", "--batches",
+                                "1,4096", "--seconds", "0.01"], capture_output=True, text=True)
+            if p.returncode != 0 or "# CUDA device 1:" not in p.stdout or \
+                    len([l for l in p.stdout.splitlines() if l.startswith("cuda ")]) != 4:
+                fail(f"bench --device 1: rc={p.returncode}\n{p.stdout}{p.stderr}")
+            print("eval, report and bench on --device 1: ok")
     else:
         print("no CUDA device: the GPU part skipped")
 
