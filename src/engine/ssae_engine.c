@@ -213,6 +213,10 @@ ssae_engine *ssae_engine_new(const ssae_model *m, const ssae_engine_cfg *cfg,
     return NULL;
   }
   const int cpu_only = cfg->backend && !strcmp(cfg->backend, "cpu");
+  if (cfg->gpu < 0) {
+    ssae_err_set(err, "engine: gpu %d: a CUDA device index is 0 or more", cfg->gpu);
+    return NULL;
+  }
   if (cpu_only && cfg->gpu) {
     ssae_err_set(err, "engine: gpu %d: not with backend cpu", cfg->gpu);
     return NULL;

@@ -118,6 +118,7 @@ static void refusals(const ssae_model *m, float *const *audio, size_t n) {
   refused(m, "cuda", missing, dev, why);
   refused(m, "auto", missing, dev, why);
   refused(m, "cpu", 1, "gpu 1", "not with backend cpu");
+  refused(m, "cuda", -1, "gpu -1", "0 or more");
   static got g;
   char used[16];
   if (!run(m, "cpu", 0, 0, &g, audio, n, used, sizeof used))
