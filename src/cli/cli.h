@@ -52,6 +52,13 @@ void ssae_cli_error(const char *cmd, const char *fmt, ...) SSAE_PRINTF(2, 3);
  * which the commands overlap with other work. */
 int ssae_cli_use_device(const char *cmd, int device, const char *backend);
 
+/* A GPU named on the command line (flag: "--device", "--gpu"): SSAE_EXIT_OK
+ * when this host has it and the backend is not cpu, else says why (with
+ * --backend cpu, a device this host lacks, a build without CUDA) and
+ * returns SSAE_EXIT_USAGE. Selects nothing. */
+int ssae_cli_check_device(const char *cmd, const char *flag, int device,
+                          const char *backend);
+
 /* For a short job whose GPU work is on one stream (score, eval, report): one
  * hardware work queue for the process's CUDA context instead of the
  * driver's eight (CUDA_DEVICE_MAX_CONNECTIONS=1, unless the user set it).

@@ -77,17 +77,8 @@ void ssae_cli_service_engine_cfg(const ssae_cli_service_cmdvals *v, ssae_engine_
 
 int ssae_cli_check_gpu(const char *cmd, const ssae_cli_args *args, int gpu,
                        const char *backend) {
-  if (!ssae_cli_given(args, "--gpu")) return SSAE_EXIT_OK;
-  if (!strcmp(backend, "cpu")) {
-    ssae_cli_error(cmd, "--gpu names a GPU: not with --backend cpu");
-    return SSAE_EXIT_USAGE;
-  }
-  ssae_err err = {{0}};
-  if (ssae_cuda_check_device(gpu, &err)) {
-    ssae_cli_error(cmd, "--gpu %d: %s", gpu, err.msg);
-    return SSAE_EXIT_USAGE;
-  }
-  return SSAE_EXIT_OK;
+  return ssae_cli_given(args, "--gpu") ? ssae_cli_check_device(cmd, "--gpu", gpu, backend)
+                                       : SSAE_EXIT_OK;
 }
 
 void ssae_cli_engine_gpu(const ssae_engine_cfg *ec) {

@@ -6,9 +6,7 @@
 
 #include "cli.h"
 #include "ssae_config.h"
-#if SSAE_HAVE_CUDA
 #include "ssae_cuda.h"
-#endif
 #include "ssae_json.h"
 #include "ssae_shard.h"
 
@@ -63,21 +61,29 @@ void ssae_cli_one_cuda_queue(const char *backend) {
 #endif
 }
 
-int ssae_cli_use_device(const char *cmd, int device, const char *backend) {
-  if (!device) return SSAE_EXIT_OK;
+int ssae_cli_check_device(const char *cmd, const char *flag, int device,
+                          const char *backend) {
   if (!strcmp(backend, "cpu")) {
-    ssae_cli_error(cmd, "--device names a GPU: not with --backend cpu");
+    ssae_cli_error(cmd, "%s names a GPU: not with --backend cpu", flag);
     return SSAE_EXIT_USAGE;
   }
-#if SSAE_HAVE_CUDA
   ssae_err err = {{0}};
-  if (ssae_cuda_use_device(device, &err)) {
-    ssae_cli_error(cmd, "--device %d: %s", device, err.msg);
+  if (ssae_cuda_check_device(device, &err)) {
+    ssae_cli_error(cmd, "%s %d: %s", flag, device, err.msg);
     return SSAE_EXIT_USAGE;
   }
   return SSAE_EXIT_OK;
-#else
-  ssae_cli_error(cmd, "--device: this build has no CUDA");
-  return SSAE_EXIT_USAGE;
+}
+
+int ssae_cli_use_device(const char *cmd, int device, const char *backend) {
+  if (!device) return SSAE_EXIT_OK;
+  int rc = ssae_cli_check_device(cmd, "--device", device, backend);
+#if SSAE_HAVE_CUDA
+  ssae_err err = {{0}};
+  if (rc == SSAE_EXIT_OK && ssae_cuda_use_device(device, &err)) {
+    ssae_cli_error(cmd, "--device %d: %s", device, err.msg);
+    rc = SSAE_EXIT_USAGE;
+  }
 #endif
+  return rc;
 }
