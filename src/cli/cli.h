@@ -59,13 +59,15 @@ int ssae_cli_use_device(const char *cmd, int device, const char *backend);
 int ssae_cli_check_device(const char *cmd, const char *flag, int device,
                           const char *backend);
 
-/* For a short job whose GPU work is on one stream (score, eval, report): one
- * hardware work queue for the process's CUDA context instead of the
- * driver's eight (CUDA_DEVICE_MAX_CONNECTIONS=1, unless the user set it).
- * Each queue costs the context's creation and its teardown at exit time
- * (BENCHMARKS.md: about 90 ms of a 0.3 s CUDA start and exit on an H100
- * host), and work that is in order on one stream loses nothing. Call while
- * the process has one thread, before any CUDA call. */
+/* For a short job (score, eval, report): one hardware work queue for the
+ * process's CUDA context instead of the driver's eight
+ * (CUDA_DEVICE_MAX_CONNECTIONS=1, unless the user set it). Each queue costs
+ * the context's creation and its teardown at exit time (BENCHMARKS.md:
+ * about 90 ms of a 0.3 s CUDA start and exit on an H100 host). The backend
+ * path's work is on one stream; the GPU front end's two lanes' streams then
+ * share the queue (one lane's copy no longer overlaps the other's kernels),
+ * which costs less than the queues did: the 10,000-clip job is 1.2x faster
+ * with one. Call while the process has one thread, before any CUDA call. */
 void ssae_cli_one_cuda_queue(const char *backend);
 
 #endif
