@@ -390,6 +390,20 @@ static void choose_shape(ssae_score_gpu_opts *o, char *const *paths, size_t n, i
   }
 }
 
+/* Lane 1's front end, made on a thread of its own beside lane 0's. */
+typedef struct {
+  const ssae_model *m;
+  const ssae_cuda_fe_cfg *cfg;
+  ssae_cuda_fe *fe; /* NULL: err says why */
+  ssae_err err;
+} fe_maker;
+
+static void *make_fe(void *p) {
+  fe_maker *k = p;
+  k->fe = ssae_cuda_fe_new(k->m, k->cfg, &k->err);
+  return NULL;
+}
+
 int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
                          const ssae_score_gpu_opts *opts, ssae_scored_file_cb cb, void *user,
                          ssae_err *note, ssae_err *err) {
@@ -419,15 +433,18 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
     return ssae_err_set(err, "out of memory for %zu files", n);
   }
   /* The decoding threads open lane 0's files while this thread makes its
-   * front end (the CUDA context first), then fill lane 0 while this thread
-   * makes lane 1 (a front end, its page-locked memory included, takes as
-   * long as several runs). */
-  int rc = 0, filling = 0;
+   * front end (the CUDA context first) and a thread of its own makes lane
+   * 1's (a front end, its page-locked memory included, takes as long as
+   * several runs: made one after the other, the second was on the job's
+   * path); then they fill lane 0. */
+  int rc = 0, filling = 0, maker = 0;
   size_t next = 0, emitted = 0;
   fill_job proto = {.m = m, .paths = paths, .o = &o, .files = o.files};
+  const ssae_cuda_fe_cfg cfg = {.channels = o.files, .max_block = o.block,
+                                .pcm = SSAE_FE_PCM_F32, .device = o.device, .cpu = cpu_hook};
+  fe_maker mk = {.m = m, .cfg = &cfg};
+  pthread_t maker_tid;
   for (int i = 0; i < 2 && !rc; i++) {
-    ssae_cuda_fe_cfg cfg = {.channels = o.files, .max_block = o.block, .pcm = SSAE_FE_PCM_F32,
-                            .device = o.device, .cpu = cpu_hook};
     lane *l = &lanes[i];
     l->s = calloc((size_t)o.files, sizeof *l->s);
     l->n = calloc((size_t)o.files, sizeof *l->n);
@@ -437,22 +454,25 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
       break;
     }
     for (int c = 0; c < o.files; c++) l->s[c].file = next < n ? (long long)next++ : -1;
-    if (i == 0) {
-      filler_init(f, jobs);
-      proto.l = l;
-      proto.open_only = 1;
+  }
+  if (!rc) {
+    filler_init(f, jobs);
+    proto.l = &lanes[0];
+    proto.open_only = 1;
+    fill_start(f, proto);
+    filling = 1;
+    maker = !pthread_create(&maker_tid, NULL, make_fe, &mk);
+    if (!(lanes[0].fe = ssae_cuda_fe_new(m, &cfg, err))) rc = -1;
+    fill_wait(f, &st);
+    filling = 0;
+    if (!maker) make_fe(&mk); /* no thread: here, after lane 0's */
+    else pthread_join(maker_tid, NULL);
+    lanes[1].fe = mk.fe;
+    if (!rc && !mk.fe) rc = ssae_err_set(err, "%s", mk.err.msg);
+    if (!rc) {
+      proto.open_only = 0;
       fill_start(f, proto);
       filling = 1;
-    }
-    if (!(l->fe = ssae_cuda_fe_new(m, &cfg, err))) rc = -1;
-    if (i == 0) {
-      fill_wait(f, &st);
-      filling = 0;
-      if (!rc) {
-        proto.open_only = 0;
-        fill_start(f, proto);
-        filling = 1;
-      }
     }
   }
   if (filling) fill_wait(f, &st);
