@@ -77,7 +77,7 @@ const char *ssae_cuda_device_name(void);
  * reason (no such device: the count of this host's devices named). */
 int ssae_cuda_use_device(int dev, ssae_err *err);
 
-/* The device selection below exists in builds without CUDA too
+/* The device selection above and below exists in builds without CUDA too
  * (gpu/ssae_cuda_device_none.c: no devices, and a device asked for is
  * refused saying that the build has no CUDA). */
 

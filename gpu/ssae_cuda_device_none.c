@@ -14,6 +14,8 @@ int ssae_cuda_device_enter(int dev, int *prev, ssae_err *err) {
   return ssae_cuda_check_device(dev, err);
 }
 
+int ssae_cuda_use_device(int dev, ssae_err *err) { return ssae_cuda_check_device(dev, err); }
+
 void ssae_cuda_device_leave(int prev) { (void)prev; }
 
 int ssae_cuda_current_device(void) { return -1; }

@@ -77,16 +77,6 @@ extern "C" int ssae_cuda_check_device(int dev, ssae_err *err) {
   return 0;
 }
 
-extern "C" int ssae_cuda_use_device(int dev, ssae_err *err) {
-  if (ssae_cuda_check_device(dev, err)) return -1;
-  cudaError_t e = cudaSetDevice(dev);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return ssae_err_set(err, "CUDA device %d: %s", dev, cudaGetErrorString(e));
-  }
-  return 0;
-}
-
 extern "C" int ssae_cuda_device_enter(int dev, int *prev, ssae_err *err) {
   if (ssae_cuda_check_device(dev, err)) return -1;
   int p = 0;
@@ -98,6 +88,11 @@ extern "C" int ssae_cuda_device_enter(int dev, int *prev, ssae_err *err) {
   }
   *prev = p;
   return 0;
+}
+
+extern "C" int ssae_cuda_use_device(int dev, ssae_err *err) {
+  int prev; /* not given back: dev stays the thread's */
+  return ssae_cuda_device_enter(dev, &prev, err);
 }
 
 extern "C" void ssae_cuda_device_leave(int prev) {

@@ -82,9 +82,8 @@ int ssae_cli_check_gpu(const char *cmd, const ssae_cli_args *args, int gpu,
 }
 
 void ssae_cli_engine_gpu(const ssae_engine_cfg *ec) {
-  int prev;
   if (strcmp(ec->backend, "cpu") && ec->gpu < ssae_cuda_device_count())
-    ssae_cuda_device_enter(ec->gpu, &prev, NULL);
+    ssae_cuda_use_device(ec->gpu, NULL);
 }
 
 ssae_model *ssae_cli_open_model(const ssae_cli_service *s, const char *cmd, const char *model,

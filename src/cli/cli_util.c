@@ -78,12 +78,10 @@ int ssae_cli_check_device(const char *cmd, const char *flag, int device,
 int ssae_cli_use_device(const char *cmd, int device, const char *backend) {
   if (!device) return SSAE_EXIT_OK;
   int rc = ssae_cli_check_device(cmd, "--device", device, backend);
-#if SSAE_HAVE_CUDA
   ssae_err err = {{0}};
   if (rc == SSAE_EXIT_OK && ssae_cuda_use_device(device, &err)) {
     ssae_cli_error(cmd, "--device %d: %s", device, err.msg);
     rc = SSAE_EXIT_USAGE;
   }
-#endif
   return rc;
 }

@@ -111,8 +111,7 @@ void engine_gpu_adopt(const ssae_engine *e) {
    * find their device current (no switch and back per call, and no
    * context made on another GPU for this thread). Were it refused, each
    * call would still select its device itself. */
-  int own;
-  engine_gpu_enter(e, &own, NULL);
+  if (e->gpu_dev >= 0) ssae_cuda_use_device(e->gpu_dev, NULL);
 }
 
 /* ------------------------------------------------------------------ */
