@@ -13,26 +13,10 @@ namespace ssae_cuda {
 
 namespace {
 
-/* 0 when p is device memory of device dev (or memory it can address as
- * such: managed memory); SSAE_BACKEND_DEVICE_EARG with err when not. */
-int check_device_ptr(const void *p, int dev, const char *what, ssae_err *err) {
-  cudaPointerAttributes at;
-  cudaError_t e = cudaPointerGetAttributes(&at, p);
-  if (e != cudaSuccess) {
-    cudaGetLastError(); /* not a sticky error: clear it */
-    ssae_err_set(err, "CUDA: %s: not device memory (%s)", what, cudaGetErrorString(e));
-    return SSAE_BACKEND_DEVICE_EARG;
-  }
-  if (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged) {
-    ssae_err_set(err, "CUDA: %s: host memory, not device memory", what);
-    return SSAE_BACKEND_DEVICE_EARG;
-  }
-  if (at.device != dev) {
-    ssae_err_set(err, "CUDA: %s: memory of device %d, the model runs on device %d", what,
-                 at.device, dev);
-    return SSAE_BACKEND_DEVICE_EARG;
-  }
-  return 0;
+/* check_device_ptr's refusal as the backend table's code for a bad
+ * argument. */
+int check_arg(const void *p, int dev, const char *what, ssae_err *err) {
+  return check_device_ptr(p, dev, what, err) ? SSAE_BACKEND_DEVICE_EARG : 0;
 }
 
 }  // namespace
@@ -52,9 +36,9 @@ int run_device(void *impl, const float *x_dev, size_t n, float *scores_dev, floa
     return SSAE_BACKEND_DEVICE_EARG;
   }
   int rc;
-  if ((rc = check_device_ptr(x_dev, c->dev, "windows", err)) ||
-      (rc = check_device_ptr(scores_dev, c->dev, "scores", err)) ||
-      (recon_dev && (rc = check_device_ptr(recon_dev, c->dev, "reconstructions", err))))
+  if ((rc = check_arg(x_dev, c->dev, "windows", err)) ||
+      (rc = check_arg(scores_dev, c->dev, "scores", err)) ||
+      (recon_dev && (rc = check_arg(recon_dev, c->dev, "reconstructions", err))))
     return rc;
   ON_DEVICE(c);
   c->runs++;

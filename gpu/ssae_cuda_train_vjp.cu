@@ -142,21 +142,6 @@ namespace {
       return ssae_err_set(err, "CUDA: %s: %s", what, cudaGetErrorString(e_));    \
   } while (0)
 
-int check_ptr(const void *p, int dev, const char *what, ssae_err *err) {
-  cudaPointerAttributes at;
-  cudaError_t e = cudaPointerGetAttributes(&at, p);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return ssae_err_set(err, "CUDA: %s: not device memory (%s)", what, cudaGetErrorString(e));
-  }
-  if (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)
-    return ssae_err_set(err, "CUDA: %s: host memory, not device memory", what);
-  if (at.device != dev)
-    return ssae_err_set(err, "CUDA: %s: memory of device %d, this object's is %d", what,
-                        at.device, dev);
-  return 0;
-}
-
 /* Queues on s: wait for the previous call's work, then the derived weights
  * of params. */
 int begin(ssae_cuda_vjp *v, const float *params, cudaStream_t s, ssae_err *err) {
@@ -392,8 +377,8 @@ extern "C" int ssae_cuda_vjp_forward(ssae_cuda_vjp *v, const float *params_dev,
                                      const float *x_dev, size_t n, float *y_dev, void *stream,
                                      ssae_err *err) {
   if (!params_dev || (n && (!x_dev || !y_dev))) return ssae_err_set(err, "forward: NULL buffer");
-  if (check_ptr(params_dev, v->dev, "parameters", err) ||
-      (n && (check_ptr(x_dev, v->dev, "input", err) || check_ptr(y_dev, v->dev, "output", err))))
+  if (check_device_ptr(params_dev, v->dev, "parameters", err) ||
+      (n && (check_device_ptr(x_dev, v->dev, "input", err) || check_device_ptr(y_dev, v->dev, "output", err))))
     return -1;
   device_scope on_dev(v->dev);
   CKV(on_dev.e, "selecting the device");
@@ -406,11 +391,11 @@ extern "C" int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev,
                                       ssae_err *err) {
   if (!params_dev || !dparams_dev || (n && (!x_dev || !dy_dev)))
     return ssae_err_set(err, "backward: NULL buffer");
-  if (check_ptr(params_dev, v->dev, "parameters", err) ||
-      check_ptr(dparams_dev, v->dev, "parameter gradients", err) ||
-      (n && (check_ptr(x_dev, v->dev, "input", err) ||
-             check_ptr(dy_dev, v->dev, "upstream gradient", err) ||
-             (dx_dev && check_ptr(dx_dev, v->dev, "input gradient", err)))))
+  if (check_device_ptr(params_dev, v->dev, "parameters", err) ||
+      check_device_ptr(dparams_dev, v->dev, "parameter gradients", err) ||
+      (n && (check_device_ptr(x_dev, v->dev, "input", err) ||
+             check_device_ptr(dy_dev, v->dev, "upstream gradient", err) ||
+             (dx_dev && check_device_ptr(dx_dev, v->dev, "input gradient", err)))))
     return -1;
   device_scope on_dev(v->dev);
   CKV(on_dev.e, "selecting the device");
@@ -423,10 +408,10 @@ extern "C" int ssae_cuda_vjp_loss(ssae_cuda_vjp *v, const float *params_dev, con
                                   ssae_err *err) {
   if (!params_dev || !loss_dev || !dparams_dev || (n && !x_dev))
     return ssae_err_set(err, "loss: NULL buffer");
-  if (check_ptr(params_dev, v->dev, "parameters", err) ||
-      check_ptr(loss_dev, v->dev, "loss", err) ||
-      check_ptr(dparams_dev, v->dev, "parameter gradients", err) ||
-      (n && check_ptr(x_dev, v->dev, "input", err)))
+  if (check_device_ptr(params_dev, v->dev, "parameters", err) ||
+      check_device_ptr(loss_dev, v->dev, "loss", err) ||
+      check_device_ptr(dparams_dev, v->dev, "parameter gradients", err) ||
+      (n && check_device_ptr(x_dev, v->dev, "input", err)))
     return -1;
   device_scope on_dev(v->dev);
   CKV(on_dev.e, "selecting the device");
