@@ -13,7 +13,10 @@
 # the GPU's fixed start-up spread over more work); and a process that only
 # starts CUDA (the driver and a context) and exits (tools/bench/pinned_bench
 # 0, built with CUDA): what any CUDA program pays on the host, with the
-# driver's eight hardware queues and with one as ssae score asks. Prints a table (wall seconds per round, the median, clips/s), checks that
+# driver's eight hardware queues and with one as ssae score asks; and the
+# host's memory bandwidth (tools/bench/host_membw), from which the fastest a
+# fresh process could score the set (the start and exit plus the bytes it
+# must move through host memory). Prints a table (wall seconds per round, the median, clips/s), checks that
 # the cuda and cpu file scores agree (1e-5 relative), and prints the
 # per-window limits of the GPU path computed from the kernels' arithmetic
 # and data movement (gpu/ssae_cuda_frontend.cu): PCIe bytes per second of
@@ -71,6 +74,12 @@ for r in $(seq 1 "$ROUNDS"); do
     run_timed torch "$PY" "$HERE/torch_gpu_pipeline.py" "$MODEL" "$DIR"/clip*.wav
   fi
 done
+# The host's memory bandwidth (tools/bench/host_membw, every CPU): what the
+# decoding threads and the copy engine share once the context exists.
+if [ -x "$BUILD/tools/bench/host_membw" ]; then
+  "$BUILD/tools/bench/host_membw" | tail -1 > "$OUT/membw.txt" || rm -f "$OUT/membw.txt"
+fi
+du -sb "$DIR" | cut -f1 > "$OUT/bytes.txt"
 if grep -q "went on on the CPU" "$OUT/cuda.err"; then
   echo "WARNING: the GPU front end fell back to the CPU:" >&2; cat "$OUT/cuda.err" >&2
 fi
@@ -113,6 +122,21 @@ if "floor" in med:
     print(f"a CUDA process's start and exit alone: {med['floor']:.3f} s, one queue "
           f"{med['floor1']:.3f} s (cuda at {n} files beyond it: "
           f"{med['cpu'] / max(med['cuda'] - med['floor1'], 1e-9):.2f}x)")
+
+# The floor of a fresh process at this size: CUDA's start and exit with one
+# queue, plus the bytes that must move through host memory after the context
+# exists: the files' samples read from the page cache and written into the
+# page-locked blocks (at the copy rate, bytes read + written) and read again
+# by the copy engine (at the read rate).
+if "floor1" in med and os.path.exists(f"{out}/membw.txt"):
+    f = open(f"{out}/membw.txt").read().split()
+    copy_gbs, read_gbs = float(f[1]), float(f[2])
+    gb = int(open(f"{out}/bytes.txt").read()) / 1e9
+    move = 2 * gb / copy_gbs + gb / read_gbs
+    low = med["floor1"] + move
+    print(f"host memory ({f[0]} threads): copy {copy_gbs:.1f} GB/s, read {read_gbs:.1f} GB/s; "
+          f"{gb:.2f} GB of files to blocks and over PCIe: {move:.3f} s; with CUDA's start and "
+          f"exit: {low:.3f} s for {n} files, at most {med['cpu'] / low:.2f}x the CPU path")
 
 def scores(key):
     d = {}
