@@ -378,7 +378,8 @@ extern "C" int ssae_cuda_vjp_forward(ssae_cuda_vjp *v, const float *params_dev,
                                      ssae_err *err) {
   if (!params_dev || (n && (!x_dev || !y_dev))) return ssae_err_set(err, "forward: NULL buffer");
   if (check_device_ptr(params_dev, v->dev, "parameters", err) ||
-      (n && (check_device_ptr(x_dev, v->dev, "input", err) || check_device_ptr(y_dev, v->dev, "output", err))))
+      (n && (check_device_ptr(x_dev, v->dev, "input", err) ||
+             check_device_ptr(y_dev, v->dev, "output", err))))
     return -1;
   device_scope on_dev(v->dev);
   CKV(on_dev.e, "selecting the device");

@@ -16,11 +16,12 @@
 # driver's eight hardware queues and with one as ssae score asks; and the
 # host's memory bandwidth (tools/bench/host_membw), from which the fastest a
 # fresh process could score the set (the start and exit plus the bytes it
-# must move through host memory). Prints a table (wall seconds per round, the median, clips/s), checks that
-# the cuda and cpu file scores agree (1e-5 relative), and prints the
-# per-window limits of the GPU path computed from the kernels' arithmetic
-# and data movement (gpu/ssae_cuda_frontend.cu): PCIe bytes per second of
-# audio, FLOPs per window, HBM bytes per window.
+# must move through host memory). Prints a table (wall seconds per round,
+# the median, clips/s), checks that the cuda and cpu file scores agree
+# (1e-5 relative), and prints the per-window limits of the GPU path
+# computed from the kernels' arithmetic and data movement
+# (gpu/ssae_cuda_frontend.cu): PCIe bytes per second of audio, FLOPs per
+# window, HBM bytes per window.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -31,7 +31,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   cu_result (*init)(unsigned) = (cu_result(*)(unsigned))dlsym(h, "cuInit");
-  cu_result (*device_get)(cu_device *, int) = (cu_result(*)(cu_device *, int))dlsym(h, "cuDeviceGet");
+  cu_result (*device_get)(cu_device *, int) =
+      (cu_result(*)(cu_device *, int))dlsym(h, "cuDeviceGet");
   cu_result (*retain)(cu_context *, cu_device) =
       (cu_result(*)(cu_context *, cu_device))dlsym(h, "cuDevicePrimaryCtxRetain");
   cu_result (*set_current)(cu_context) = (cu_result(*)(cu_context))dlsym(h, "cuCtxSetCurrent");
