@@ -44,7 +44,7 @@ struct ssae_fe_dev {
   float *d_rows, *d_cache_rows, *h_rows;
   double *d_codes, *d_cache_codes;
   float *d_scores, *h_scores;
-  size_t smem_frames, smem_windows;
+  size_t smem_frames, smem_codes, smem_windows;
 };
 
 #define CK(call, what)                                                                 \
@@ -108,12 +108,39 @@ static int build_tables(ssae_fe_dev *d, ssae_err *err) {
     const double a = 2.0 * M_PI * k / N;
     tw[k] = pow2 ? make_double2(cos(a), -sin(a)) : make_double2(cos(a), sin(a));
   }
+  /* The stage twiddles (dev_tables.tws): N/2 - 1 of them, from tw. */
+  const int N2 = N / 2, nts = pow2 ? N2 - 1 : 1;
+  int lg = 0;
+  while ((1 << lg) < N2) lg++;
+  double2 *tws = (double2 *)malloc(sizeof *tws * (size_t)nts);
+  /* The mel weights band by band in k-major rows (dev_tables.mel_wT). */
+  const int nm = g->n_mels;
+  int maxlen = 1;
+  for (int m = 0; m < nm; m++)
+    if (g->mel_len[m] > maxlen) maxlen = g->mel_len[m];
+  double *mel_wT = (double *)calloc((size_t)maxlen * (size_t)nm, sizeof *mel_wT);
+  if (!tws || !mel_wT) {
+    free(tw);
+    free(tws);
+    free(mel_wT);
+    return ssae_err_set(err, "out of memory for the GPU front end's tables");
+  }
+  tws[0] = tw[0];
+  if (pow2)
+    for (int h = 1; h < N2; h *= 2) {
+      int st = 0;
+      while ((1 << st) < h) st++;
+      for (int j = 0; j < h; j++) tws[h - 1 + j] = tw[j << (lg - st)];
+    }
+  for (int m = 0; m < nm; m++)
+    for (int k = 0; k < g->mel_len[m]; k++)
+      mel_wT[(size_t)k * nm + m] = g->mel_w[g->mel_off[m] + k];
   const size_t M = (size_t)g->M, S = (size_t)g->S, L = (size_t)g->L, F = (size_t)g->F;
   struct part {
     const void *src;
     size_t n;
   } parts[] = {{g->win, sizeof(double) * (size_t)N},
-               {g->mel_w, sizeof(double) * (size_t)g->mel_nw},
+               {mel_wT, sizeof(double) * (size_t)maxlen * (size_t)nm},
                {g->encT, sizeof(double) * M * S},
                {g->enc_b, sizeof(double) * S},
                {g->B, sizeof(double) * L * F * S},
@@ -122,27 +149,31 @@ static int build_tables(ssae_fe_dev *d, ssae_err *err) {
                {g->D, sizeof(double) * F * M * L},
                {g->dec_b, sizeof(double) * M},
                {tw, sizeof(double2) * (size_t)ntw},
+               {tws, sizeof(double2) * (size_t)nts},
                {g->mel_start, sizeof(int) * (size_t)g->n_mels},
-               {g->mel_len, sizeof(int) * (size_t)g->n_mels},
-               {g->mel_off, sizeof(int) * (size_t)g->n_mels}};
+               {g->mel_len, sizeof(int) * (size_t)g->n_mels}};
   const int np = (int)(sizeof parts / sizeof parts[0]);
   size_t total = 0, at[13];
   for (int i = 0; i < np; i++) table_put(NULL, &total, parts[i].src, parts[i].n);
   char *img = (char *)malloc(total);
   if (!img) {
     free(tw);
+    free(tws);
+    free(mel_wT);
     return ssae_err_set(err, "out of memory for the GPU front end's tables");
   }
   size_t off = 0;
   for (int i = 0; i < np; i++) at[i] = table_put(img, &off, parts[i].src, parts[i].n);
   free(tw);
+  free(tws);
+  free(mel_wT);
   cudaError_t e = cudaMalloc(&d->d_tables, total);
   if (e == cudaSuccess) e = cudaMemcpy(d->d_tables, img, total, cudaMemcpyHostToDevice);
   free(img);
   CK(e, "uploading the tables");
   char *b = (char *)d->d_tables;
   d->t.win = (const double *)(b + at[0]);
-  d->t.mel_w = (const double *)(b + at[1]);
+  d->t.mel_wT = (const double *)(b + at[1]);
   d->t.encT = (const double *)(b + at[2]);
   d->t.enc_b = (const double *)(b + at[3]);
   d->t.B = (const double *)(b + at[4]);
@@ -151,9 +182,9 @@ static int build_tables(ssae_fe_dev *d, ssae_err *err) {
   d->t.D = (const double *)(b + at[7]);
   d->t.dec_b = (const double *)(b + at[8]);
   d->t.tw = (const double2 *)(b + at[9]);
-  d->t.mel_start = (const int *)(b + at[10]);
-  d->t.mel_len = (const int *)(b + at[11]);
-  d->t.mel_off = (const int *)(b + at[12]);
+  d->t.tws = (const double2 *)(b + at[10]);
+  d->t.mel_start = (const int *)(b + at[11]);
+  d->t.mel_len = (const int *)(b + at[12]);
   return 0;
 }
 
@@ -222,8 +253,9 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   p.max_rows = cfg->max_rows;
   p.max_block = cfg->max_block;
   p.buf_stride = (size_t)N + cfg->max_block;
-  d->smem_frames = sizeof(double2) * (size_t)(pow2 ? N / 2 : N) + sizeof(double) * (size_t)p.n_bins +
-                   sizeof(float) * (size_t)((p.n_mels + 1) & ~1) + 2 * sizeof(double);
+  d->smem_frames =
+      sizeof(double2) * (size_t)(pow2 ? N / 2 : N) + sizeof(double) * (size_t)p.n_bins;
+  d->smem_codes = sizeof(double) * code_smem_doubles(p.M);
   const size_t ch = (size_t)cfg->channels, rows = ch * (size_t)cfg->max_rows;
   const size_t in_bytes = ch * cfg->max_block * (cfg->pcm_i16 ? 2 : 4);
   const size_t cache = ch * (size_t)(cfg->F - 1);
@@ -237,6 +269,9 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fe_frames, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)d->smem_frames);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fe_codes, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)d->smem_codes);
   d->smem_windows = sizeof(double) * win_smem_doubles(p.F, p.S, p.L);
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(fe_windows, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -381,8 +416,12 @@ extern "C" int ssae_fe_dev_launch(ssae_fe_dev *d, int lo, int hi, int poison, ss
   }
   if (max_new) {
     fe_frames<<<dim3((unsigned)max_new, (unsigned)ch), kFrameThreads, d->smem_frames, s>>>(
-        p, d->t, d->d_desc, d->d_bufs, d->d_rows, d->d_codes, lo);
+        p, d->t, d->d_desc, d->d_bufs, d->d_rows, lo);
     CK(cudaGetLastError(), "frame launch");
+    const long long blocks = ((long long)max_new * ch + kCodeFrames - 1) / kCodeFrames;
+    fe_codes<<<(unsigned)blocks, 128, d->smem_codes, s>>>(p, d->t, d->d_desc, d->d_rows,
+                                                           d->d_codes, max_new, lo, hi);
+    CK(cudaGetLastError(), "code launch");
   }
   if (max_win > 0) {
     const long long blocks = ((long long)max_win * ch + kWinPerBlock - 1) / kWinPerBlock;

@@ -1,7 +1,7 @@
 /* The GPU front end's kernels, included by ssae_cuda_frontend.cu (the
  * device object: tables, buffers, launches, waits) and nowhere else.
  *
- * One run is four launches on one stream over the run's channels, then the
+ * One run is five launches on one stream over the run's channels, then the
  * copies out and one wait:
  *   start    the new samples (float, or int16 / 32768), read from the
  *            staging buffer that the copy engine filled from the blocks
@@ -11,8 +11,9 @@
  *   frames   one block per new frame: window, FFT, power, mel, dB (double
  *            precision: float rounding inside the FFT leaves errors of
  *            0.01 dB on bins 80-90 dB under a frame's peak, ten times the
- *            SPEC's parity, see dsp/ssae_fft.h), then the frame's
- *            LayerNorm, slice encoder and GELU, once per frame
+ *            SPEC's parity, see dsp/ssae_fft.h)
+ *   codes    sixteen frames a block: their LayerNorm, slice encoder and
+ *            GELU, once per frame
  *   windows  eight windows a block (each weight loaded once for the
  *            eight): their F codes, latent, bottleneck, the folded decoder
  *            and the squared error against their F frames
@@ -41,14 +42,24 @@ const int kMaxDft = 4096;
  * more blocks resident per SM) took 1.38 ms for an offline run of 32,768
  * frames where 256 took 1.57 and 64 took 1.46 (ncu, H100). */
 const int kFrameThreads = 128;
+/* fe_codes: frames a block (each encoder weight loaded once for the
+ * sixteen: in fe_frames, a block per frame, the weights were a third of
+ * the kernel's L1 traffic). */
+const int kCodeFrames = 16;
 /* fe_windows: warps a block, windows a block. */
 const int kWinWarps = 4;
 const int kWinPerBlock = 8;
 
 struct dev_tables {
-  const double *win, *mel_w, *encT, *enc_b, *B, *bnT, *bn_b, *D, *dec_b;
+  /* mel_wT: band m's weight k at [k * n_mels + m] (zero past its length),
+   * so that the band threads' loads are coalesced */
+  const double *win, *mel_wT, *encT, *enc_b, *B, *bnT, *bn_b, *D, *dec_b;
   const double2 *tw; /* pow2: exp(-2 pi i k/N), k < N/2; else cos/sin of 2 pi k/N, k < N */
-  const int *mel_start, *mel_len, *mel_off;
+  /* pow2: the complex FFT's stage twiddles, W_{2h}^j for j < h at [h - 1 + j]
+   * (the values of tw, laid out so that a pass's lanes read consecutive
+   * ones) */
+  const double2 *tws;
+  const int *mel_start, *mel_len;
 };
 
 struct dev_params {
@@ -133,8 +144,7 @@ __device__ __forceinline__ double gelu_d(double v) {
 }
 
 /* One block per new frame. Shared memory: the spectrum (n_fft/2 double2
- * for powers of two, n_fft otherwise), the power (n_bins doubles), the dB
- * bands (n_mels floats) and two doubles of LayerNorm statistics.
+ * for powers of two, n_fft otherwise) and the power (n_bins doubles).
  *
  * Powers of two: the real frame as an n_fft/2-point complex FFT (even
  * samples real, odd imaginary), then split into the n_fft/2+1 bins of the
@@ -145,27 +155,23 @@ __device__ __forceinline__ double gelu_d(double v) {
  * quarter of the shared-memory traffic and of the barriers: the kernel is
  * bound by shared memory (ncu, H100). */
 __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
-                          float *bufs, float *rows, double *codes, int c_lo) {
+                          float *bufs, float *rows, int c_lo) {
   extern __shared__ double2 sh[];
   const int c = c_lo + blockIdx.y, i = blockIdx.x;
   const ssae_fe_desc d = desc[c];
   if (i >= d.nnew) return;
   const int N = p.n_fft, tid = threadIdx.x, nt = blockDim.x;
   double *pw = (double *)(sh + (p.pow2 ? N / 2 : N));
-  float *band = (float *)(pw + p.n_bins);
-  double *stats = (double *)(band + ((p.n_mels + 1) & ~1));
   const long long start = (d.t0 + i) * p.hop - (p.center ? p.half : 0);
   const long long n_total = d.n_in + d.n, base = d.n_in - d.hlen;
   const float *s = chan_buf(p, bufs, d.buf, c);
-  /* Sample k of the frame, windowed. */
-  auto sample = [&](int k) -> double {
+  /* Sample k of the frame. */
+  auto raw = [&](int k) -> float {
     const long long j = start + k;
-    float v;
-    if (j >= 0 && j < n_total) v = s[j - base];
-    else if (!p.reflect) v = 0.0f;
-    else if (!d.end && j < 0) v = s[-j - base];
-    else v = s[reflect_index(j, n_total) - base];
-    return (double)v * t.win[k];
+    if (j >= 0 && j < n_total) return s[j - base];
+    if (!p.reflect) return 0.0f;
+    if (!d.end && j < 0) return s[-j - base];
+    return s[reflect_index(j, n_total) - base];
   };
   if (p.pow2) {
     const int N2 = N / 2, lg = p.log2n - 1; /* the complex FFT's size, log2 */
@@ -178,17 +184,20 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
      * of 32,640 frames, Nsight Compute). A bijection on every block of
      * eight points: the same arithmetic, the same bits. */
     auto at = [](int n) { return n ^ (((n >> 2) ^ (n >> 5) ^ (n >> 8)) & 7); };
-    for (int n = tid; n < N2; n += nt)
+    const double2 *win2 = (const double2 *)t.win; /* samples 2n, 2n+1 in one load */
+    for (int n = tid; n < N2; n += nt) {
+      const double2 w = win2[n];
       sh[at((int)(__brev((unsigned)n) >> (32 - lg)))] =
-          make_double2(sample(2 * n), sample(2 * n + 1));
+          make_double2((double)raw(2 * n) * w.x, (double)raw(2 * n + 1) * w.y);
+    }
     __syncthreads();
-    /* W_N^k = t.tw[k]; the complex FFT's W_{2h}^j = W_N^{j N/(2h)}. */
+    /* The complex FFT's W_{2h}^j = W_N^{j N/(2h)} = t.tws[h - 1 + j]. */
     int st = 0; /* log2 h of the next stage */
     for (; st + 2 <= lg; st += 2) {
       const int h = 1 << st;
       for (int q = tid; q < N2 / 4; q += nt) {
         const int j = q & (h - 1), a = ((q >> st) << (st + 2)) + j;
-        const double2 w1 = t.tw[j << (lg - st)], w2 = t.tw[j << (lg - st - 1)];
+        const double2 w1 = t.tws[h - 1 + j], w2 = t.tws[2 * h - 1 + j];
         const double2 a0 = sh[at(a)], a1 = sh[at(a + h)], a2 = sh[at(a + 2 * h)],
                      a3 = sh[at(a + 3 * h)];
         /* Stage st: (a0, a1) and (a2, a3) with W_{2h}^j. */
@@ -214,7 +223,7 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
       const int h = 1 << st;
       for (int q = tid; q < N2 / 2; q += nt) {
         const int j = q & (h - 1), a = ((q >> st) << (st + 1)) + j;
-        const double2 w = t.tw[j << (lg - st)], u = sh[at(a)], x = sh[at(a + h)];
+        const double2 w = t.tws[h - 1 + j], u = sh[at(a)], x = sh[at(a + h)];
         const double2 v = make_double2(x.x * w.x - x.y * w.y, x.x * w.y + x.y * w.x);
         sh[at(a)] = make_double2(u.x + v.x, u.y + v.y);
         sh[at(a + h)] = make_double2(u.x - v.x, u.y - v.y);
@@ -240,7 +249,7 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
       pw[k] = xr * xr + xi * xi;
     }
   } else {
-    for (int k = tid; k < N; k += nt) sh[k] = make_double2(sample(k), 0.0);
+    for (int k = tid; k < N; k += nt) sh[k] = make_double2((double)raw(k) * t.win[k], 0.0);
     __syncthreads();
     /* A plain DFT for the other even sizes (tw[k] = cos, sin of 2 pi k/N). */
     for (int k = tid; k < p.n_bins; k += nt) {
@@ -263,39 +272,75 @@ __global__ void fe_frames(dev_params p, dev_tables t, const ssae_fe_desc *desc,
   __syncthreads();
   float *out = rows + ((size_t)c * p.max_rows + d.carry + i) * p.M;
   for (int m = tid; m < p.n_mels; m += nt) {
-    const double *w = t.mel_w + t.mel_off[m];
     const double *q = pw + t.mel_start[m];
+    const int len = t.mel_len[m];
     double acc = 0.0;
-    for (int k = 0; k < t.mel_len[m]; k++) acc += w[k] * q[k];
-    const float v = (float)(4.3429448190325182 * log(acc + 2.220446049250313e-16));
-    band[m] = v;
-    out[m] = v;
+    for (int k = 0; k < len; k++) acc += t.mel_wT[k * p.n_mels + m] * q[k];
+    out[m] = (float)(4.3429448190325182 * log(acc + 2.220446049250313e-16));
+  }
+}
+
+/* Shared memory of a fe_codes block, in doubles: the frames' normalised
+ * bands. */
+__host__ __device__ inline size_t code_smem_doubles(int M) { return (size_t)kCodeFrames * M; }
+
+/* Each block encodes kCodeFrames new frames: the grid's k-th is new frame
+ * k % max_new of channel c_lo + k / max_new (at one new frame per channel
+ * a run, the live case, a block takes sixteen channels' frames). A warp
+ * per frame makes its LayerNorm statistics from the float frame (as
+ * ssae_normalise_f) and its normalised bands; then thread o of each half
+ * of the block makes output o of eight frames, every weight loaded once
+ * for them. */
+__global__ void __launch_bounds__(128)
+    fe_codes(dev_params p, dev_tables t, const ssae_fe_desc *desc, const float *rows,
+             double *codes, int max_new, int c_lo, int c_hi) {
+  extern __shared__ double xn[]; /* kCodeFrames x M */
+  __shared__ long long r_s[kCodeFrames];
+  __shared__ int ok_s[kCodeFrames];
+  const int FR = kCodeFrames, M = p.M, S = p.S;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, nw = blockDim.x / 32;
+  if (tid < FR) {
+    const long long k = (long long)blockIdx.x * FR + tid;
+    const int c = c_lo + (int)(k / max_new), i = (int)(k % max_new);
+    ok_s[tid] = c < c_hi && i < desc[c].nnew;
+    r_s[tid] = ok_s[tid] ? (long long)c * p.max_rows + desc[c].carry + i : -1;
   }
   __syncthreads();
-  /* LayerNorm statistics of the float frame (as ssae_normalise_f). */
-  if (tid < 32) {
+  int f0 = -1;
+  for (int v = FR - 1; v >= 0; v--)
+    if (ok_s[v]) f0 = v;
+  if (f0 < 0) return; /* the whole block leaves: no barrier follows */
+  for (int v = warp; v < FR; v += nw) {
+    /* A frame past its channel's is made from a valid one's (not written). */
+    const float *band = rows + (size_t)(ok_s[v] ? r_s[v] : r_s[f0]) * M;
     double a = 0.0;
-    for (int m = tid; m < p.M; m += 32) a += (double)band[m];
+    for (int m = lane; m < M; m += 32) a += (double)band[m];
     for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-    const double mean = a / p.M;
+    const double mean = a / M;
     double q = 0.0;
-    for (int m = tid; m < p.M; m += 32) {
+    for (int m = lane; m < M; m += 32) {
       const double e = (double)band[m] - mean;
       q += e * e;
     }
     for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
-    if (tid == 0) {
-      stats[0] = mean;
-      stats[1] = 1.0 / sqrt(q / p.M + 1e-5);
-    }
+    const double rstd = 1.0 / sqrt(q / M + 1e-5);
+    for (int m = lane; m < M; m += 32) xn[v * M + m] = ((double)band[m] - mean) * rstd;
   }
   __syncthreads();
-  double *code = codes + ((size_t)c * p.max_rows + d.carry + i) * p.S;
-  for (int o = tid; o < p.S; o += nt) {
-    double acc = t.enc_b[o];
-    for (int m = 0; m < p.M; m++)
-      acc += t.encT[(size_t)m * p.S + o] * (((double)band[m] - stats[0]) * stats[1]);
-    code[o] = gelu_d(acc);
+  const int half = FR / 2, per = blockDim.x / 2, v0 = tid / per * half;
+  for (int o = tid % per; o < S; o += per) {
+    double acc[kCodeFrames / 2];
+    const double b = t.enc_b[o];
+#pragma unroll
+    for (int v = 0; v < half; v++) acc[v] = b;
+    for (int m = 0; m < M; m++) {
+      const double w = t.encT[(size_t)m * S + o];
+#pragma unroll
+      for (int v = 0; v < half; v++) acc[v] += w * xn[(v0 + v) * M + m];
+    }
+#pragma unroll
+    for (int v = 0; v < half; v++)
+      if (ok_s[v0 + v]) codes[(size_t)r_s[v0 + v] * S + o] = gelu_d(acc[v]);
   }
 }
 
