@@ -256,9 +256,10 @@ static void fail_rest(result *res, size_t n, char *const *paths, const ssae_err 
 
 /* After lane l's run (run_rc: its wait's result): each slot's new scores
  * kept; a file whose stream ended becomes its result (waiting for its turn
- * to be emitted) and its slot takes the next file. */
+ * to be emitted) and its slot takes the next file (none once stopping). */
 static void take_results(lane *l, int files, int run_rc, const ssae_err *rerr, result *res,
-                         char *const *paths, const ssae_model *m, size_t n, size_t *next) {
+                         char *const *paths, const ssae_model *m, size_t n, size_t *next,
+                         int stopping) {
   for (int c = 0; c < files; c++) {
     stream_slot *s = &l->s[c];
     if (s->file < 0) continue;
@@ -299,7 +300,7 @@ static void take_results(lane *l, int files, int run_rc, const ssae_err *rerr, r
     free(s->error);
     free(s->scores);
     memset(s, 0, sizeof *s);
-    s->file = *next < n ? (long long)(*next)++ : -1;
+    s->file = *next < n && !stopping ? (long long)(*next)++ : -1;
   }
 }
 
@@ -515,7 +516,8 @@ int ssae_score_files_gpu(const ssae_model *m, char *const *paths, size_t n,
       if (note && !note->msg[0] && *ssae_cuda_fe_note(other->fe))
         ssae_err_set(note, "%s", ssae_cuda_fe_note(other->fe));
       if (!failed) {
-        take_results(other, o.files, run_rc, &werr, res, paths, m, n, &next);
+        take_results(other, o.files, run_rc, &werr, res, paths, m, n, &next,
+                     o.stop && *o.stop);
         if (run_rc) {
           fail_rest(res, n, paths, &werr);
           failed = 1;

@@ -14,6 +14,7 @@
 #ifndef SSAE_SCORE_GPU_H
 #define SSAE_SCORE_GPU_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "ssae_err.h"
@@ -63,6 +64,11 @@ typedef struct ssae_score_gpu_opts {
    * samples a set allows, 16 to 256). */
   int files;    /* files per run in each set */
   size_t block; /* samples per file per run */
+  /* NULL, or a flag (a signal handler's) that stops the job: from when it
+   * is set no file is started, and the files started are finished and
+   * reported (the callback's files are then the first of paths, in order,
+   * and fewer than n when it stopped the job). */
+  volatile sig_atomic_t *stop;
 } ssae_score_gpu_opts;
 
 /* Scores every path. -1 with err only when the GPU front end cannot be set

@@ -4,6 +4,7 @@
 #ifndef SSAE_CLI_H
 #define SSAE_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -43,6 +44,12 @@ void ssae_cli_json_str(FILE *f, const char *s);
 
 /* Prints "ssae CMD: msg" on stderr. */
 void ssae_cli_error(const char *cmd, const char *fmt, ...) SSAE_PRINTF(2, 3);
+
+/* Test hook: with SSAE_TEST_PAUSE_AT=phase in the environment, "ssae CMD:
+ * test pause at PHASE" on stderr, then a wait until *stop is set (by a
+ * signal) and 0.3 s more, so that a test can send signals exactly in that
+ * phase; nothing otherwise. */
+void ssae_cli_test_pause(const char *cmd, const char *phase, volatile sig_atomic_t *stop);
 
 /* A command's --device N (a GPU): 0 when it can run there, N then current
  * on this thread (the CUDA backend or trainer made next on it lives there);

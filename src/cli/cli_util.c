@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -84,4 +85,14 @@ int ssae_cli_use_device(const char *cmd, int device, const char *backend) {
     rc = SSAE_EXIT_USAGE;
   }
   return rc;
+}
+
+void ssae_cli_test_pause(const char *cmd, const char *phase, volatile sig_atomic_t *stop) {
+  const char *at = getenv("SSAE_TEST_PAUSE_AT");
+  if (!at || strcmp(at, phase)) return;
+  fprintf(stderr, "ssae %s: test pause at %s\n", cmd, phase);
+  fflush(stderr);
+  struct timespec ts = {0, 10000000};
+  while (!*stop) nanosleep(&ts, NULL);
+  for (int i = 0; i < 30; i++) nanosleep(&ts, NULL);
 }

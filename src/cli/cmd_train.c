@@ -168,18 +168,8 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
-/* Test hook: SSAE_TEST_PAUSE_AT=save (or features) stops before that phase
- * with a marker line on stderr until a signal arrives, then waits 0.3 s
- * more, so that a test can send signals exactly in that phase. */
-static void test_pause(const char *phase) {
-  const char *at = getenv("SSAE_TEST_PAUSE_AT");
-  if (!at || strcmp(at, phase)) return;
-  fprintf(stderr, "ssae train: test pause at %s\n", phase);
-  fflush(stderr);
-  struct timespec ts = {0, 10000000};
-  while (!g_stop) nanosleep(&ts, NULL);
-  for (int i = 0; i < 30; i++) nanosleep(&ts, NULL);
-}
+/* Test hook (ssae_cli_test_pause): SSAE_TEST_PAUSE_AT=save (or features). */
+static void test_pause(const char *phase) { ssae_cli_test_pause("train", phase, &g_stop); }
 
 /* ---- progress ----------------------------------------------------------- */
 

@@ -20,7 +20,7 @@
 typedef struct {
   score_out *out;
   const ssae_model *m;
-  int failed;
+  int failed, results; /* results: batches of results so far */
 } gpu_out;
 
 static void on_gpu_file(void *user, const ssae_scored_file *f) {
@@ -35,7 +35,12 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
     score_emit_windows(g->out, f->path, f->n_windows, f->scores, g->m);
   }
   g->out->done++;
-  if (f->batch_end) score_flush_results(g->out);
+  if (f->batch_end) {
+    score_flush_results(g->out);
+    /* Test hook: a signal after the first results (while other files are
+     * on their way). */
+    if (!g->results++) ssae_cli_test_pause(SCORE_CMD, "score-results", score_stop_flag());
+  }
   score_progress(g->out, 0);
 }
 
@@ -101,8 +106,9 @@ int score_on_gpu(const score_opts *o, const ssae_model *m, char *const *paths, s
   }
   gpu_out g = {.out = &out, .m = m};
   ssae_score_gpu_stats st = {0};
+  /* Ctrl-C / SIGTERM: the files started are finished and printed. */
   ssae_score_gpu_opts go = {.channel = o->channel, .jobs = o->jobs, .device = o->device,
-                            .stats = &st};
+                            .stats = &st, .stop = score_stop_flag()};
   if (ssae_score_files_gpu(m, paths, n, &go, on_gpu_file, &g, &note, &err)) {
     if (!is_auto)
       ssae_cli_error(SCORE_CMD, "GPU front end unavailable, scoring with the backend: %s",
@@ -122,10 +128,14 @@ int score_on_gpu(const score_opts *o, const ssae_model *m, char *const *paths, s
             st.emit_s, st.open_s, st.read_s);
   if (note.msg[0]) ssae_cli_error(SCORE_CMD, "went on on the CPU: %s", note.msg);
   int status = g.failed ? SSAE_EXIT_INPUT : SSAE_EXIT_OK;
+  /* Stopped (Ctrl-C, SIGTERM): the windows of the files done are kept. */
+  const int interrupted = out.done < n;
+  if (interrupted) ssae_cli_error(SCORE_CMD, "interrupted: %zu of %zu files done", out.done, n);
   if (out.wf && ssae_outfile_commit(out.wf, &err)) {
     ssae_cli_error(SCORE_CMD, "%s", err.msg);
     status = SSAE_EXIT_INPUT;
   }
+  if (interrupted) status = 130;
   if (out.failed) ssae_cli_error(SCORE_CMD, "%zu of %zu files failed", out.failed, n);
   return status;
 }

@@ -19,6 +19,7 @@
 #ifndef SSAE_CLI_SCORE_INTERNAL_H
 #define SSAE_CLI_SCORE_INTERNAL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -79,6 +80,8 @@ int score_shard_file_done(score_out *o, const char *path, const char *msg);
 /* SIGINT / SIGTERM (cmd_score.c installs it): consume stops after the files
  * in hand. */
 void score_on_signal(int sig);
+/* The flag it sets (the GPU front end's stop). */
+volatile sig_atomic_t *score_stop_flag(void);
 /* The backend path: the n files of paths (the caller's), decoded by o->jobs
  * worker threads and scored with be (on the CPU: by the workers, each on a
  * one-thread backend of its own), their results written in input order to

@@ -57,6 +57,8 @@ void score_on_signal(int sig) {
   g_stop = 1;
 }
 
+volatile sig_atomic_t *score_stop_flag(void) { return &g_stop; }
+
 /* A worker thread: takes the next file, decodes it (and scores it when the
  * workers score), and leaves the result in its slot. */
 static void *worker(void *arg) {

@@ -9,7 +9,8 @@ one run).
 
 - Everywhere: the pipeline on the front end's CPU path (the test hook
   SSAE_SCORE_GPU_ON_CPU=1): output identical to --backend cpu, byte for
-  byte (the same frame and model code).
+  byte (the same frame and model code); Ctrl-C part way: the files started
+  finished, in order, none after them, exit 130.
 - With a CUDA device: the real GPU path: the same files, windows and
   verdicts, scores within 1e-5 relative (SPEC section 2); and the
   SSAE_CUDA_FAIL_AFTER hook (the front end moves to the CPU part way):
@@ -18,6 +19,7 @@ one run).
   refused naming the count), and eval, report and bench run there.
 """
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -142,6 +144,43 @@ with tempfile.TemporaryDirectory() as d:
                 or sh.returncode != 0:
             fail(f"runs' shape for 40 clips of 6 s at {rate} Hz: rc={sh.returncode}, output "
                  f"{'same' if sh.stdout == sref.stdout else 'differs'}\n{sh.stderr}")
+
+    # Ctrl-C after the first results (SSAE_TEST_PAUSE_AT holds the command
+    # there until the signal): the files already started are finished and
+    # printed, in order, and none after them; exit 130 naming the count; the
+    # --windows file whole, with the same files. 800 clips: more than the
+    # two sets of runs hold (256 files a run here).
+    many = os.path.join(d, "many")
+    os.makedirs(many)
+    with open(os.path.join(clips, "short000.wav"), "rb") as f:
+        one = f.read()
+    for i in range(800):
+        with open(os.path.join(many, f"m{i:03d}.wav"), "wb") as f:
+            f.write(one)
+    wt = os.path.join(d, "w_int.tsv")
+    env = dict(os.environ, SSAE_SCORE_GPU_ON_CPU="1", SSAE_TEST_PAUSE_AT="score-results")
+    p = subprocess.Popen([ssae, "score", "--backend", "cuda", "--windows", wt, many],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    paused = False
+    for line in p.stderr:
+        if "test pause at score-results" in line:
+            paused = True
+            break
+    p.send_signal(signal.SIGINT)
+    out, e = p.communicate(timeout=120)
+    names = [l.split("\t")[0] for l in out.splitlines()]
+    first = [os.path.join(many, f"m{i:03d}.wav") for i in range(len(names))]
+    with open(wt) as f:
+        w = f.read()
+    wnames = {l.split("\t")[0] for l in w.splitlines()[1:]}
+    whole = w.endswith("\n") and all(len(l.split("\t")) == 4 for l in w.splitlines())
+    if not (paused and p.returncode == 130 and f"of 800 files done" in e and
+            0 < len(names) < 800 and names == first and whole and wnames == set(names)):
+        fail(f"Ctrl-C on the GPU front end: paused {paused}, rc={p.returncode}, "
+             f"{len(names)} lines, in order {names == first}, windows whole {whole} with "
+             f"{len(wnames)} files\n{e[-300:]}")
+    else:
+        print(f"Ctrl-C on the GPU front end: {len(names)} of 800 files done, exit 130: ok")
 
     probe = subprocess.run([os.path.join(build, "tests", "gpu", "test_cuda_frontend"), "--probe"],
                            capture_output=True, text=True)
