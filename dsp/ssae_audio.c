@@ -498,7 +498,8 @@ long long ssae_audio_read_i16(ssae_audio_stream *s, int16_t *out, size_t max, ss
       break;
     }
     if (ch > 1)
-      for (sf_count_t i = 0; i < k; i++) out[got + (size_t)i] = buf[(size_t)i * (size_t)ch + (size_t)pick];
+      for (sf_count_t i = 0; i < k; i++)
+        out[got + (size_t)i] = buf[(size_t)i * (size_t)ch + (size_t)pick];
     s->in_frames += (unsigned long long)k;
     s->out_frames += (unsigned long long)k;
     got += (size_t)k;

@@ -97,7 +97,8 @@ static int parse_bool(const char *v, int *out) {
  * float64 machine epsilon. */
 static int log_text_ok(const char *v) {
   static const char *const ok[] = {SSAE_LOG_TEXT, "10*log10(x+2.220446049250313e-16)",
-                                   "10log10(mel+2.220446049250313e-16)", "10log10(x+2.220446049250313e-16)",
+                                   "10log10(mel+2.220446049250313e-16)",
+                                   "10log10(x+2.220446049250313e-16)",
                                    "10*log10(mel+eps)", "10*log10(x+eps)", "10log10(x+eps)",
                                    "10log10(mel+eps)", NULL};
   char s[128];
@@ -112,7 +113,8 @@ static int log_text_ok(const char *v) {
 
 int ssae_feat_cfg_set(ssae_feat_cfg *cfg, const char *key, const char *value, ssae_err *err) {
   if (!key || !value) return ssae_err_set(err, "feature setting without key or value");
-  if (!strcmp(key, "sample_rate")) return parse_long(key, value, 1000, 768000, &cfg->sample_rate, err);
+  if (!strcmp(key, "sample_rate"))
+    return parse_long(key, value, 1000, 768000, &cfg->sample_rate, err);
   if (!strcmp(key, "n_fft")) return parse_long(key, value, 16, 65536, &cfg->n_fft, err);
   if (!strcmp(key, "hop_length")) return parse_long(key, value, 1, 65536, &cfg->hop_length, err);
   if (!strcmp(key, "n_mels")) return parse_long(key, value, 1, 4096, &cfg->n_mels, err);
@@ -134,7 +136,8 @@ int ssae_feat_cfg_set(ssae_feat_cfg *cfg, const char *key, const char *value, ss
   if (!strcmp(key, "pad_mode")) {
     if (!strcmp(value, "reflect")) cfg->pad_mode = SSAE_PAD_REFLECT;
     else if (!strcmp(value, "constant")) cfg->pad_mode = SSAE_PAD_CONSTANT;
-    else return ssae_err_set(err, "feature setting pad_mode: '%s' is not reflect or constant", value);
+    else
+      return ssae_err_set(err, "feature setting pad_mode: '%s' is not reflect or constant", value);
     return 1;
   }
   if (!strcmp(key, "mel_scale")) {

@@ -18,7 +18,8 @@ static int little_endian(void) {
 int ssae_npy_write_f32(const char *path, const float *data, const size_t *shape, int ndim,
                        ssae_err *err) {
   if (ndim < 1 || ndim > 8) return ssae_err_set(err, "%s: %d dimensions not supported", path, ndim);
-  if (!little_endian()) return ssae_err_set(err, "%s: .npy writing needs a little-endian host", path);
+  if (!little_endian())
+    return ssae_err_set(err, "%s: .npy writing needs a little-endian host", path);
   char dict[256];
   int len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
   size_t count = 1;

@@ -66,8 +66,12 @@ __device__ __forceinline__ unsigned ssae_smem_u32(const void *p) {
 __device__ __forceinline__ void ssae_st_async(const float *local, unsigned long long *bar,
                                               unsigned rank, float v) {
   unsigned ra, rb;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(ssae_smem_u32(local)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(ssae_smem_u32(bar)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(ra)
+               : "r"(ssae_smem_u32(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(rb)
+               : "r"(ssae_smem_u32(bar)), "r"(rank));
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
                ::"r"(ra), "f"(v), "r"(rb) : "memory");
 }
@@ -163,7 +167,8 @@ __global__ void __launch_bounds__(SSAE_CLUSTER_THREADS)
   float bbl = 0.f;
   if (warp == 0) {
 #pragma unroll
-    for (int q = 0; q < 8; q++) wb[q] = __ldg(reinterpret_cast<const float4 *>(Wbr + lane * 32) + q);
+    for (int q = 0; q < 8; q++)
+      wb[q] = __ldg(reinterpret_cast<const float4 *>(Wbr + lane * 32) + q);
     bbl = __ldg(wts + lo.bb + lane);
   }
   const int dq = tid & 3, dout = tid >> 2; /* decoder: output dout (+64), l = 8dq.. */

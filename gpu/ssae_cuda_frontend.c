@@ -468,7 +468,8 @@ static int start(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const u
   for (int k = 0; k < fe->nq; k++) {
     const fe_run *r = &fe->q[(fe->q0 + k) % RUNS_IN_FLIGHT];
     if (lo < hi && lo < r->hi && r->lo < hi)
-      return ssae_err_set(err, "GPU front end: channels %d .. %d overlap a run in flight (%d .. %d)",
+      return ssae_err_set(err,
+                          "GPU front end: channels %d .. %d overlap a run in flight (%d .. %d)",
                           lo, hi - 1, r->lo, r->hi - 1);
   }
   if (clear_others) {
@@ -564,7 +565,8 @@ static int run(ssae_cuda_fe *fe, const uint64_t *pos, const size_t *n, const uns
 }
 
 int ssae_cuda_fe_run(ssae_cuda_fe *fe, const size_t *n, const unsigned char *end, ssae_err *err) {
-  if (fe->ring) return ssae_err_set(err, "GPU front end: ring input runs through ssae_cuda_fe_run_ring");
+  if (fe->ring)
+    return ssae_err_set(err, "GPU front end: ring input runs through ssae_cuda_fe_run_ring");
   return run(fe, NULL, n, end, err);
 }
 

@@ -220,8 +220,8 @@ extern "C" ssae_fe_dev *ssae_fe_dev_new(const ssae_fe_dev_cfg *cfg, ssae_err *er
     return NULL;
   }
   /* channels: the launches' grid.y (65535 at most). */
-  if (cfg->channels < 1 || cfg->channels > 65535 || cfg->max_block < 1 || cfg->max_block > (1u << 30) ||
-      cfg->max_rows < cfg->F || cfg->M != cfg->n_mels) {
+  if (cfg->channels < 1 || cfg->channels > 65535 || cfg->max_block < 1 ||
+      cfg->max_block > (1u << 30) || cfg->max_rows < cfg->F || cfg->M != cfg->n_mels) {
     ssae_err_set(err, "GPU front end: bad sizes (%d channels, %zu samples a block)",
                  cfg->channels, cfg->max_block);
     return NULL;

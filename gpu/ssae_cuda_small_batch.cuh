@@ -3,9 +3,10 @@
 
 #include "ssae_cuda_common.cuh"
 
-/* small_batch: the kernel for batches up to 1024 windows, M = S = 64, L = 32, F <= 16: one window per
- * block of 1024 threads, every stage laid out so that each thread issues all
- * of its weight loads at once and each warp's loads are contiguous (the
+/* small_batch: the kernel for batches up to 1024 windows, M = S = 64, L = 32,
+ * F <= 16: one window per block of 1024 threads, every stage laid out so
+ * that each thread issues all of its weight loads at once and each warp's
+ * loads are contiguous (the
  * weights come from L2 on every call; what costs time here is the number of
  * dependent round trips, not arithmetic):
  *   encoder  thread per (f, s), 64 loads of WeT[m][s] (coalesced over s);

@@ -463,7 +463,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ssae-gen: -o OUT.wav is required (see --help)\n");
     return EXIT_USAGE;
   }
-  clip_spec c = {rate, seconds, kind, at >= 0 ? at : seconds / 3, length >= 0 ? length : seconds / 3};
+  clip_spec c = {rate, seconds, kind, at >= 0 ? at : seconds / 3,
+                 length >= 0 ? length : seconds / 3};
   if (kind != AN_NONE && c.at >= seconds) {
     fprintf(stderr, "ssae-gen: --at %g is past the end of the %g s clip\n", c.at, seconds);
     return EXIT_USAGE;

@@ -459,7 +459,8 @@ int ssae_io_jack_close(ssae_io_jack **js, int n, double timeout_s, ssae_err *err
     memcpy(copy, js, (size_t)n * sizeof *copy);
     c->js = copy;
     c->n = n;
-    c->notify_deadline = t0 + (timeout_s / 2 < NOTIFY_END_WAIT_S ? timeout_s / 2 : NOTIFY_END_WAIT_S);
+    c->notify_deadline =
+        t0 + (timeout_s / 2 < NOTIFY_END_WAIT_S ? timeout_s / 2 : NOTIFY_END_WAIT_S);
     if (pthread_create(&th, NULL, closer_main, c) != 0) {
       pthread_mutex_destroy(&c->mu);
       pthread_cond_destroy(&c->cv);

@@ -48,7 +48,8 @@ typedef struct ssae_cli_service_args {
 /* The option-table entries of the service's flags for a command whose
  * options struct `type` has a ssae_cli_service_args member `member`. */
 #define SSAE_CLI_SERVICE_OPTIONS(type, member)                                       \
-  {.kind = SSAE_CLI_HEADING, .help = "\nplant service (tools/ssae.example.yaml is the commented reference):"}, \
+  {.kind = SSAE_CLI_HEADING,                                                         \
+   .help = "\nplant service (tools/ssae.example.yaml is the commented reference):"}, \
   {.kind = SSAE_CLI_STRING, .name = "--config", .offset = offsetof(type, member.config), \
    .metavar = "FILE", .def = "",                                                     \
    .help = "service config (YAML): machines, inputs, MQTT, metrics, clips; the "     \

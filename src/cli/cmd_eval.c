@@ -60,7 +60,8 @@ static const ssae_cli_opt options[] = {
     {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
      .choices = ssae_cli_backends, .help = "where the model runs"},
     {.kind = SSAE_CLI_INT, .name = "--device", .offset = offsetof(opts, device), .metavar = "N",
-     .min = 0, .max = 255, .help = "CUDA device of the CUDA backend (--backend cuda or auto)", .def = "0"},
+     .min = 0, .max = 255, .help = "CUDA device of the CUDA backend (--backend cuda or auto)",
+     .def = "0"},
     {.kind = SSAE_CLI_CUSTOM, .name = "--channel", .offset = offsetof(opts, channel),
      .metavar = "N|mix", .help = "channel of multi-channel files",
      .parse = ssae_cli_parse_channel, .show = ssae_cli_show_channel},
@@ -71,7 +72,8 @@ static const ssae_cli_opt options[] = {
 
 static const ssae_cli_cmd command = {
     .name = "eval",
-    .usage = "usage: ssae eval [options] --normal DIR --anomaly DIR [--normal DIR --anomaly DIR...]\n"
+    .usage = "usage: ssae eval [options] --normal DIR --anomaly DIR "
+             "[--normal DIR --anomaly DIR...]\n"
              "       ssae eval [options] --csv FILE",
     .about = "Scores normal and anomalous recordings with the model and reports how well\n"
              "the scores separate them: ROC AUC, partial AUC up to a false-positive rate of\n"
@@ -310,7 +312,8 @@ static int check(const opts *o) {
                                 o->normal.n, o->anomaly.n);
   if (!o->csv && o->normal.n == 0)
     return ssae_cli_usage_error(&command,
-                                "nothing to evaluate: give --normal DIR --anomaly DIR or --csv FILE");
+                                "nothing to evaluate: give --normal DIR --anomaly DIR "
+                                "or --csv FILE");
   if (o->plot) {
     const char *dot = strrchr(o->plot, '.');
     if (!dot || (strcasecmp(dot, ".png") && strcasecmp(dot, ".svg")))
@@ -514,8 +517,8 @@ static void compare_reference(const section *sec, size_t n_sec, const int *ok,
                      ref[k].auc, met[k].pauc, ref[k].pauc);
     else
       ssae_cli_error(CMD, "%sthe network does not beat the spectrum-only reference on these "
-                          "files (AUC %.2f vs %.2f, pAUC %.2f vs %.2f)", where, met[k].auc, ref[k].auc, met[k].pauc,
-                     ref[k].pauc);
+                          "files (AUC %.2f vs %.2f, pAUC %.2f vs %.2f)", where, met[k].auc,
+                     ref[k].auc, met[k].pauc, ref[k].pauc);
   }
 }
 

@@ -26,7 +26,8 @@ typedef struct opts {
    .help = text, .parse = ssae_cli_parse_feature, .show = ssae_cli_show_feature, .arg = key}
 
 static const ssae_cli_opt options[] = {
-    {.kind = SSAE_CLI_STRING, .name = "--output", .short_name = 'o', .offset = offsetof(opts, output),
+    {.kind = SSAE_CLI_STRING, .name = "--output", .short_name = 'o',
+     .offset = offsetof(opts, output),
      .metavar = "PATH", .help = "output file (one input) or directory", .def = ""},
     {.kind = SSAE_CLI_STRING, .name = "--model", .offset = offsetof(opts, model), .metavar = "M",
      .help = "take the feature settings of model M (the options below override them); "

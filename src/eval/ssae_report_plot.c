@@ -367,8 +367,8 @@ static void draw_title(cairo_t *cr, const ssae_report_data *d, const ssae_report
   char head[512], tail[256];
   snprintf(head, sizeof head, "%s: ", d->name ? d->name : "");
   if (isfinite(d->threshold))
-    snprintf(tail, sizeof tail, "   file score %.4g (threshold %.4g), %zu alarm span%s", d->file_score,
-             d->threshold, spans, spans == 1 ? "" : "s");
+    snprintf(tail, sizeof tail, "   file score %.4g (threshold %.4g), %zu alarm span%s",
+             d->file_score, d->threshold, spans, spans == 1 ? "" : "s");
   else
     snprintf(tail, sizeof tail, "   file score %.4g", d->file_score);
   cairo_text_extents_t e1, e2;

@@ -29,7 +29,8 @@
 #define CONTRACT
 #define TARGET_V3 __attribute__((target("avx2,fma,bmi,bmi2,f16c,lzcnt,movbe")))
 #define TARGET_V4 \
-  __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512cd,avx2,fma,bmi,bmi2,f16c,lzcnt,movbe")))
+  __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx512cd,avx2,fma,bmi,bmi2," \
+                        "f16c,lzcnt,movbe")))
 #else
 #define CONTRACT __attribute__((optimize("fp-contract=fast")))
 #define TARGET_V3 __attribute__((target("arch=x86-64-v3")))
@@ -369,4 +370,6 @@ void ssae_normalise_f(NORMF_ARGS) { normf_impl(x, ldx, rows, n, out, ldo); }
 
 void ssae_normalise_d(NORMD_ARGS) { normd_impl(x, ldx, rows, n, out, ldo); }
 
-void ssae_decode_score(DEC_ARGS) { dec_impl(Z, ldz, rows, K, DT, ldd, bias, x, xs, M, Mp, F, sums); }
+void ssae_decode_score(DEC_ARGS) {
+  dec_impl(Z, ldz, rows, K, DT, ldd, bias, x, xs, M, Mp, F, sums);
+}

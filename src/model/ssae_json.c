@@ -293,7 +293,8 @@ static int parse_container(parser *p, int depth, size_t idx, int is_obj) {
 
 static int literal(parser *p, const char *word) {
   size_t n = strlen(word);
-  if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0) return fail(p, "unexpected character");
+  if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0)
+    return fail(p, "unexpected character");
   p->pos += n;
   return 0;
 }

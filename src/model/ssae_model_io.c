@@ -167,7 +167,8 @@ static ssae_model *from_st(const ssae_st *st, ssae_err *err) {
     int x = 0, *want = NULL;
     const char *what = NULL;
     if (!strcmp(k, "latent_dim")) want = &d.latent, what = "global_basis rows";
-    else if (!strcmp(k, "slice_latent_dim")) want = &d.slice_latent, what = "slice_encoder.1.weight rows";
+    else if (!strcmp(k, "slice_latent_dim"))
+      want = &d.slice_latent, what = "slice_encoder.1.weight rows";
     else continue;
     if (parse_dim(k, v, &x, err)) return NULL;
     if (x != *want) {

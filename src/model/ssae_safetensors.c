@@ -85,7 +85,8 @@ static int parse_tensor(ssae_st *st, const ssae_json_node *obj, ssae_st_tensor *
   if (t->numel > UINT64_MAX / t->elem_size || t->numel * t->elem_size != end - begin)
     return ssae_err_set(err, "tensor \"%.100s\": shape and dtype %s need %" PRIu64
                         " bytes but data_offsets hold %" PRIu64, name, t->dtype,
-                        t->numel <= UINT64_MAX / t->elem_size ? t->numel * t->elem_size : UINT64_MAX,
+                        t->numel <= UINT64_MAX / t->elem_size ? t->numel * t->elem_size
+                                                              : UINT64_MAX,
                         end - begin);
   t->data = data + begin;
   t->nbytes = (size_t)(end - begin);

@@ -121,7 +121,9 @@ const ssae_shard_spec *ssae_shard_job_spec(const ssae_shard_job *j) { return &j-
 size_t ssae_shard_job_done_before(const ssae_shard_job *j) { return j->done_before; }
 const ssae_shard_list *ssae_shard_job_list(const ssae_shard_job *j) { return j->list; }
 FILE *ssae_shard_job_out(ssae_shard_job *j) { return j->out_f; }
-FILE *ssae_shard_job_windows(ssae_shard_job *j) { return j->win ? ssae_shard_out_file(j->win) : NULL; }
+FILE *ssae_shard_job_windows(ssae_shard_job *j) {
+  return j->win ? ssae_shard_out_file(j->win) : NULL;
+}
 
 int ssae_shard_job_failed(ssae_shard_job *j, const char *path, const char *msg) {
   return ssae_shard_write_failed(j->out_f, j->json ? SSAE_SHARD_JSON : SSAE_SHARD_TSV, path, msg);

@@ -41,7 +41,8 @@ int ssae_shard_header_parse(const char *line, ssae_shard_header *h, int *json, s
   /* Strict: the line must be exactly what ssae_shard_header_format writes. */
   char again[256];
   size_t len = strcspn(line, "\n");
-  if (got != 5 || strlen(h->digest) != SSAE_SHARD_DIGEST_HEX || ssae_shard_header_format(h, is_json, again, sizeof again) < 0 ||
+  if (got != 5 || strlen(h->digest) != SSAE_SHARD_DIGEST_HEX ||
+      ssae_shard_header_format(h, is_json, again, sizeof again) < 0 ||
       strlen(again) != len + 1 || strncmp(again, line, len) || !h->count ||
       h->index >= h->count || h->files > h->inputs)
     return ssae_err_set(err, "not a shard header (an output of ssae score --shard): '%.*s'",

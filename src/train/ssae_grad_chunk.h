@@ -4,9 +4,10 @@
  * by each: first for the kernels, the chunk's scratch and the LayerNorms,
  * then, after the object's type is complete and GRAD_T names it, for the
  * functions on it; that type has the fields k (kernels), M, F, L, S, C, P,
- * off, params, bn, bn_t, gnorm, enc_t, bnw_t and dec_t. `exact` picks the VJP's LayerNorm arithmetic
- * (x - mean and the input gradient's means in double) over the trainer's
- * (those in float); the trainer's results stay as they were. */
+ * off, params, bn, bn_t, gnorm, enc_t, bnw_t and dec_t. `exact` picks the
+ * VJP's LayerNorm arithmetic (x - mean and the input gradient's means in
+ * double) over the trainer's (those in float); the trainer's results stay as
+ * they were. */
 #ifndef SSAE_GRAD_CHUNK_H
 #define SSAE_GRAD_CHUNK_H
 

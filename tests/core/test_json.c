@@ -19,7 +19,8 @@ int main(void) {
   expect("ascii", "pump-2 ok", "pump-2 ok");
   expect("quotes and backslash", "a\"b\\c", "a\\\"b\\\\c");
   expect("controls", "a\nb\tc\x01\x7f", "a\\u000ab\\u0009c\\u0001\\u007f");
-  expect("valid UTF-8", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  expect("valid UTF-8", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+         "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
   expect("latin-1 byte", "caf\xe9.wav", "caf\\ufffd.wav");
   expect("stray continuation", "a\x80z", "a\\ufffdz");
   expect("truncated sequence", "a\xe2\x82", "a\\ufffd\\ufffd");

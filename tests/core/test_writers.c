@@ -100,7 +100,8 @@ static void test_model(void) {
   unsigned char *key = n ? memmem(buf, n, "\"threshold\":\"none\"", 18) : NULL;
   CHECK(key, "the saved model has no \"threshold\":\"none\"");
   ssae_model *back = ssae_model_load(p, &err);
-  CHECK(back && isnan(back->threshold), "reload of \"none\": %s", back ? "has a threshold" : err.msg);
+  CHECK(back && isnan(back->threshold), "reload of \"none\": %s",
+        back ? "has a threshold" : err.msg);
   ssae_model_free(back);
   /* "nan" in its place (a space keeps the header's length) is refused. */
   if (key) {
@@ -114,7 +115,8 @@ static void test_model(void) {
   m->threshold = 0.125;
   CHECK(ssae_model_save(m, p, &err) == 0, "save: %s", err.msg);
   back = ssae_model_load(p, &err);
-  CHECK(back && back->threshold == 0.125, "threshold 0.125 reloads as %g", back ? back->threshold : -1);
+  CHECK(back && back->threshold == 0.125, "threshold 0.125 reloads as %g",
+        back ? back->threshold : -1);
   ssae_model_free(back);
   CHECK(strays(root, "none.safetensors") == 0, "temporary left by the model save");
   unlink(p);

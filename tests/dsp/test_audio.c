@@ -3,9 +3,9 @@
  * sine, the mix-down is the mean of the channels, and after resampling to
  * 16 kHz each sine lands in its mel band at the level of the same sine
  * generated at 16 kHz. Mono 16-bit WAV, FLAC and AIFF files longer than the
- * reader's 64 KiB buffer read back exactly (as floats and as they are), OGG/Vorbis to its sine's band
- * and level. Also: 16-bit samples read as k/32768 (and as they are,
- * ssae_audio_read_i16), bad channel index and
+ * reader's 64 KiB buffer read back exactly (as floats and as they are),
+ * OGG/Vorbis to its sine's band and level. Also: 16-bit samples read as
+ * k/32768 (and as they are, ssae_audio_read_i16), bad channel index and
  * zero-length audio give clear errors. */
 #include <math.h>
 #include <sndfile.h>
@@ -28,7 +28,8 @@ static int write_wavex(const char *path, int rate, size_t frames) {
   if (!buf) return -1;
   for (size_t i = 0; i < frames; i++)
     for (int c = 0; c < CH; c++)
-      buf[i * CH + (size_t)c] = (short)lrint(32768 * amp * sin(2 * M_PI * freqs[c] * (double)i / rate));
+      buf[i * CH + (size_t)c] =
+          (short)lrint(32768 * amp * sin(2 * M_PI * freqs[c] * (double)i / rate));
   int rc = test_write_sf_short(path, SF_FORMAT_WAVEX | SF_FORMAT_PCM_16, rate, CH, buf, frames);
   free(buf);
   return rc;
@@ -97,7 +98,8 @@ int main(void) {
         "load all: %d channels, %zu frames, %d Hz", all.channels, all.frames, all.rate);
   for (int c = 0; c < CH && all.data; c++) {
     size_t i = 123 + (size_t)c;
-    float want = (float)lrint(32768 * amp * sin(2 * M_PI * freqs[c] * (double)i / 48000)) / 32768.0f;
+    float want =
+        (float)lrint(32768 * amp * sin(2 * M_PI * freqs[c] * (double)i / 48000)) / 32768.0f;
     CHECK(all.data[(size_t)c * all.frames + i] == want, "channel %d sample %zu: %g, want %g", c, i,
           all.data[(size_t)c * all.frames + i], want);
   }

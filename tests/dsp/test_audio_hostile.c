@@ -80,7 +80,8 @@ static void test_streaming_identity(void) {
       const int rate = rates[ri], ch = 3;
       const size_t n = lengths[li];
       float *x = malloc(sizeof *x * n * ch);
-      for (size_t i = 0; i < n * ch; i++) x[i] = (float)(0.5 * sin(0.001 * (double)(i * (i % 7 + 1))));
+      for (size_t i = 0; i < n * ch; i++)
+        x[i] = (float)(0.5 * sin(0.001 * (double)(i * (i % 7 + 1))));
       snprintf(p, sizeof p, "%s/s.wav", dir);
       if (test_write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, rate, ch, x, n)) {
         CHECK(0, "cannot write %s", p);

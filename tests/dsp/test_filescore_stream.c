@@ -82,7 +82,8 @@ static void test_identity(const ssae_model *m, ssae_backend *b) {
     for (size_t li = 0; li < 3; li++) {
       const size_t n = lengths[li] * (size_t)rates[ri] / 16000;
       float *x = malloc(sizeof *x * n * 2);
-      for (size_t i = 0; i < 2 * n; i++) x[i] = (float)(0.3 * (urand() - 0.5) + 0.2 * sin(0.05 * (double)i));
+      for (size_t i = 0; i < 2 * n; i++)
+        x[i] = (float)(0.3 * (urand() - 0.5) + 0.2 * sin(0.05 * (double)i));
       CHECK(!test_write_sf(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, rates[ri], 2, x, n), "write");
       free(x);
       for (int channel = SSAE_CHANNEL_MIX; channel <= 1; channel++) {
@@ -120,9 +121,11 @@ static void test_identity(const ssae_model *m, ssae_backend *b) {
             ssae_file_scores fs;
             int rc = ssae_file_score(m, b, bm, p, channel, keep, &fs, &err);
             CHECK(rc == 0 && fs.n_windows == nw && fs.n_frames == ref_nf &&
-                      !memcmp(fs.scores, ref, sizeof *ref * nw) && fs.file_score == sum / (double)nw &&
+                      !memcmp(fs.scores, ref, sizeof *ref * nw) &&
+                      fs.file_score == sum / (double)nw &&
                       fs.seconds == seconds && fs.n_mels == (int)M &&
-                      (keep ? fs.frames && !memcmp(fs.frames, ref_frames, sizeof *ref_frames * ref_nf * M)
+                      (keep ? fs.frames && !memcmp(fs.frames, ref_frames,
+                                                   sizeof *ref_frames * ref_nf * M)
                             : !fs.frames),
                   "%d Hz %zu samples channel %d batch %zu keep %d: differs from the whole-file "
                   "path (%s)", rates[ri], n, channel, bm, keep, rc ? err.msg : "");

@@ -45,7 +45,9 @@ static void check_stream(ssae_feat_cfg *cfg, const float *x, size_t n, const cha
     return;
   }
   size_t expect = cfg->center ? (n ? 1 + n / (size_t)cfg->hop_length : 0)
-                              : (n >= (size_t)cfg->n_fft ? 1 + (n - (size_t)cfg->n_fft) / (size_t)cfg->hop_length : 0);
+                              : (n >= (size_t)cfg->n_fft
+                                     ? 1 + (n - (size_t)cfg->n_fft) / (size_t)cfg->hop_length
+                                     : 0);
   CHECK(nref == expect, "%s: %zu frames, expected %zu", what, nref, expect);
   ssae_logmel *lm = ssae_logmel_new(cfg, &err);
   CHECK(lm != NULL, "%s: new: %s", what, err.msg);

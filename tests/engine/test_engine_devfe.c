@@ -368,7 +368,8 @@ int main(int argc, char **argv) {
           "device front end: %llu windows, %llu scored, %llu dropped; reference %llu scored",
           (unsigned long long)sd.windows, (unsigned long long)sd.scored,
           (unsigned long long)sd.dropped, (unsigned long long)sr.scored);
-    CHECK(sd.nonfinite == sr.nonfinite && sd.nonfinite > 0, "non-finite samples %llu, reference %llu",
+    CHECK(sd.nonfinite == sr.nonfinite && sd.nonfinite > 0,
+          "non-finite samples %llu, reference %llu",
           (unsigned long long)sd.nonfinite, (unsigned long long)sr.nonfinite);
     if (!strcmp(mode, "cuda-fail")) {
       CHECK(dev.backend_events == 1 && !strcmp(sd.backend, "cpu"),

@@ -279,7 +279,8 @@ int main(void) {
   run(m, be, 9, 44100, 1, 1, "44.1 kHz interleaved (resampled), 9 channels");
   run(m, be, 16, 16000, 1, 1, "16 kHz interleaved, 16 channels");
   run(m, be, 20, 16000, 0, 3, "16 kHz planar, 20 channels in 3 groups, a thread each");
-  run(m, be, 13, 48000, 0, 13, "48 kHz planar (resampled), 13 channels in 13 groups, a thread each");
+  run(m, be, 13, 48000, 0, 13,
+      "48 kHz planar (resampled), 13 channels in 13 groups, a thread each");
   run(m, be, 10, 16000, 1, 4, "16 kHz interleaved, 10 channels in 4 groups, one thread");
   ssae_backend_free(be);
   ssae_model_free(m);

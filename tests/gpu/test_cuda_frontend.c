@@ -293,7 +293,8 @@ static int logmel_file(int argc, char **argv) {
   size_t len = shape[0];
   float *sig[1] = {x};
   int rc = feed(fe, feat.n_mels, 1, max_block, sig, &len, 1, 1, 0, &out);
-  if (!rc && !ssae_cuda_fe_on_gpu(fe)) rc = fprintf(stderr, "left the GPU: %s\n", ssae_cuda_fe_note(fe));
+  if (!rc && !ssae_cuda_fe_on_gpu(fe))
+    rc = fprintf(stderr, "left the GPU: %s\n", ssae_cuda_fe_note(fe));
   size_t oshape[2] = {out.n_frames, (size_t)feat.n_mels};
   if (!rc && ssae_npy_write_f32(argv[3], out.frames, oshape, 2, &err))
     rc = fprintf(stderr, "%s\n", err.msg);
@@ -505,7 +506,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < N_SIGNALS; k++)
       if (reference(m, cpu, sig[k], len[k], &ref_f[k], &ref_nf[k], &ref_s[k], &ref_ns[k]))
         return 1;
-    collected *out = calloc((size_t)channels, sizeof *out), *one = calloc((size_t)channels, sizeof *one);
+    collected *out = calloc((size_t)channels, sizeof *out),
+              *one = calloc((size_t)channels, sizeof *one);
     const size_t max_block = tiny ? 1500 : 4096;
     for (int pass = 0; pass < (host ? 2 : 3); pass++) {
       /* host: CPU path, float then int16. GPU: random blocks, one pass
@@ -523,7 +525,8 @@ int main(int argc, char **argv) {
         CHECK(ssae_cuda_fe_pack_i16(fe, 0, 1) == 0 && b[0] == 0.1f, "0.1 packed as int16");
       }
       collected *dst = pass == 1 && !host ? one : out;
-      if (feed(fe, 64, channels, max_block, sig, len, N_SIGNALS, random_blocks, i16, dst)) failures++;
+      if (feed(fe, 64, channels, max_block, sig, len, N_SIGNALS, random_blocks, i16, dst))
+        failures++;
       if (fallback) {
         CHECK(!ssae_cuda_fe_on_gpu(fe) && *ssae_cuda_fe_note(fe),
               "%s: the failure hook did not move the front end to the CPU", fc->name);

@@ -52,7 +52,8 @@ static void add(fspec *f, const char *name, const char *shape, size_t n) {
   snprintf(t->shape, sizeof t->shape, "%s", shape);
   t->begin = t->end = -1;
   t->n = n;
-  for (size_t i = 0; i < n; i++) t->data[i] = (float)(0.01 * (double)((i * 7 + strlen(name)) % 13) - 0.05);
+  for (size_t i = 0; i < n; i++)
+    t->data[i] = (float)(0.01 * (double)((i * 7 + strlen(name)) % 13) - 0.05);
   if (strstr(name, "0.weight") && !strchr(shape, ',')) /* LayerNorm gains */
     for (size_t i = 0; i < n; i++) t->data[i] = 1.0f;
 }
@@ -283,8 +284,10 @@ static void test_roundtrip(const char *dir) {
   m->threshold = 12.375;
   m->feat.pad_mode = SSAE_PAD_CONSTANT;
   m->feat.sample_rate = 22050;
-  CHECK(!ssae_model_meta_set(m, "threshold_method", "quantile 0.99 of training scores", &err), "%s", err.msg);
-  CHECK(!ssae_model_meta_set(m, "train_files", "a \"quoted\"\\path\n\x01 \xc3\xa9", &err), "%s", err.msg);
+  CHECK(!ssae_model_meta_set(m, "threshold_method", "quantile 0.99 of training scores", &err),
+        "%s", err.msg);
+  CHECK(!ssae_model_meta_set(m, "train_files", "a \"quoted\"\\path\n\x01 \xc3\xa9", &err),
+        "%s", err.msg);
   char path[512];
   snprintf(path, sizeof path, "%s/roundtrip.safetensors", dir);
   CHECK(!ssae_model_save(m, path, &err), "save: %s", err.msg);
@@ -300,7 +303,8 @@ static void test_roundtrip(const char *dir) {
     CHECK(r->feat.pad_mode == SSAE_PAD_CONSTANT && r->feat.sample_rate == 22050 &&
               r->feat.n_mels == 40 && r->feat.frames == 3, "feature settings lost");
     const char *v = ssae_model_meta_get(r, "train_files");
-    CHECK(v && !strcmp(v, "a \"quoted\"\\path\n\x01 \xc3\xa9"), "metadata not kept: %s", v ? v : "(none)");
+    CHECK(v && !strcmp(v, "a \"quoted\"\\path\n\x01 \xc3\xa9"), "metadata not kept: %s",
+          v ? v : "(none)");
     v = ssae_model_meta_get(r, "threshold_method");
     CHECK(v && !strcmp(v, "quantile 0.99 of training scores"), "threshold_method lost");
     v = ssae_model_meta_get(r, "latent_dim");
@@ -312,7 +316,8 @@ static void test_roundtrip(const char *dir) {
   /* Same seed, same weights; another seed, other weights. */
   ssae_model *m2 = ssae_model_new(&d, &err);
   ssae_model_init(m2, 42);
-  CHECK(same_floats(m2->enc_w, m->enc_w, (size_t)(d.slice_latent * d.n_mels)), "init not reproducible");
+  CHECK(same_floats(m2->enc_w, m->enc_w, (size_t)(d.slice_latent * d.n_mels)),
+        "init not reproducible");
   ssae_model_init(m2, 43);
   CHECK(!same_floats(m2->enc_w, m->enc_w, (size_t)(d.slice_latent * d.n_mels)), "seed ignored");
   m2->dec_b[3] = NAN;
@@ -322,8 +327,10 @@ static void test_roundtrip(const char *dir) {
   /* A failed save leaves no temp file and names the path. */
   char bad[600];
   snprintf(bad, sizeof bad, "%s/no/such/dir/m.safetensors", dir);
-  CHECK(ssae_model_save(m, bad, &err) == -1 && strstr(err.msg, bad), "save to a missing dir: %s", err.msg);
-  CHECK(ssae_model_load(bad, &err) == NULL && strstr(err.msg, "cannot open model"), "load missing: %s", err.msg);
+  CHECK(ssae_model_save(m, bad, &err) == -1 && strstr(err.msg, bad), "save to a missing dir: %s",
+        err.msg);
+  CHECK(ssae_model_load(bad, &err) == NULL && strstr(err.msg, "cannot open model"),
+        "load missing: %s", err.msg);
   unlink(path);
   ssae_model_free(r);
   ssae_model_free(m);
@@ -362,11 +369,14 @@ static void test_cpu(void) {
     CHECK(!ssae_cpu_forward(c1, x, n, s1, r1), "forward");
     CHECK(!ssae_cpu_forward(c3, x, n, s3, r3), "forward");
     CHECK(!ssae_cpu_forward(c3, x, n, s0, NULL), "scores only");
-    CHECK(same_floats(s1, s3, n) && same_floats(r1, r3, n * win), "1 vs 3 threads differ (n=%zu)", n);
+    CHECK(same_floats(s1, s3, n) && same_floats(r1, r3, n * win), "1 vs 3 threads differ (n=%zu)",
+          n);
     CHECK(same_floats(s1, s0, n), "score-only path differs (n=%zu)", n);
     for (size_t i = 0; i < n; i++) {
       double e = 0;
-      for (size_t j = 0; j < win; j++) e += ((double)r1[i * win + j] - x[i * win + j]) * ((double)r1[i * win + j] - x[i * win + j]);
+      for (size_t j = 0; j < win; j++)
+        e += ((double)r1[i * win + j] - x[i * win + j]) *
+             ((double)r1[i * win + j] - x[i * win + j]);
       e /= (double)win;
       CHECK(fabs(e - s1[i]) <= 1e-4 * e, "score %zu is not the MSE of its reconstruction", i);
     }
@@ -495,7 +505,8 @@ static void test_backend(void) {
   ssae_backend_fail_next(b);
   memset(s, 0, n * sizeof *s);
   CHECK(!ssae_backend_run(b, x, n, s, r, &err), "run after a forced failure: %s", err.msg);
-  CHECK(cb_calls == 1 && strstr(cb_msg, "switched to the CPU"), "fallback reported %d times: %s", cb_calls, cb_msg);
+  CHECK(cb_calls == 1 && strstr(cb_msg, "switched to the CPU"), "fallback reported %d times: %s",
+        cb_calls, cb_msg);
   CHECK(same_floats(s, s_ref, n), "the failed batch was not recomputed");
   CHECK(ssae_backend_fell_back(b), "fell_back");
   CHECK(!ssae_backend_run(b, x, n, s, NULL, &err) && cb_calls == 1, "reported twice");

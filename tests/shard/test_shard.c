@@ -51,7 +51,8 @@ static void test_order(void) {
   for (size_t i = 0; l && i < nw && i < l->n; i++)
     CHECK(!strcmp(l->paths[i], walked[i]), "order %zu: %s, walk has %s", i, l->paths[i],
           walked[i]);
-  for (size_t i = 0; l && i < l->n; i++) CHECK(ssae_shard_list_find(l, walked[i]) == (long)i, "find");
+  for (size_t i = 0; l && i < l->n; i++)
+    CHECK(ssae_shard_list_find(l, walked[i]) == (long)i, "find");
   CHECK(l && ssae_shard_list_find(l, "nope") == -1, "find a stranger");
   CHECK(ssae_path_cmp("a/b/x", "a/b.x") < 0 && ssae_path_cmp("a/b.x", "a/b/x") > 0 &&
             ssae_path_cmp("a/b", "a/b/x") < 0 && ssae_path_cmp("x", "x") == 0,

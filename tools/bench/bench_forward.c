@@ -110,8 +110,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
-  printf("kernels %s; model n_mels=%d frames=%d latent=%d slice_latent=%d, batch %zu\n", ssae_cpu_isa(), m->d.n_mels,
-         m->d.frames, m->d.latent, m->d.slice_latent, n);
+  printf("kernels %s; model n_mels=%d frames=%d latent=%d slice_latent=%d, batch %zu\n",
+         ssae_cpu_isa(), m->d.n_mels, m->d.frames, m->d.latent, m->d.slice_latent, n);
   if (!(argc > 3 && !strcmp(argv[3], "streams"))) {
     char what[64];
     int F = m->d.frames;

@@ -260,8 +260,9 @@ static int run(const ssae_model *m, int C, const bopts *o, int rt) {
   getrusage(RUSAGE_SELF, &ru);
   /* The worker's stages, ms per frame period (hop 512 at 16 kHz). */
   const double per = s.audio_s > 0 ? 1e3 * 0.032 / s.audio_s : 0;
-  printf("%6d %9llu %8llu %8llu %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.1f%% %7.1f %5.3f/%5.3f/%5.3f %s\n", C,
-         (unsigned long long)s.windows, (unsigned long long)s.dropped,
+  printf("%6d %9llu %8llu %8llu %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %6.1f%% %7.1f "
+         "%5.3f/%5.3f/%5.3f %s\n",
+         C, (unsigned long long)s.windows, (unsigned long long)s.dropped,
          (unsigned long long)s.batches, s.lat_p50_ms, s.lat_p99_ms, s.lat_max_ms,
          busy / (double)blocks * 1e3, busy_max * 1e3,
          fblocks ? fbusy / (double)fblocks * 1e3 : 0.0,
