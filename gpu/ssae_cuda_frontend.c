@@ -157,7 +157,6 @@ static int start_device(ssae_cuda_fe *fe, const ssae_model *m, ssae_err *err) {
   const size_t M = (size_t)m->d.n_mels, F = (size_t)m->d.frames, L = (size_t)m->d.latent,
                S = (size_t)m->d.slice_latent, C = F * S;
   ssae_melbank *bank = &fe->lb.bank;
-  const size_t n_w = bank->off[bank->n_mels];
   int *mel_i = malloc(sizeof *mel_i * 3 * M);
   double *w = malloc(sizeof *w * (M * S + S + L * C + L * L + L + F * M * L + M));
   if (!mel_i || !w) {
@@ -208,7 +207,7 @@ static int start_device(ssae_cuda_fe *fe, const ssae_model *m, ssae_err *err) {
       .hop = fe->hop, .center = fe->feat.center, .reflect = fe->feat.pad_mode == SSAE_PAD_REFLECT,
       .n_mels = fe->feat.n_mels, .power = fe->feat.power, .win = fe->lb.win,
       .mel_start = mel_i, .mel_len = mel_i + M, .mel_off = mel_i + 2 * M, .mel_w = bank->w,
-      .mel_nw = (int)n_w, .M = (int)M, .F = (int)F, .L = (int)L, .S = (int)S, .encT = encT,
+      .M = (int)M, .F = (int)F, .L = (int)L, .S = (int)S, .encT = encT,
       .enc_b = enc_b, .B = B, .bnT = bnT, .bn_b = bn_b, .D = D, .dec_b = dec_b,
       .ext_in = fe->ring, .ext_in_bytes = fe->ring_bytes, .ext_row = fe->cfg.ring_len};
   fe->dev = ssae_fe_dev_new(&g, err);

@@ -125,13 +125,10 @@ static int build_tables(ssae_fe_dev *d, ssae_err *err) {
     free(mel_wT);
     return ssae_err_set(err, "out of memory for the GPU front end's tables");
   }
-  tws[0] = tw[0];
+  tws[0] = tw[0]; /* the one entry of a non-power-of-two size's (unused) table */
   if (pow2)
-    for (int h = 1; h < N2; h *= 2) {
-      int st = 0;
-      while ((1 << st) < h) st++;
+    for (int h = 1, st = 0; h < N2; h *= 2, st++)
       for (int j = 0; j < h; j++) tws[h - 1 + j] = tw[j << (lg - st)];
-    }
   for (int m = 0; m < nm; m++)
     for (int k = 0; k < g->mel_len[m]; k++)
       mel_wT[(size_t)k * nm + m] = g->mel_w[g->mel_off[m] + k];

@@ -68,8 +68,7 @@ typedef struct ssae_fe_dev_cfg {
   double power;
   const double *win;   /* periodic Hann, n_fft */
   const int *mel_start, *mel_len, *mel_off; /* n_mels each: band m's bins and weights */
-  const double *mel_w; /* mel_nw weights */
-  int mel_nw;
+  const double *mel_w; /* band m's weights at mel_off[m] */
   /* The model, folded (LayerNorm affine into the next Linear; D_f = W_d B_f^T). */
   int M, F, L, S;
   const double *encT;  /* [M][S] */

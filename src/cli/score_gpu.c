@@ -20,7 +20,7 @@
 typedef struct {
   score_out *out;
   const ssae_model *m;
-  int failed, results; /* results: batches of results so far */
+  int results; /* batches of results so far */
 } gpu_out;
 
 static void on_gpu_file(void *user, const ssae_scored_file *f) {
@@ -28,7 +28,6 @@ static void on_gpu_file(void *user, const ssae_scored_file *f) {
   if (f->error) {
     score_progress(g->out, 1);
     ssae_cli_error(SCORE_CMD, "%s", f->error);
-    g->failed = 1;
     g->out->failed++;
   } else {
     score_emit(g->out, f->path, f->n_windows, f->scores);
@@ -127,7 +126,7 @@ int score_on_gpu(const score_opts *o, const ssae_model *m, char *const *paths, s
             st.runs, st.files, st.block, st.wall_s, st.setup_s, st.gpu_s, st.wait_s, st.jobs,
             st.emit_s, st.open_s, st.read_s);
   if (note.msg[0]) ssae_cli_error(SCORE_CMD, "went on on the CPU: %s", note.msg);
-  int status = g.failed ? SSAE_EXIT_INPUT : SSAE_EXIT_OK;
+  int status = out.failed ? SSAE_EXIT_INPUT : SSAE_EXIT_OK;
   /* Stopped (Ctrl-C, SIGTERM): the windows of the files done are kept. */
   const int interrupted = out.done < n;
   if (interrupted) ssae_cli_error(SCORE_CMD, "interrupted: %zu of %zu files done", out.done, n);
