@@ -20,6 +20,7 @@
 
 #include "ssae_audio.h"
 #include "ssae_cuda_frontend.h"
+#include "ssae_pool.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -116,106 +117,47 @@ static void fill_slot(const fill_job *j, int c, fill_time *t) {
   else if (got) ssae_cuda_fe_pack_i16(l->fe, c, got);
 }
 
-/* The decoding threads, started once: each fill wakes them (gen), they
+/* The decoding threads, a pool started once: each fill wakes them, they
  * take the lane's channels one at a time (a channel whose file is opened
- * costs more than one only read) and the last one done says so. */
+ * costs more than one only read) while this thread goes on, and fill_wait
+ * waits for the last one. */
 typedef struct filler {
-  pthread_mutex_t mu;
-  pthread_cond_t go, done;
-  unsigned long gen;
-  int pending, quit, started, pool_ok;
+  ssae_pool *pool; /* NULL: this thread fills alone */
   fill_job job;
   atomic_int next;
-  pthread_t tid[256];
-  fill_time time[257]; /* [0]: the calling thread */
-  struct filler_arg {
-    struct filler *f;
-    int k;
-  } arg[256];
+  fill_time time[257]; /* [slot]; 0: this thread */
 } filler;
 
-static void fill_share(filler *f, fill_time *t) {
+static void fill_share(void *arg, int slot) {
+  filler *f = arg;
   for (;;) {
     int c = atomic_fetch_add(&f->next, 1);
     if (c >= f->job.files) break;
-    fill_slot(&f->job, c, t);
+    fill_slot(&f->job, c, &f->time[slot]);
   }
 }
 
-static void *fill_thread(void *p) {
-  struct filler_arg *a = p;
-  filler *f = a->f;
-  unsigned long seen = 0;
-  pthread_mutex_lock(&f->mu);
-  for (;;) {
-    while (!f->quit && f->gen == seen) pthread_cond_wait(&f->go, &f->mu);
-    if (f->quit) break;
-    seen = f->gen;
-    pthread_mutex_unlock(&f->mu);
-    fill_share(f, &f->time[1 + a->k]);
-    pthread_mutex_lock(&f->mu);
-    if (--f->pending == 0) pthread_cond_signal(&f->done);
-  }
-  pthread_mutex_unlock(&f->mu);
-  return NULL;
-}
-
-/* jobs threads (fewer when the system refuses some: the calling thread
- * then fills alone). */
+/* jobs threads (fewer when the system refuses some, none without memory
+ * for the pool: this thread then fills alone). */
 static void filler_init(filler *f, int jobs) {
-  if (pthread_mutex_init(&f->mu, NULL)) return;
-  if (pthread_cond_init(&f->go, NULL)) {
-    pthread_mutex_destroy(&f->mu);
-    return;
-  }
-  if (pthread_cond_init(&f->done, NULL)) {
-    pthread_cond_destroy(&f->go);
-    pthread_mutex_destroy(&f->mu);
-    return;
-  }
-  f->pool_ok = 1;
-  for (int k = 0; k < jobs && k < 256; k++) {
-    f->arg[k] = (struct filler_arg){f, k};
-    if (pthread_create(&f->tid[k], NULL, fill_thread, &f->arg[k])) break;
-    f->started++;
-  }
+  f->pool = ssae_pool_new(jobs > 256 ? 256 : jobs);
 }
 
-static void filler_free(filler *f) {
-  if (!f->pool_ok) return;
-  pthread_mutex_lock(&f->mu);
-  f->quit = 1;
-  pthread_cond_broadcast(&f->go);
-  pthread_mutex_unlock(&f->mu);
-  for (int k = 0; k < f->started; k++) pthread_join(f->tid[k], NULL);
-  pthread_cond_destroy(&f->done);
-  pthread_cond_destroy(&f->go);
-  pthread_mutex_destroy(&f->mu);
-}
+static void filler_free(filler *f) { ssae_pool_free(f->pool); }
 
 /* Starts filling the job's lane on the decoding threads (on this one when
  * there are none: then it is done on return). */
 static void fill_start(filler *f, fill_job job) {
   f->job = job;
   atomic_store(&f->next, 0);
-  if (!f->started) {
-    fill_share(f, &f->time[0]);
-    return;
-  }
-  pthread_mutex_lock(&f->mu);
-  f->pending = f->started;
-  f->gen++;
-  pthread_cond_broadcast(&f->go);
-  pthread_mutex_unlock(&f->mu);
+  if (f->pool) ssae_pool_start(f->pool, fill_share, f);
+  else fill_share(f, 0);
 }
 
 static void fill_wait(filler *f, ssae_score_gpu_stats *st) {
-  if (f->started) {
-    pthread_mutex_lock(&f->mu);
-    while (f->pending) pthread_cond_wait(&f->done, &f->mu);
-    pthread_mutex_unlock(&f->mu);
-  }
-  for (int k = 0; k <= f->started; k++) {
+  if (f->pool) ssae_pool_wait(f->pool);
+  const int n = ssae_pool_helpers(f->pool);
+  for (int k = 0; k <= n; k++) {
     st->open_s += f->time[k].open_s;
     st->read_s += f->time[k].read_s;
     f->time[k] = (fill_time){0, 0};

@@ -5,8 +5,10 @@
 #
 # asan: build-asan/ with -Db_sanitize=address,undefined, every test.
 # tsan: build-tsan/ with -Db_sanitize=thread, the suites whose code runs on
-#       several threads: engine (ring stress, engine, monitor, JACK) and lv2
-#       (the plugin's engine inside a host, jalv included).
+#       several threads: core (the fork-join pool the CPU backend, the
+#       gradients and the GPU scorer's decoders share), engine (ring stress,
+#       engine, monitor, JACK) and lv2 (the plugin's engine inside a host,
+#       jalv included).
 #
 # Both build with -Db_lundef=false (the sanitizer runtimes are linked into
 # the programs, not into the plugin and libraries) and without CUDA (the
@@ -43,7 +45,7 @@ for w in $which; do
     meson test -C "$abuild" --print-errorlogs ${MESON_TEST_ARGS:-} || rc=1
     ;;
   tsan)
-    echo "== ThreadSanitizer: engine and lv2 suites ($tbuild)"
+    echo "== ThreadSanitizer: core, engine and lv2 suites ($tbuild)"
     setup "$tbuild" thread || { rc=1; continue; }
     # halt_on_error: the first race fails the test with its report (the
     # default exit code 66 at the end would too, later). Address space
@@ -56,7 +58,7 @@ for w in $which; do
       run="setarch $(uname -m) -R"
     fi
     # shellcheck disable=SC2086
-    $run meson test -C "$tbuild" --print-errorlogs --suite engine --suite lv2 \
+    $run meson test -C "$tbuild" --print-errorlogs --suite core --suite engine --suite lv2 \
       ${MESON_TEST_ARGS:-} || rc=1
     ;;
   *)

@@ -11,13 +11,13 @@
 #include "ssae_vjp.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ssae_pool.h"
 #include "ssae_train.h"
 
 #include "ssae_grad_chunk.h"
@@ -31,11 +31,6 @@ typedef struct job {
   float *y, *dx;
   float *act;
 } job;
-
-typedef struct helper {
-  struct ssae_vjp *g;
-  int slot;
-} helper;
 
 /* Most units per batch: enough to share among the threads of a large
  * machine, few enough that their gradient buffers stay small (about 20 MB
@@ -66,15 +61,9 @@ struct ssae_vjp {
   ssae_team_fn team;
   int team_threads;
   atomic_int team_slot;
-  /* Worker threads 1 .. threads-1, started once and kept: each call wakes
-   * them (gen), runs its share on the calling thread and waits until
-   * every worker is done (pending). */
-  pthread_mutex_t mu;
-  pthread_cond_t go, done;
-  unsigned long gen;
-  int pending, quit, pool_ok, started;
-  pthread_t tid[256];
-  helper hp[256];
+  /* Otherwise the pool's helpers (slots 1 .. threads-1, fewer when the
+   * system refused some) beside the calling thread (slot 0). */
+  ssae_pool *pool;
 };
 
 #define GRAD_T struct ssae_vjp
@@ -161,22 +150,9 @@ static void sum_share(ssae_vjp *g, int slot) {
   }
 }
 
-static void *worker_main(void *p) {
-  helper *h = p;
-  ssae_vjp *g = h->g;
-  unsigned long seen = 0;
-  pthread_mutex_lock(&g->mu);
-  for (;;) {
-    while (!g->quit && g->gen == seen) pthread_cond_wait(&g->go, &g->mu);
-    if (g->quit) break;
-    seen = g->gen;
-    pthread_mutex_unlock(&g->mu);
-    g->share(g, h->slot);
-    pthread_mutex_lock(&g->mu);
-    if (--g->pending == 0) pthread_cond_signal(&g->done);
-  }
-  pthread_mutex_unlock(&g->mu);
-  return NULL;
+static void pool_body(void *p, int slot) {
+  ssae_vjp *g = p;
+  g->share(g, slot);
 }
 
 /* One thread of a host's team: a scratch slot of its own, or nothing to do
@@ -193,7 +169,7 @@ static void team_body(void *p) {
 static void run_phase(ssae_vjp *g, void (*share)(ssae_vjp *, int), size_t pieces) {
   g->share = share;
   atomic_store(&g->next, 0);
-  if (pieces <= 1 || (!g->team && !g->started)) {
+  if (pieces <= 1 || (!g->team && !ssae_pool_helpers(g->pool))) {
     share(g, 0);
     return;
   }
@@ -203,15 +179,7 @@ static void run_phase(ssae_vjp *g, void (*share)(ssae_vjp *, int), size_t pieces
     g->team(team_body, g, n, 0);
     return;
   }
-  pthread_mutex_lock(&g->mu);
-  g->pending = g->started;
-  g->gen++;
-  pthread_cond_broadcast(&g->go);
-  pthread_mutex_unlock(&g->mu);
-  share(g, 0);
-  pthread_mutex_lock(&g->mu);
-  while (g->pending) pthread_cond_wait(&g->done, &g->mu);
-  pthread_mutex_unlock(&g->mu);
+  ssae_pool_run(g->pool, pool_body, g);
 }
 
 static void run_job(ssae_vjp *g) {
@@ -228,16 +196,7 @@ static void *xcalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
 
 void ssae_vjp_free(ssae_vjp *g) {
   if (!g) return;
-  if (g->pool_ok) {
-    pthread_mutex_lock(&g->mu);
-    g->quit = 1;
-    pthread_cond_broadcast(&g->go);
-    pthread_mutex_unlock(&g->mu);
-    for (int i = 1; i <= g->started; i++) pthread_join(g->tid[i], NULL);
-    pthread_cond_destroy(&g->go);
-    pthread_cond_destroy(&g->done);
-    pthread_mutex_destroy(&g->mu);
-  }
+  ssae_pool_free(g->pool);
   if (g->w)
     for (int i = 0; i < g->threads; i++) free(g->w[i].buf);
   free(g->w);
@@ -292,25 +251,12 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
     ssae_vjp_free(g);
     return NULL;
   }
-  if (g->threads > 1) {
-    if (pthread_mutex_init(&g->mu, NULL)) return g; /* runs on the calling thread */
-    if (pthread_cond_init(&g->go, NULL)) {
-      pthread_mutex_destroy(&g->mu);
-      return g;
-    }
-    if (pthread_cond_init(&g->done, NULL)) {
-      pthread_cond_destroy(&g->go);
-      pthread_mutex_destroy(&g->mu);
-      return g;
-    }
-    g->pool_ok = 1;
-    /* Fewer workers than asked when the system refuses some: the chunks
-     * are shared among those there are. */
-    for (int i = 1; i < g->threads; i++) {
-      g->hp[i] = (helper){g, i};
-      if (pthread_create(&g->tid[i], NULL, worker_main, &g->hp[i])) break;
-      g->started = i;
-    }
+  /* Fewer helpers than asked when the system refuses some: the units
+   * are shared among the threads there are. */
+  if (!(g->pool = ssae_pool_new(g->threads - 1))) {
+    ssae_err_set(err, "out of memory for the gradient threads");
+    ssae_vjp_free(g);
+    return NULL;
   }
   return g;
 }

@@ -27,12 +27,12 @@
 #include "ssae_cpu.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ssae_cpu_kernels.h"
+#include "ssae_pool.h"
 
 /* Windows per block: large enough to reuse the weights from cache, small
  * enough that a block's activations stay in L1/L2. */
@@ -60,11 +60,8 @@ typedef struct {
 } job;
 
 typedef struct worker {
-  struct ssae_cpu *c;
-  pthread_t tid;
-  int started;
   scratch s;
-  job j; /* set under the pool lock */
+  job j; /* set by the calling thread before the run */
 } worker;
 
 struct ssae_cpu {
@@ -76,13 +73,10 @@ struct ssae_cpu {
   double *DT, *dec_b;   /* [Lp][Yp], [Yp]: D_f^T side by side; b_d per slice */
   double *weights;      /* the one allocation behind them */
 
-  int nthreads;
-  worker *w; /* w[0] is the calling thread */
-  pthread_mutex_t mu;
-  pthread_cond_t go, done;
-  int sync_ok;
-  unsigned long generation;
-  int pending, quit;
+  int nthreads; /* the calling thread and the pool's helpers */
+  int n_w;      /* workers allocated (the threads asked for) */
+  worker *w;    /* w[k]: the pool's slot k (0: the calling thread) */
+  ssae_pool *pool;
 };
 
 static size_t padv(size_t n) { return (n + SSAE_CPU_PAD - 1) / SSAE_CPU_PAD * SSAE_CPU_PAD; }
@@ -181,23 +175,11 @@ static void run_job(struct ssae_cpu *c, scratch *s, const job *j) {
   }
 }
 
-static void *worker_main(void *arg) {
-  worker *w = arg;
-  struct ssae_cpu *c = w->c;
-  unsigned long seen = 0;
-  pthread_mutex_lock(&c->mu);
-  for (;;) {
-    while (!c->quit && c->generation == seen) pthread_cond_wait(&c->go, &c->mu);
-    if (c->quit) break;
-    seen = c->generation;
-    job j = w->j;
-    pthread_mutex_unlock(&c->mu);
-    if (j.nw) run_job(c, &w->s, &j);
-    pthread_mutex_lock(&c->mu);
-    if (--c->pending == 0) pthread_cond_signal(&c->done);
-  }
-  pthread_mutex_unlock(&c->mu);
-  return NULL;
+/* One slot's share of a run: the job set for it. */
+static void run_slot(void *arg, int slot) {
+  struct ssae_cpu *c = arg;
+  worker *w = &c->w[slot];
+  if (w->j.nw) run_job(c, &w->s, &w->j);
 }
 
 static int scratch_alloc(scratch *s, const struct ssae_cpu *c) {
@@ -308,31 +290,13 @@ ssae_cpu *ssae_cpu_new(const ssae_model *m, int threads, ssae_err *err) {
   c->nthreads = threads <= 0 ? ncpus() : threads > 256 ? 256 : threads;
   c->w = calloc((size_t)c->nthreads, sizeof *c->w);
   if (!c->w) goto oom;
-  for (int i = 0; i < c->nthreads; i++) {
-    c->w[i].c = c;
+  c->n_w = c->nthreads;
+  for (int i = 0; i < c->n_w; i++)
     if (scratch_alloc(&c->w[i].s, c)) goto oom;
-  }
-  if (c->nthreads > 1) {
-    if (pthread_mutex_init(&c->mu, NULL)) goto oom;
-    if (pthread_cond_init(&c->go, NULL)) {
-      pthread_mutex_destroy(&c->mu);
-      goto oom;
-    }
-    if (pthread_cond_init(&c->done, NULL)) {
-      pthread_cond_destroy(&c->go);
-      pthread_mutex_destroy(&c->mu);
-      goto oom;
-    }
-    c->sync_ok = 1;
-    for (int i = 1; i < c->nthreads; i++) {
-      if (pthread_create(&c->w[i].tid, NULL, worker_main, &c->w[i])) {
-        ssae_err_set(err, "cannot start CPU worker threads");
-        ssae_cpu_free(c);
-        return NULL;
-      }
-      c->w[i].started = 1;
-    }
-  }
+  if (!(c->pool = ssae_pool_new(c->nthreads - 1))) goto oom;
+  /* Fewer threads when the system refuses some: the windows are shared
+   * among those there are (the scores do not depend on the split). */
+  c->nthreads = ssae_pool_helpers(c->pool) + 1;
   return c;
 oom:
   ssae_err_set(err, "out of memory for the CPU backend");
@@ -342,19 +306,9 @@ oom:
 
 void ssae_cpu_free(ssae_cpu *c) {
   if (!c) return;
-  if (c->sync_ok) {
-    pthread_mutex_lock(&c->mu);
-    c->quit = 1;
-    pthread_cond_broadcast(&c->go);
-    pthread_mutex_unlock(&c->mu);
-    for (int i = 1; i < c->nthreads; i++)
-      if (c->w[i].started) pthread_join(c->w[i].tid, NULL);
-    pthread_cond_destroy(&c->go);
-    pthread_cond_destroy(&c->done);
-    pthread_mutex_destroy(&c->mu);
-  }
+  ssae_pool_free(c->pool);
   if (c->w)
-    for (int i = 0; i < c->nthreads; i++) free(c->w[i].s.xn);
+    for (int i = 0; i < c->n_w; i++) free(c->w[i].s.xn);
   free(c->w);
   free(c->weights);
   free(c);
@@ -377,7 +331,6 @@ static void run(ssae_cpu *c, const float *x, size_t nw, size_t step, float *scor
   }
   size_t M = (size_t)c->M, win = (size_t)c->F * M;
   size_t blocks = (nw + BLOCK - 1) / BLOCK, per = (blocks + use - 1) / use, start = 0;
-  pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < (size_t)c->nthreads; i++) {
     size_t len = 0;
     if (i < use && start < nw) {
@@ -388,15 +341,7 @@ static void run(ssae_cpu *c, const float *x, size_t nw, size_t step, float *scor
                       recon ? recon + start * win : NULL};
     start += len;
   }
-  c->pending = c->nthreads - 1;
-  c->generation++;
-  pthread_cond_broadcast(&c->go);
-  job mine = c->w[0].j;
-  pthread_mutex_unlock(&c->mu);
-  if (mine.nw) run_job(c, &c->w[0].s, &mine);
-  pthread_mutex_lock(&c->mu);
-  while (c->pending) pthread_cond_wait(&c->done, &c->mu);
-  pthread_mutex_unlock(&c->mu);
+  ssae_pool_run(c->pool, run_slot, c);
 }
 
 int ssae_cpu_forward(ssae_cpu *c, const float *x, size_t n, float *scores, float *recon) {

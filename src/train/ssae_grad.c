@@ -5,7 +5,6 @@
  * the result is the same whatever the number of threads. Within a chunk the
  * work is batched matrix products over all slices (R = CHUNK*F rows). */
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include "ssae_train.h"
 
 #include "ssae_grad_chunk.h"
+#include "ssae_pool.h"
 
 typedef struct job {
   const float *x;
@@ -32,30 +32,18 @@ struct ssae_grad {
   float *bn, *bn_t;        /* normalised basis [L x C] and its transpose */
   double *gnorm;           /* row norms of global_basis */
   float *enc_t, *bnw_t, *dec_t; /* transposed weights for the products */
-  int threads;
-  work *w;
+  int threads; /* the calling thread and the pool's helpers */
+  int n_w;     /* work buffers allocated (the threads asked for) */
+  work *w;     /* w[k]: the pool's slot k */
   /* chunk gradient buffers and sse, grown on demand */
   float *cgrad;
   double *csse;
   size_t n_chunks_cap;
   double *acc;            /* double sum of the chunk gradients */
-  /* thread pool */
-  pthread_t *tid;
-  int n_started;
-  pthread_mutex_t mu;
-  pthread_cond_t go, done;
-  int mu_ok;
-  unsigned long gen;
-  int pending;
-  int quit;
+  ssae_pool *pool;
   job cur;
   atomic_size_t next_chunk;
 };
-
-typedef struct worker_arg {
-  ssae_grad *g;
-  int index;
-} worker_arg;
 
 static void *xcalloc(size_t n, size_t size) {
   return n ? calloc(n, size) : calloc(1, 1);
@@ -112,7 +100,8 @@ static size_t n_chunks(size_t n) { return (n + CHUNK - 1) / CHUNK; }
 /* Threads claim chunks one at a time, so a thread that the OS holds back
  * (a busy machine) does not hold up the batch; which thread runs a chunk
  * does not change its result. */
-static void run_share(ssae_grad *g, int index) {
+static void run_share(void *arg, int index) {
+  ssae_grad *g = arg;
   const job *jb = &g->cur;
   size_t nc = n_chunks(jb->n);
   for (;;) {
@@ -129,62 +118,19 @@ static void run_share(ssae_grad *g, int index) {
   }
 }
 
-static void *worker(void *p) {
-  worker_arg *a = p;
-  ssae_grad *g = a->g;
-  int index = a->index;
-  free(a);
-  unsigned long seen = 0;
-  for (;;) {
-    pthread_mutex_lock(&g->mu);
-    while (!g->quit && g->gen == seen) pthread_cond_wait(&g->go, &g->mu);
-    if (g->quit) {
-      pthread_mutex_unlock(&g->mu);
-      return NULL;
-    }
-    seen = g->gen;
-    pthread_mutex_unlock(&g->mu);
-    run_share(g, index);
-    pthread_mutex_lock(&g->mu);
-    if (--g->pending == 0) pthread_cond_signal(&g->done);
-    pthread_mutex_unlock(&g->mu);
-  }
-}
-
 static void run_job(ssae_grad *g) {
   atomic_store(&g->next_chunk, 0);
-  if (g->threads > 1 && n_chunks(g->cur.n) > 1) {
-    pthread_mutex_lock(&g->mu);
-    g->pending = g->threads - 1;
-    g->gen++;
-    pthread_cond_broadcast(&g->go);
-    pthread_mutex_unlock(&g->mu);
-    run_share(g, 0);
-    pthread_mutex_lock(&g->mu);
-    while (g->pending) pthread_cond_wait(&g->done, &g->mu);
-    pthread_mutex_unlock(&g->mu);
-  } else {
-    run_share(g, 0);
-  }
+  if (n_chunks(g->cur.n) > 1) ssae_pool_run(g->pool, run_share, g);
+  else run_share(g, 0);
 }
 
 /* ---- object ------------------------------------------------------------- */
 
 void ssae_grad_free(ssae_grad *g) {
   if (!g) return;
-  if (g->mu_ok) {
-    pthread_mutex_lock(&g->mu);
-    g->quit = 1;
-    pthread_cond_broadcast(&g->go);
-    pthread_mutex_unlock(&g->mu);
-    for (int i = 0; i < g->n_started; i++) pthread_join(g->tid[i], NULL);
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->go);
-    pthread_cond_destroy(&g->done);
-  }
-  free(g->tid);
+  ssae_pool_free(g->pool);
   if (g->w)
-    for (int i = 0; i < g->threads; i++) free(g->w[i].buf);
+    for (int i = 0; i < g->n_w; i++) free(g->w[i].buf);
   free(g->w);
   free(g->params);
   free(g->bn);
@@ -240,43 +186,18 @@ ssae_grad *ssae_grad_new(const ssae_dims *d, int threads, ssae_err *err) {
   g->dec_t = xcalloc(g->M * g->S, sizeof(float));
   g->acc = xcalloc(g->P, sizeof(double));
   g->w = calloc((size_t)threads, sizeof(work));
+  g->n_w = g->w ? threads : 0;
   if (!g->params || !g->bn || !g->bn_t || !g->gnorm || !g->enc_t ||
       !g->bnw_t || !g->dec_t || !g->acc || !g->w)
     goto oom;
   for (int i = 0; i < threads; i++)
     if (work_alloc(&g->w[i], g)) goto oom;
 
-  if (threads > 1) {
-    if (pthread_mutex_init(&g->mu, NULL)) goto thr;
-    if (pthread_cond_init(&g->go, NULL)) {
-      pthread_mutex_destroy(&g->mu);
-      goto thr;
-    }
-    if (pthread_cond_init(&g->done, NULL)) {
-      pthread_cond_destroy(&g->go);
-      pthread_mutex_destroy(&g->mu);
-      goto thr;
-    }
-    g->mu_ok = 1;
-    g->tid = calloc((size_t)threads, sizeof(pthread_t));
-    if (!g->tid) goto oom;
-    for (int i = 1; i < threads; i++) {
-      worker_arg *a = malloc(sizeof *a);
-      if (!a) goto oom;
-      a->g = g;
-      a->index = i;
-      if (pthread_create(&g->tid[g->n_started], NULL, worker, a)) {
-        free(a);
-        goto thr;
-      }
-      g->n_started++;
-    }
-  }
+  if (!(g->pool = ssae_pool_new(threads - 1))) goto oom;
+  /* Fewer threads when the system refuses some: the chunks are shared
+   * among those there are (the result does not depend on who runs them). */
+  g->threads = ssae_pool_helpers(g->pool) + 1;
   return g;
-thr:
-  ssae_err_set(err, "cannot start the training threads");
-  ssae_grad_free(g);
-  return NULL;
 oom:
   ssae_err_set(err, "out of memory for the training buffers");
   ssae_grad_free(g);
