@@ -10,6 +10,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -231,13 +232,32 @@ static char *beside(const char *cfg_path, const char *p) {
   return r;
 }
 
+/* A secret from a regular file (a FIFO, a terminal or a device would hold
+ * the start-up, or the reload, for as long as nobody writes to it): opened
+ * without waiting, checked, then read up to 1023 bytes. */
 static int read_secret_file(ssae_config *c, const char *key, const char *path,
                             char **out, ssae_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return bad(c, err, key, "cannot read '%s': %s", path, strerror(errno));
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return bad(c, err, key, "cannot read '%s': %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return bad(c, err, key, "'%s' is not a regular file", path);
+  }
   char buf[1024];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
+  size_t n = 0;
+  while (n < sizeof buf - 1) {
+    ssize_t k = read(fd, buf + n, sizeof buf - 1 - n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      const int e = errno;
+      close(fd);
+      return bad(c, err, key, "cannot read '%s': %s", path, strerror(e));
+    }
+    if (k == 0) break;
+    n += (size_t)k;
+  }
+  close(fd);
   buf[n] = 0;
   while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
   if (n == 0) return bad(c, err, key, "'%s' is empty", path);

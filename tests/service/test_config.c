@@ -1,15 +1,18 @@
 /* The service config: every class of bad config is refused with the file,
  * the LINE and the reason (unknown key, wrong type, bad value, YAML syntax,
  * missing required key, missing model file, duplicate machine name, models
- * whose feature settings disagree, unset password variable); a good file
+ * whose feature settings disagree, unset password variable, a password file
+ * that is a FIFO or a folder); a good file
  * loads with its values and defaults; flags go over the file; the engine's
  * GPU (engine.gpu, --gpu): refused out of range, as text and with the CPU
  * backend, and a reload that changes it is refused as needing a restart;
  * the example config in tools/ loads. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../ssae_test.h"
@@ -124,6 +127,26 @@ static void bad_configs(const char *model_a, const char *model_b) {
            "machines:\n  - name: a\n    model: %s\n  - name: b\n    model: %s\n",
            model_a, model_b);
   refused("features disagree", t, 5, 1, "machines[1].model", "hop_length");
+  /* A secret from a FIFO (or a terminal, a device) would hold the start-up
+   * until somebody writes to it: refused at once. */
+  char fifo[300];
+  snprintf(fifo, sizeof fifo, "%s/secret.fifo", dir);
+  unlink(fifo);
+  if (mkfifo(fifo, 0600) == 0) {
+    snprintf(t, sizeof t,
+             "outputs:\n  mqtt:\n    url: mqtt://h\n    username: u\n"
+             "    password_file: %s\n",
+             fifo);
+    refused("password from a fifo", t, 5, 0, "password_file", "not a regular file");
+    unlink(fifo);
+  } else {
+    CHECK(0, "mkfifo %s: %s", fifo, strerror(errno));
+  }
+  snprintf(t, sizeof t,
+           "outputs:\n  mqtt:\n    url: mqtt://h\n    username: u\n"
+           "    password_file: %s\n",
+           dir);
+  refused("password from a folder", t, 5, 0, "password_file", "not a regular file");
 }
 
 static void good_config(const char *model_a) {
