@@ -14,7 +14,8 @@ extern "C" {
 
 typedef struct ssae_cpu ssae_cpu;
 
-/* threads: 0 = all cores, 1 = the calling thread only. The model must
+/* threads: 0 = all cores, 1 = the calling thread only (fewer when the
+ * system refuses some: ssae_cpu_threads says how many). The model must
  * outlive the object. */
 ssae_cpu *ssae_cpu_new(const ssae_model *m, int threads, ssae_err *err);
 void ssae_cpu_free(ssae_cpu *c);

@@ -43,9 +43,10 @@ void ssae_param_init(const ssae_dims *d, uint64_t seed, float *params);
 
 typedef struct ssae_grad ssae_grad;
 
-/* threads: 0 = all cores. The work is cut into chunks of a fixed number of
- * windows whose gradients are summed in a fixed order, so the result does
- * not depend on the number of threads. */
+/* threads: 0 = all cores (fewer when the system refuses some:
+ * ssae_grad_threads says how many). The work is cut into chunks of a fixed
+ * number of windows whose gradients are summed in a fixed order, so the
+ * result does not depend on the number of threads. */
 ssae_grad *ssae_grad_new(const ssae_dims *d, int threads, ssae_err *err);
 void ssae_grad_free(ssae_grad *g);
 int ssae_grad_threads(const ssae_grad *g);
