@@ -4,8 +4,9 @@
  * keeps running; a good path is loaded by the worker, announced on the
  * notify port and used (its threshold shows on threshold_used); the state
  * saves the path through the host's map-path feature and restores it, both
- * directly and through the worker; enable = 0 pauses the analysis. The
- * host runs its worker on a thread, as a live host does. */
+ * directly and through the worker; enable = 0 pauses the analysis; the
+ * backend and GPU come from SSAE_LV2_BACKEND and SSAE_LV2_GPU, a bad value
+ * logged. The host runs its worker on a thread, as a live host does. */
 #define _XOPEN_SOURCE 700
 #include <limits.h>
 #include <math.h>
@@ -58,6 +59,37 @@ static void feed(lv2h *h, double seconds) {
   lv2h_connect(h, "out", NULL);
   free(in);
   free(out);
+}
+
+/* Where the engine scores, from the host's environment at instantiation
+ * (NULL: unset): the plugin opens (opens) or refuses to, scores when it
+ * opens, and logs an error holding needle (NULL: no error). */
+static void env_case(const char *backend, const char *gpu, int opens, const char *needle) {
+  if (backend) setenv("SSAE_LV2_BACKEND", backend, 1);
+  else unsetenv("SSAE_LV2_BACKEND");
+  if (gpu) setenv("SSAE_LV2_GPU", gpu, 1);
+  else unsetenv("SSAE_LV2_GPU");
+  char what[128], text[8192];
+  snprintf(what, sizeof(what), "SSAE_LV2_BACKEND=%s SSAE_LV2_GPU=%s", backend ? backend : "",
+           gpu ? gpu : "");
+  lv2h h;
+  const int r = lv2h_open(&h, "urn:ssae:lv2:mono", RATE, 0);
+  h.quiet = 1;
+  if (r == 0) feed(&h, 0.5);
+  int errors;
+  lv2h_log_take(&h, text, sizeof(text), &errors);
+  CHECK((r == 0) == opens, "%s: the plugin %s", what, opens ? "did not open" : "opened");
+  CHECK(!opens || *lv2h_ctl(&h, "windows") > 0, "%s: no windows scored", what);
+  if (needle)
+    CHECK(errors >= 1 && strstr(text, needle), "%s: the log lacks '%s': %s", what, needle,
+          text);
+  else
+    CHECK(errors == 0, "%s: errors logged: %s", what, text);
+  fprintf(stderr, "%s: %s, logged: %s", what, r == 0 ? "opened" : "refused",
+          *text ? text : "nothing\n");
+  lv2h_close(&h);
+  unsetenv("SSAE_LV2_BACKEND");
+  unsetenv("SSAE_LV2_GPU");
 }
 
 static void expect_error(lv2h *h, const char *what, const char *needle) {
@@ -266,6 +298,15 @@ int main(int argc, char **argv) {
 
   lv2h_close(&h2);
   lv2h_close(&h);
+
+  /* SSAE_LV2_BACKEND and SSAE_LV2_GPU: the CPU on request; a value that is
+   * not one is logged and the default kept; a GPU with the CPU backend
+   * refused by the engine, naming both. */
+  env_case("cpu", NULL, 1, NULL);
+  env_case("cpu", "0", 1, NULL);
+  env_case("gpu-please", NULL, 1, "SSAE_LV2_BACKEND='gpu-please'");
+  env_case(NULL, "first", 1, "SSAE_LV2_GPU='first'");
+  env_case("cpu", "1", 0, "gpu 1: not with backend cpu");
   free(dir);
   fprintf(stderr, "ok\n");
   return 0;

@@ -61,6 +61,7 @@ static LV2_Handle instantiate(const LV2_Descriptor *descriptor, double rate,
   self->channels = strcmp(descriptor->URI, SSAE_LV2_URI_STEREO) == 0 ? 2 : 1;
   self->rate = rate;
   self->bundle_path = strdup(bundle_path ? bundle_path : "");
+  ssae_lv2_read_env(self);
   ssae_lv2_slot *slot = self->bundle_path ? ssae_lv2_slot_new(self, NULL) : NULL;
   atomic_init(&self->cur, slot);
   if (!slot) {

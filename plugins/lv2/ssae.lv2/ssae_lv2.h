@@ -94,6 +94,11 @@ typedef struct ssae_lv2 {
   int channels;
   double rate;
   char *bundle_path;
+  /* Where the engine scores, from the host process's environment at
+   * instantiation (ssae_lv2_read_env): SSAE_LV2_BACKEND (auto, cpu or
+   * cuda; default auto) and SSAE_LV2_GPU (the CUDA device, default 0). */
+  const char *backend;
+  int gpu;
 
   /* Ports. */
   const LV2_Atom_Sequence *control;
@@ -124,6 +129,10 @@ typedef struct ssae_lv2 {
  * the built-in one) and starts an engine for it. Not for the audio thread.
  * Errors go to the log. */
 ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path);
+/* self->backend and self->gpu from the environment; a value that is not
+ * one of them is logged, naming the variable, and the default kept.
+ * Instantiation only. */
+void ssae_lv2_read_env(ssae_lv2 *self);
 void ssae_lv2_slot_free(ssae_lv2_slot *slot);
 
 LV2_Worker_Status ssae_lv2_work(LV2_Handle instance,

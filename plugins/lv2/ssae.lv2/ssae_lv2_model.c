@@ -78,7 +78,8 @@ ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path) {
   ssae_engine_cfg_default(&cfg);
   cfg.channels = self->channels;
   cfg.input_rate = self->rate;
-  cfg.backend = "auto";
+  cfg.backend = self->backend;
+  cfg.gpu = self->gpu;
   slot->engine = ssae_engine_new(slot->model, &cfg, &err);
   if (!slot->engine) {
     lv2_log_error(&self->logger,
@@ -88,6 +89,29 @@ ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path) {
     return NULL;
   }
   return slot;
+}
+
+void ssae_lv2_read_env(ssae_lv2 *self) {
+  self->backend = "auto";
+  self->gpu = 0;
+  const char *b = getenv("SSAE_LV2_BACKEND");
+  if (b && *b) {
+    if (!strcmp(b, "auto") || !strcmp(b, "cpu") || !strcmp(b, "cuda"))
+      self->backend = !strcmp(b, "cpu") ? "cpu" : !strcmp(b, "cuda") ? "cuda" : "auto";
+    else
+      lv2_log_error(&self->logger,
+                    "ssae: SSAE_LV2_BACKEND='%s': use auto, cpu or cuda (auto used)\n", b);
+  }
+  const char *g = getenv("SSAE_LV2_GPU");
+  if (g && *g) {
+    char *end;
+    long v = strtol(g, &end, 10);
+    if (*end || v < 0 || v > 255)
+      lv2_log_error(&self->logger,
+                    "ssae: SSAE_LV2_GPU='%s': a CUDA device index 0..255 (0 used)\n", g);
+    else
+      self->gpu = (int)v;
+  }
 }
 
 /* The path of a patch:Set <model> message into buf; -1 (logged) when the
