@@ -1,8 +1,10 @@
 """What the Python tests share (tests/ is on their PYTHONPATH): a failure
 count with check() and fail() (a test reports every failed check) and
 done() (then exits 1 if any failed), run_expect() for a command's exit
-status and message, skip() (exit 77: something the test needs is absent)
-and a free loopback port."""
+status and message, start_paused() for a command held at a test pause,
+skip() (exit 77: something the test needs is absent) and a free loopback
+port."""
+import os
 import shutil
 import socket
 import subprocess
@@ -34,6 +36,20 @@ def run_expect(cmd, status, *words, timeout=300):
     else:
         fail(f"{shown} (want {status}), stderr {p.stderr!r} should have {words}")
     return p
+
+
+def start_paused(cmd, phase, env=None):
+    """Starts cmd with SSAE_TEST_PAUSE_AT=phase (over env, default the
+    test's environment) and reads its stderr up to the line that says it
+    is held there (ssae_cli_test_pause): (the process, whether it paused).
+    Its stdout and the rest of its stderr are left for communicate()."""
+    env = dict(os.environ if env is None else env, SSAE_TEST_PAUSE_AT=phase)
+    p = subprocess.Popen([str(a) for a in cmd], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    for line in p.stderr:
+        if f"test pause at {phase}" in line:
+            return p, True
+    return p, False
 
 
 def done():

@@ -36,6 +36,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+from ssae_testlib import start_paused
 import time
 
 SSAE = os.environ["SSAE"]
@@ -224,15 +226,8 @@ def test_train_signals(d, good):
     check(run(["info", model]).returncode == 0, "the interrupted model loads")
     # Ctrl-C, a second Ctrl-C and SIGTERM during the save.
     model = os.path.join(d, "save.safetensors")
-    env = dict(os.environ, SSAE_TEST_PAUSE_AT="save")
-    p = subprocess.Popen([SSAE, "train", "--backend", "cpu", "--epochs", "2", "-o", model,
-                          *good], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env)
-    paused = False
-    for line in p.stderr:
-        if "test pause at save" in line:
-            paused = True
-            break
+    p, paused = start_paused([SSAE, "train", "--backend", "cpu", "--epochs", "2", "-o", model,
+                              *good], "save")
     p.send_signal(signal.SIGINT)
     time.sleep(0.05)
     p.send_signal(signal.SIGINT)
@@ -249,13 +244,8 @@ def test_train_features_interrupt(d, good):
     """Ctrl-C before training (while the features are computed): no model,
     no temporary, exit 130."""
     model = os.path.join(d, "feat.safetensors")
-    env = dict(os.environ, SSAE_TEST_PAUSE_AT="features")
-    p = subprocess.Popen([SSAE, "train", "--backend", "cpu", "--epochs", "2", "-o", model,
-                          *good], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env)
-    for line in p.stderr:
-        if "test pause at features" in line:
-            break
+    p, _ = start_paused([SSAE, "train", "--backend", "cpu", "--epochs", "2", "-o", model,
+                         *good], "features")
     p.send_signal(signal.SIGINT)
     _, e = p.communicate(timeout=60)
     check(p.returncode == 130 and "no model written" in e and not glob.glob(model + "*"),

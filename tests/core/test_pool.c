@@ -4,22 +4,10 @@
  * a pool without helpers runs on its owner, and free takes what new made.
  * Runs under ThreadSanitizer (tools/test-sanitizers.sh). */
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "../ssae_test.h"
 #include "ssae_pool.h"
-
-static int failures;
-#define CHECK(c, ...)                                                                    \
-  do {                                                                                   \
-    if (!(c)) {                                                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-      fprintf(stderr, __VA_ARGS__);                                                      \
-      fprintf(stderr, "\n");                                                             \
-      failures++;                                                                        \
-    }                                                                                    \
-  } while (0)
 
 #define MAX_SLOTS 64
 
@@ -29,7 +17,6 @@ typedef struct {
   int calls[MAX_SLOTS];    /* plain counters, one writer each */
   atomic_int total;        /* calls in all */
   atomic_size_t next;      /* a shared counter of parts, as the library's loops use */
-  long long part_sum;      /* written by the owner from parts[] after a run */
   long long parts[1000];
 } shared;
 

@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 
+from ssae_testlib import start_paused
+
 ssae = os.environ.get("SSAE")
 build = os.environ.get("SSAE_BUILD_ROOT")
 if not ssae or not build:
@@ -158,14 +160,8 @@ with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(many, f"m{i:03d}.wav"), "wb") as f:
             f.write(one)
     wt = os.path.join(d, "w_int.tsv")
-    env = dict(os.environ, SSAE_SCORE_GPU_ON_CPU="1", SSAE_TEST_PAUSE_AT="score-results")
-    p = subprocess.Popen([ssae, "score", "--backend", "cuda", "--windows", wt, many],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    paused = False
-    for line in p.stderr:
-        if "test pause at score-results" in line:
-            paused = True
-            break
+    p, paused = start_paused([ssae, "score", "--backend", "cuda", "--windows", wt, many],
+                             "score-results", dict(os.environ, SSAE_SCORE_GPU_ON_CPU="1"))
     p.send_signal(signal.SIGINT)
     out, e = p.communicate(timeout=120)
     names = [l.split("\t")[0] for l in out.splitlines()]

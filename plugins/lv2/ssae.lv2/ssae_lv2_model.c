@@ -94,10 +94,15 @@ ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path) {
 void ssae_lv2_read_env(ssae_lv2 *self) {
   self->backend = "auto";
   self->gpu = 0;
+  /* The engine keeps the name: one of these, not the environment's copy. */
+  static const char *const backends[] = {"auto", "cpu", "cuda"};
   const char *b = getenv("SSAE_LV2_BACKEND");
   if (b && *b) {
-    if (!strcmp(b, "auto") || !strcmp(b, "cpu") || !strcmp(b, "cuda"))
-      self->backend = !strcmp(b, "cpu") ? "cpu" : !strcmp(b, "cuda") ? "cuda" : "auto";
+    const char *found = NULL;
+    for (size_t i = 0; i < sizeof backends / sizeof *backends; i++)
+      if (!strcmp(b, backends[i])) found = backends[i];
+    if (found)
+      self->backend = found;
     else
       lv2_log_error(&self->logger,
                     "ssae: SSAE_LV2_BACKEND='%s': use auto, cpu or cuda (auto used)\n", b);
