@@ -5,16 +5,20 @@
  * of groups of 16 windows (contiguous, or gathered through an offset
  * table), every matrix product on mma.sync in the 3xTF32 form
  * (ssae_cuda_mma_tf32.cuh: fp32 accuracy), LayerNorms and GELU on the CUDA
- * cores as in k_vjp (statistics in double, normcdff). Included by
+ * cores (tc_ln1, tc_gelu: float forms as accurate as the gradients need,
+ * see there). Included by
  * ssae_cuda_train_vjp.cu and ssae_cuda_train.cu after
- * ssae_cuda_train_kernels.cuh (dims_t, dev_w, gelu, warp_sum).
+ * ssae_cuda_train_kernels.cuh (dims_t, dev_w, warp_sum).
  *
  * Why not k_vjp / k_fwd_bwd: their products are one output per thread with
  * both operands from shared memory, about 8 % of the FMA pipes; at 65,536
  * windows the module's training step took 2.3x PyTorch's (cuBLAS) time, 0.55x
  * with this kernel (BENCHMARKS.md). What limits it now: block-wide stages
  * of 16 windows leave each warp little independent work (Nsight: 0.43
- * instructions issued per cycle per scheduler, the tensor pipe 21 % busy).
+ * instructions issued per cycle per scheduler, the tensor pipe 21 % busy),
+ * and at 128 registers a thread (one block of 512 per SM) a spill in the
+ * group loop costs more than the instructions it saves: keep `ptxas -v` at
+ * 0 bytes spilled (doc/gpu-kernels.md, "The backward kernel").
  *
  * One block of 16 warps per SM takes groups of 16 windows (80 slices) in
  * turn. A group's activations live in shared memory, slice-major (a slice's
@@ -51,8 +55,8 @@ enum { GA_LN1W = 0, GA_LN1B = 64, GA_BE = 128, GA_LN2W = 192, GA_LN2B = 224, GA_
 
 /* Shared memory, floats: five slice arrays and seven window arrays (the
  * kernel names them), the split-k parts, LayerNorm 1's rstd, LayerNorm 2's,
- * the sums, LayerNorm 1's means (doubles), then the weights: encoder and
- * decoder (64 rows of kTcLd), bottleneck (32 of kTcLdw), the normalised
+ * the sums, LayerNorm 1's shifts and shifted means, then the weights:
+ * encoder and decoder (64 rows of kTcLd), bottleneck (32 of kTcLdw), the normalised
  * basis (32 of kTcLdb). LayerNorm 1's output and xhat are made again from
  * the input where the backward needs them (the group's 20 KB of input, in
  * L2 by then) to leave room for the weights. */
@@ -147,6 +151,69 @@ __device__ __forceinline__ float tc_k320_sum(const float *parts, int i) {
   return v;
 }
 
+/* Out (80 x 64) = A (80 x 64) B (64 x 64), the slice-level products: of
+ * the 20 tiles of 16 x 16 the warps take 0-15 whole and the last four
+ * (rows 64-79) in quarters of k, summed in order through parts (4096
+ * floats) after a barrier. Whole tiles only, 20 over 16 warps, took two
+ * rounds where this takes 1.25 and a short pass. All threads call it. */
+template <class FA, class FB, class FS>
+__device__ __forceinline__ void tc_gemm_slices(const FA &A, const FB &B, const FS &S,
+                                               float *parts) {
+  static_assert(kTcRows == 80 && kTcWarps == 16, "the split below");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  {
+    const int m0 = warp / 4 * 16, n0 = warp % 4 * 16;
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    tc_tile2<8>(c, A, B, m0, n0, 0, g, t);
+    tc_put2(c, S, m0, n0, g, t);
+  }
+  {
+    const int n0 = (warp >> 2) * 16, kq = warp & 3;
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    tc_tile2<2>(c, A, B, 64, n0, 16 * kq, g, t);
+    float *o = parts + warp * 256;
+    tc_put2(c, [&](int r, int col, float v) { o[(r - 64) * 16 + col - n0] = v; }, 64, n0, g, t);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 1024; i += kTcThreads) {
+    const int tile = i >> 8, e = i & 255;
+    const float *q = parts + tile * 1024 + e;
+    S(64 + (e >> 4), tile * 16 + (e & 15), ((q[0] + q[256]) + q[512]) + q[768]);
+  }
+}
+
+__device__ __forceinline__ float tc_sum32(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* GELU a Phi(a) and its derivative Phi(a) + a phi(a), with
+ * Phi(-|a|) = erfc(z) / 2, z = |a| / sqrt(2), from the Chebyshev fit of
+ * Numerical Recipes (erfcc: fractional error < 1.2e-7 everywhere) and
+ * phi from the same exp(-z^2): two ex2 and a reciprocal in place of
+ * normcdff and expf. The negative tail keeps its relative accuracy (no
+ * 1 + erf); an error of ~2e-7 in Phi is far inside the gradients' 1e-4. */
+__device__ __forceinline__ void tc_gelu(float a, float *h, float *d) {
+  const float z = fabsf(a) * 0.70710678118654752f;
+  const float t = __fdividef(1.0f, fmaf(0.5f, z, 1.0f));
+  float p = fmaf(t, 0.17087277f, -0.82215223f);
+  p = fmaf(t, p, 1.48851587f);
+  p = fmaf(t, p, -1.13520398f);
+  p = fmaf(t, p, 0.27886807f);
+  p = fmaf(t, p, -0.18628806f);
+  p = fmaf(t, p, 0.09678418f);
+  p = fmaf(t, p, 0.37409196f);
+  p = fmaf(t, p, 1.00002368f);
+  p = fmaf(t, p, -1.26551223f);
+  const float L2E = 1.4426950408889634f;
+  const float e = exp2f(-(z * z) * L2E); /* exp(-a^2 / 2) */
+  const float half = 0.5f * t * e * exp2f(p * L2E);
+  const float cdf = a >= 0.f ? 1.0f - half : half;
+  *h = a * cdf;
+  *d = fmaf(a, 0.39894228040143268f * e, cdf);
+}
+
 /* acc (this warp's slots I0..I1) += A B for the gradient tile pairs
  * [LO, HI) (16 x 16 each) of an output NTN pairs wide, K = KS * 8. */
 template <int I0, int I1, int LO, int HI, int NTN, int KS, class FA, class FB>
@@ -166,18 +233,17 @@ __device__ __forceinline__ void tc_grad(float (&acc)[kTcSlots][2][4], const FA &
  * arrays of rows kTcLd, W in shared memory, [out][in] in rows of kTcLd):
  * the weight's gradient tiles [LO, HI) (slots I0..I1) += dout^T in,
  * din = dout W, and the bias's sums added to gbias[64] by warps 8 and 9
- * (warps 0-3 take a second tile of din). */
+ * (parts: tc_gemm_slices'). */
 template <int I0, int I1, int LO, int HI>
 __device__ __forceinline__ void tc_linear_bwd(float (&acc)[kTcSlots][2][4], const float *dout,
                                               const float *in, const float *W, float *din,
-                                              float *gbias) {
+                                              float *gbias, float *parts) {
   tc_grad<I0, I1, LO, HI, 4, kTcRows / 8>(
       acc, [&](int o, int s) { return dout[s * kTcLd + o]; },
       [&](int s, int i) { return in[s * kTcLd + i]; });
-  tc_gemm<kTcRows, 64, 64>(
-      [&](int s, int o) { return dout[s * kTcLd + o]; },
-      [&](int o, int i) { return W[o * kTcLd + i]; },
-      [&](int s, int i, float v) { din[s * kTcLd + i] = v; });
+  tc_gemm_slices([&](int s, int o) { return dout[s * kTcLd + o]; },
+                 [&](int o, int i) { return W[o * kTcLd + i]; },
+                 [&](int s, int i, float v) { din[s * kTcLd + i] = v; }, parts);
   const int tid = threadIdx.x;
   if (tid >= 256 && tid < 320) {
     const int j = tid - 256;
@@ -187,31 +253,24 @@ __device__ __forceinline__ void tc_linear_bwd(float (&acc)[kTcSlots][2][4], cons
   }
 }
 
-/* LayerNorm of one row of n = 32 * PER values at xi (one warp, lane's
- * values j = lane + 32 i), x - mean in double (as ln_fwd_exact): xhat and
- * the output to their rows; the rstd returned. */
-template <int PER>
-__device__ __forceinline__ float tc_ln_row(const float (&xv)[PER], const float *__restrict__ gw,
-                                           const float *__restrict__ gb, float *xh, float *out) {
+/* LayerNorm of one row of 32 values (one warp, a value a lane): xhat and
+ * the output to their rows; the rstd returned. Statistics in float after
+ * subtracting the row's first value, as the inference kernels: the
+ * differences of values that sit close together are exact, so nothing is
+ * lost to cancellation, and no double arithmetic is left in the forward
+ * (1/64 of the float rate on the sm_86 and sm_89 parts this kernel also
+ * runs on). */
+__device__ __forceinline__ float tc_ln_row32(float x, const float *__restrict__ gw,
+                                             const float *__restrict__ gb, float *xh,
+                                             float *out) {
   const int lane = threadIdx.x & 31;
-  double s = 0;
-#pragma unroll
-  for (int i = 0; i < PER; i++) s += xv[i];
-  const double mean = warp_sum(s) / (32 * PER);
-  double ss = 0;
-#pragma unroll
-  for (int i = 0; i < PER; i++) {
-    const double d = xv[i] - mean;
-    ss += d * d;
-  }
-  const float rf = (float)(1.0 / sqrt(warp_sum(ss) / (32 * PER) + kLnEps));
-#pragma unroll
-  for (int i = 0; i < PER; i++) {
-    const int j = lane + 32 * i;
-    const float v = (float)(((double)xv[i] - mean) * (double)rf);
-    xh[j] = v;
-    out[j] = v * __ldg(gw + j) + __ldg(gb + j);
-  }
+  const float dv = x - __shfl_sync(0xffffffffu, x, 0);
+  const float md = tc_sum32(dv) * (1.0f / 32);
+  const float e = dv - md;
+  const float rf = rsqrtf(tc_sum32(e * e) * (1.0f / 32) + 1e-5f);
+  const float v = e * rf;
+  xh[lane] = v;
+  out[lane] = fmaf(v, __ldg(gw + lane), __ldg(gb + lane));
   return rf;
 }
 
@@ -235,11 +294,12 @@ __device__ __forceinline__ void tc_ln_bwd_row(const float (&dv)[PER], const floa
   for (int i = 0; i < PER; i++) dx[i] = rstd * (t[i] - m1 - xh[i] * m2);
 }
 
-/* LayerNorm 1 of one value from its row's mean and rstd: xhat and the
+/* LayerNorm 1 of one value from its row's shift (its first value), mean
+ * after the shift and rstd (tc_ln_row32's statistics): xhat and the
  * output, the same bits wherever the kernel computes them again. */
-__device__ __forceinline__ void tc_ln1(float xv, double mean, float rf, float gw, float gb,
-                                       float &xh, float &u) {
-  xh = (float)(((double)xv - mean) * (double)rf);
+__device__ __forceinline__ void tc_ln1(float xv, float sh, float md, float rf, float gw,
+                                       float gb, float &xh, float &u) {
+  xh = ((xv - sh) - md) * rf;
   u = fmaf(xh, gw, gb);
 }
 
@@ -269,8 +329,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   float *ZH = DR + kTcSlice, *V = ZH + kTcWinA, *ZP = V + kTcWinA, *G2 = ZP + kTcWinA;
   float *DZP = G2 + kTcWinA, *DV = DZP + kTcWinA, *DZ = DV + kTcWinA;
   float *SK = DZ + kTcWinA, *RS1 = SK + 8 * 512, *RS2 = RS1 + kTcRows, *GA = RS2 + kTcWin;
-  double *MU1 = reinterpret_cast<double *>(GA + GA_TOTAL);
-  float *WE = reinterpret_cast<float *>(MU1 + kTcRows), *WD = WE + 64 * kTcLd;
+  float *SH1 = GA + GA_TOTAL, *MD1 = SH1 + kTcRows;
+  float *WE = MD1 + kTcRows, *WD = WE + 64 * kTcLd;
   float *WB = WD + 64 * kTcLd, *BN = WB + 32 * kTcLdw;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const float *__restrict__ P = w.p;
@@ -323,7 +383,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       for (int k = 0; k < CHUNK; k++) {
         const int s = s0 + 8 * (h + k);
         float xh = 0.f, u = 0.f;
-        if (s < R) tc_ln1(xv[k], MU1[s], RS1[s], w1, b1, xh, u);
+        if (s < R) tc_ln1(xv[k], SH1[s], MD1[s], RS1[s], w1, b1, xh, u);
         U2[s * kTcLd + j] = u;
       }
     }
@@ -337,7 +397,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     auto xrow = [&](int s) { return xwin(base + s / 5) + s % 5 * 64; };
 
     /* LayerNorm 1, a warp per slice (five each, their loads first),
-     * x - mean in double; the rows past the last window zero */
+     * statistics in float after the slice's first band (tc_ln_row32's
+     * reason); the rows past the last window zero */
     {
       constexpr int RW = kTcRows / kTcWarps;
       float xv[RW][2];
@@ -350,16 +411,18 @@ __global__ void __launch_bounds__(kTcThreads, 1)
 #pragma unroll
       for (int q = 0; q < RW; q++) {
         const int s = warp + kTcWarps * q;
-        const double mean = warp_sum((double)xv[q][0] + (double)xv[q][1]) / 64;
-        const double d0 = xv[q][0] - mean, d1 = xv[q][1] - mean;
-        const float rf = (float)(1.0 / sqrt(warp_sum(d0 * d0 + d1 * d1) / 64 + kLnEps));
+        const float sh = __shfl_sync(0xffffffffu, xv[q][0], 0);
+        const float md = tc_sum32((xv[q][0] - sh) + (xv[q][1] - sh)) * (1.0f / 64);
+        const float e0 = (xv[q][0] - sh) - md, e1 = (xv[q][1] - sh) - md;
+        const float rf = rsqrtf(tc_sum32(fmaf(e0, e0, e1 * e1)) * (1.0f / 64) + 1e-5f);
         float xh, u0 = 0.f, u1 = 0.f;
         if (s < R) {
-          tc_ln1(xv[q][0], mean, rf, __ldg(ln1w + lane), __ldg(ln1b + lane), xh, u0);
-          tc_ln1(xv[q][1], mean, rf, __ldg(ln1w + lane + 32), __ldg(ln1b + lane + 32), xh, u1);
+          tc_ln1(xv[q][0], sh, md, rf, __ldg(ln1w + lane), __ldg(ln1b + lane), xh, u0);
+          tc_ln1(xv[q][1], sh, md, rf, __ldg(ln1w + lane + 32), __ldg(ln1b + lane + 32), xh, u1);
           if (lane == 0) {
             RS1[s] = rf;
-            MU1[s] = mean;
+            SH1[s] = sh;
+            MD1[s] = md;
           }
         }
         U[s * kTcLd + lane] = u0;
@@ -377,19 +440,17 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
       }
     }
-    /* slice encoder: h = GELU(u We^T + be), GELU' kept; the GELUs in a
-     * pass of their own over all the threads (in the product's epilogue
-     * the four warps with a second tile did a fifth of them alone) */
-    tc_gemm<kTcRows, 64, 64>(
+    /* slice encoder: h = GELU(u We^T + be), GELU' kept, in the product's
+     * epilogue (its last four tiles' on all the threads: tc_gemm_slices).
+     * A pass of its own cost a barrier, and the compiler then spilled in
+     * the group loop: ~4 % of the kernel (doc/gpu-kernels.md). */
+    tc_gemm_slices(
         [&](int s, int k) { return sl(U, s, k); }, [&](int k, int o) { return WE[o * kTcLd + k]; },
-        [&](int s, int o, float v) { H[s * kTcLd + o] = v + __ldg(be + o); });
-    __syncthreads();
-#pragma unroll 5
-    for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
-      const int e = (i >> 6) * kTcLd + (i & 63);
-      const float a = H[e];
-      gelu(a, &H[e], &G1[e]);
-    }
+        [&](int s, int o, float v) {
+          const int e = s * kTcLd + o;
+          tc_gelu(v + __ldg(be + o), &H[e], &G1[e]);
+        },
+        SK);
     __syncthreads();
     /* z = B c */
     tc_gemm_k320(
@@ -403,9 +464,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     __syncthreads();
     /* LayerNorm 2, a warp per window */
     {
-      const float zv[1] = {DV[warp * kTcLdw + lane]};
-      const float rf = tc_ln_row<1>(zv, P + d.off[5], P + d.off[6], ZH + warp * kTcLdw,
-                                    V + warp * kTcLdw);
+      const float rf = tc_ln_row32(DV[warp * kTcLdw + lane], P + d.off[5], P + d.off[6],
+                                   ZH + warp * kTcLdw, V + warp * kTcLdw);
       if (lane == 0) RS2[warp] = rf;
     }
     __syncthreads();
@@ -419,7 +479,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     {
       const int e = (tid >> 5) * kTcLdw + (tid & 31);
       const float a = ZP[e];
-      gelu(a, &ZP[e], &G2[e]);
+      tc_gelu(a, &ZP[e], &G2[e]);
     }
     __syncthreads();
     /* r = B^T z', into the slices' rows */
@@ -432,12 +492,13 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     if (!grad) {
       /* y = r Wd^T + bd */
       float *yg = y_out + base * 320;
-      tc_gemm<kTcRows, 64, 64>(
+      tc_gemm_slices(
           [&](int s, int k) { return sl(RR, s, k); },
           [&](int k, int m) { return WD[m * kTcLd + k]; },
           [&](int s, int m, float v) {
             if (s < R) yg[s * 64 + m] = v + __ldg(bd + m);
-          });
+          },
+          SK);
       __syncthreads();
       continue;
     }
@@ -454,10 +515,10 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       /* the loss's: y, then per window (a warp each: its input read in
        * whole rows, a thread's loads first) y - x, its squared error in
        * double and s2 (y - x); zero past the last window */
-      tc_gemm<kTcRows, 64, 64>(
+      tc_gemm_slices(
           [&](int s, int k) { return sl(RR, s, k); },
           [&](int k, int m) { return WD[m * kTcLd + k]; },
-          [&](int s, int m, float v) { DY[s * kTcLd + m] = v + __ldg(bd + m); });
+          [&](int s, int m, float v) { DY[s * kTcLd + m] = v + __ldg(bd + m); }, SK);
       __syncthreads();
       double e = 0;
       float *dw = DY + warp * 5 * kTcLd;
@@ -485,7 +546,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       __syncthreads();
     }
     /* decoder: dWd += dy^T r, dbd, dr = dy Wd */
-    tc_linear_bwd<0, 0, TC_WD, TC_WB>(acc, DY, RR, WD, DR, GA + GA_BD);
+    tc_linear_bwd<0, 0, TC_WD, TC_WB>(acc, DY, RR, WD, DR, GA + GA_BD, SK);
     __syncthreads();
     /* dz' = B dr, times GELU' */
     tc_gemm_k320(
@@ -548,7 +609,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     ln1_again(base, R, U2);
     __syncthreads();
     /* slice encoder Linear: dWe += da^T u, dbe, du = da We (into DY) */
-    tc_linear_bwd<3, 4, TC_WE, TC_TILES>(acc, G1, U2, WE, DY, GA + GA_BE);
+    tc_linear_bwd<3, 4, TC_WE, TC_TILES>(acc, G1, U2, WE, DY, GA + GA_BE, SK);
     __syncthreads();
     /* LayerNorm 1: its parameters, and with dx the input gradient (xhat
      * again from x) */
@@ -571,7 +632,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
 #pragma unroll
         for (int i = 0; i < 2; i++) {
           dv[i] = sl(DY, s, lane + 32 * i);
-          tc_ln1(xv[q][i], MU1[s], RS1[s], 0.f, 0.f, xh[i], u);
+          tc_ln1(xv[q][i], SH1[s], MD1[s], RS1[s], 0.f, 0.f, xh[i], u);
           gw[i] = fmaf(dv[i], xh[i], gw[i]);
           gb[i] += dv[i];
         }
@@ -600,12 +661,13 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   if (!grad) return;
   if (mode == TC_MSE) {
     /* the warps' sums in warp order */
+    double *red = reinterpret_cast<double *>(SK); /* the parts are spent */
     __syncthreads();
-    if (lane == 0) MU1[warp] = sse;
+    if (lane == 0) red[warp] = sse;
     __syncthreads();
     if (tid == 0) {
       double b = 0;
-      for (int q = 0; q < kTcWarps; q++) b += MU1[q];
+      for (int q = 0; q < kTcWarps; q++) b += red[q];
       part_sse[blockIdx.x] = b;
     }
   }
