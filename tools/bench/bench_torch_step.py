@@ -15,6 +15,10 @@ trainer's kernels (SSAE_CUDA_VJP=simt) and once on the default ones (for the
 default dimensions: the inference kernel's forward, the tensor-core
 backward), so the two alternate in one invocation.
 
+--builds DIR,DIR...: instead of the two kernel sets, the default kernels of
+each build tree (DIR/python on PYTHONPATH; the first column names it), each
+in its own process, alternating: two trees compared in one invocation.
+
 --breakdown: instead, for each size, how much of the drop-in module's step
 is spent inside its autograd Function (ssae's Python and library calls, the
 forward and the backward) and how much around it in torch (zero_grad,
@@ -70,7 +74,8 @@ def run_sizes(sizes):
     import torch
 
     m, plain = models()
-    kernels = "trainer's" if os.environ.get("SSAE_CUDA_VJP") == "simt" else "default"
+    kernels = os.environ.get("SSAE_BENCH_LABEL") or (
+        "trainer's" if os.environ.get("SSAE_CUDA_VJP") == "simt" else "default")
     for n in sizes:
         g = torch.Generator().manual_seed(1)
         x = (torch.randn(n, 320, generator=g) * 12 - 40).cuda()
@@ -105,7 +110,7 @@ def run_sizes(sizes):
             t[name] = (time.perf_counter() - t0) / reps * 1e3
         if not m.uses_kernel:
             print("note: the drop-in module fell back to plain PyTorch", file=sys.stderr)
-        print("%-9s %6d %9.3f %15.3f %12.3f %7.3f %9.2f %12.3f %9.2f %12.3f %9.2f" % (
+        print("%-9.9s %6d %9.3f %15.3f %12.3f %7.3f %9.2f %12.3f %9.2f %12.3f %9.2f" % (
             kernels, n, f / reps, b / reps, t["ssae"], t["torch"], t["torch"] / t["ssae"],
             t["fused"], t["torch"] / t["fused"], t["direct"], t["torch"] / t["direct"]),
             flush=True)
@@ -164,6 +169,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--breakdown", action="store_true",
                     help="the step inside ssae's autograd Function and around it")
+    ap.add_argument("--builds", default=None,
+                    help="comma-separated build trees to compare (default kernels each)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     sizes = [int(v) for v in a.sizes.split(",")]
@@ -180,12 +187,23 @@ def main():
         return 0
     print("kernels    batch  fwd (ms)  loss+bwd (ms)  step: ssae   torch   x torch   fused loss"
           "   x torch  no autograd   x torch")
+    tools = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = []  # (environment changes) of one round, in order
+    if a.builds:
+        for b in a.builds.split(","):
+            py = os.path.join(os.path.abspath(b), "python")
+            if not os.path.isdir(os.path.join(py, "ssae")):
+                print("--builds: %s has no python/ssae (not a built tree)" % b, file=sys.stderr)
+                return 2
+            runs.append({"PYTHONPATH": py + os.pathsep + tools,
+                         "SSAE_BENCH_LABEL": os.path.basename(os.path.abspath(b))})
+    else:
+        runs = [{"SSAE_CUDA_VJP": "simt"}, {}]
     for _ in range(a.rounds):
-        for simt in (True, False):
+        for change in runs:
             env = dict(os.environ)
             env.pop("SSAE_CUDA_VJP", None)
-            if simt:
-                env["SSAE_CUDA_VJP"] = "simt"
+            env.update(change)
             rc = subprocess.call([sys.executable, __file__, "--child", "--sizes", a.sizes],
                                  env=env)
             if rc:
