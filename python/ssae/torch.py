@@ -29,6 +29,9 @@ so state_dicts load either way. Where the forward runs:
 reconstruction_loss(x) is mse_loss(model(x), x) with the forward, the
 loss and the backward fused into one pass (the trainer's step): the same
 loss and gradients, the fastest way to train the module.
+ReconstructionLoss(model) is that loss as a module of its own, for wrappers
+that run a module's forward: DistributedDataParallel(ReconstructionLoss(model))
+averages the fused pass's gradients over the processes.
 
 Plain PyTorch (the SPEC module's own operations) runs instead, with one
 RuntimeWarning:
@@ -55,7 +58,7 @@ from . import _lib
 # which asks whether the library is there).
 _lib.available()
 
-__all__ = ["SpectralShapeAutoencoder", "TENSOR_NAMES"]
+__all__ = ["SpectralShapeAutoencoder", "ReconstructionLoss", "TENSOR_NAMES"]
 
 TENSOR_NAMES = [
     "slice_encoder.0.weight", "slice_encoder.0.bias",
@@ -76,6 +79,17 @@ def _warn_once(key, msg):
             return
         _warned.add(key)
     warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
+
+def _distributed_processes():
+    """The processes of torch.distributed's default group, 1 without one."""
+    d = getattr(torch, "distributed", None)
+    try:
+        if d is not None and d.is_available() and d.is_initialized():
+            return d.get_world_size()
+    except (RuntimeError, ValueError):
+        pass
+    return 1
 
 
 from ._torch_net import KernelError, _Net
@@ -377,10 +391,19 @@ class SpectralShapeAutoencoder(nn.Module):
         where it is not, as backward does). At small batches autograd's
         engine is most of a fused step (about 200 us of 380 at 512 windows
         on an H100 host); this skips it. Returns the loss, detached.
-        Autograd's hooks on parameters do not run (DistributedDataParallel
-        reduces gradients in them: there, use reconstruction_loss). Where
+        Autograd's hooks on parameters do not run, and DistributedDataParallel
+        averages gradients in them: with a torch.distributed group of more
+        than one process this says so once (RuntimeWarning); train there
+        through DistributedDataParallel(ReconstructionLoss(model)). Where
         the pass cannot fuse (as reconstruction_loss) it runs the three
         statements above."""
+        nproc = _distributed_processes()
+        if nproc > 1:
+            _warn_once("distributed", "reconstruction_backward puts gradients into .grad "
+                       "without autograd: DistributedDataParallel does not average them over "
+                       "the %d processes of the torch.distributed group (each process keeps "
+                       "its own); train through DistributedDataParallel("
+                       "ssae.torch.ReconstructionLoss(model)) instead" % nproc)
         params = self._params()
         self._check_input(x, params)
         x2 = x.reshape(-1, self.frames * self.n_mels)
@@ -469,3 +492,28 @@ class SpectralShapeAutoencoder(nn.Module):
         if rc != 0:
             msg = err.value.decode("utf-8", "replace")
             raise OSError(msg) if rc == _lib.EIO else ValueError(msg)
+
+
+class ReconstructionLoss(nn.Module):
+    """A drop-in module's fused reconstruction loss as a module: forward(x)
+    is model.reconstruction_loss(x), and the parameters are model's (under
+    "model."). For wrappers that run a module's forward, above all
+    DistributedDataParallel, which averages gradients over the processes in
+    the autograd hooks that its forward arms:
+
+        loss_fn = DistributedDataParallel(ReconstructionLoss(model))
+        for x in batches:
+            opt.zero_grad(); loss_fn(x).backward(); opt.step()
+
+    Calling model.reconstruction_loss directly skips DDP's forward, and its
+    gradients are then not averaged."""
+
+    def __init__(self, model):
+        super().__init__()
+        if not isinstance(model, SpectralShapeAutoencoder):
+            raise TypeError("ReconstructionLoss: model is a %s, not an "
+                            "ssae.torch.SpectralShapeAutoencoder" % type(model).__name__)
+        self.model = model
+
+    def forward(self, x):
+        return self.model.reconstruction_loss(x)
