@@ -6,7 +6,9 @@ gloo on a loopback port (what torchrun starts), each with its own batch.
   batches' float64 SPEC gradients within 1e-4;
 - reconstruction_backward, which skips autograd and so DDP's averaging,
   says so once (RuntimeWarning) in such a group, and nothing outside one.
-This file is also the worker: `python3 test_distributed.py RANK PORT OUT`."""
+On CPU tensors, and where there is a GPU on CUDA tensors (both processes on
+device 0; gloo reduces CUDA tensors too).
+This file is also the worker: `python3 test_distributed.py RANK PORT OUT DEVICE`."""
 import os
 import socket
 import subprocess
@@ -24,7 +26,7 @@ def batch(rank):
     return (torch.randn(37 + 5 * rank, 320, generator=g) * 6 - 55).float()
 
 
-def worker(rank, port, out):
+def worker(rank, port, out, device):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -34,8 +36,8 @@ def worker(rank, port, out):
                             world_size=WORLD)
     try:
         torch.manual_seed(0)
-        model = st.SpectralShapeAutoencoder()
-        x = batch(rank)
+        model = st.SpectralShapeAutoencoder().to(device)
+        x = batch(rank).to(device)
         res = {}
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
@@ -43,15 +45,16 @@ def worker(rank, port, out):
             loss = fused(x)
             assert type(loss.grad_fn).__name__ == "_ReconLossBackward", loss.grad_fn
             loss.backward()
-            res["fused"] = {n: p.grad.clone() for n, p in model.named_parameters()}
+            res["fused"] = {n: p.grad.cpu() for n, p in model.named_parameters()}
             model.zero_grad(set_to_none=True)
             plain = DDP(model)
             torch.nn.functional.mse_loss(plain(x), x).backward()
-            res["module"] = {n: p.grad.clone() for n, p in model.named_parameters()}
+            res["module"] = {n: p.grad.cpu() for n, p in model.named_parameters()}
             model.zero_grad(set_to_none=True)
             model.reconstruction_backward(x)
             model.reconstruction_backward(x)
         res["warnings"] = [str(r.message) for r in rec if issubclass(r.category, RuntimeWarning)]
+        res["kernel"] = model.uses_kernel
         torch.save(res, out)
     finally:
         dist.destroy_process_group()
@@ -71,10 +74,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_group(tmp_path):
+def run_group(tmp_path, device):
     port = free_port()
     outs = [str(tmp_path / ("rank%d.pt" % r)) for r in range(WORLD)]
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), outs[r]],
+    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), outs[r], device],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for r in range(WORLD)]
     logs = []
@@ -90,13 +93,19 @@ def run_group(tmp_path):
     return [torch.load(o) for o in outs]
 
 
-def test_ddp_averages_the_fused_loss_and_the_module(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_ddp_averages_the_fused_loss_and_the_module(tmp_path, device):
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch without torch.distributed's gloo backend")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    import ssae
     import ssae_torch
 
-    res = run_group(tmp_path)
+    res = run_group(tmp_path, device)
+    # on the kernels, not on the plain PyTorch fallback
+    assert all(r["kernel"] for r in res) and ssae.backends()[device]
     # the oracle: each batch's float64 SPEC gradients, averaged
     torch.manual_seed(0)
     import ssae.torch as st
@@ -138,4 +147,4 @@ def test_reconstruction_loss_module_takes_the_drop_in_module_only():
 
 
 if __name__ == "__main__":
-    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
