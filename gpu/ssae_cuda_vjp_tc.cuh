@@ -16,9 +16,10 @@
  * with this kernel (BENCHMARKS.md). What limits it now: block-wide stages
  * of 16 windows leave each warp little independent work (Nsight: 0.43
  * instructions issued per cycle per scheduler, the tensor pipe 21 % busy),
- * and at 128 registers a thread (one block of 512 per SM) a spill in the
- * group loop costs more than the instructions it saves: keep `ptxas -v` at
- * 0 bytes spilled (doc/gpu-kernels.md, "The backward kernel").
+ * and it runs at 128 registers a thread (one block of 512 per SM), where a
+ * small edit can make ptxas spill in the group loop (once 5 % of the
+ * kernel): after a change, read `ptxas -v` (0 bytes spilled now) and
+ * measure (doc/gpu-kernels.md, "The backward kernel").
  *
  * One block of 16 warps per SM takes groups of 16 windows (80 slices) in
  * turn. A group's activations live in shared memory, slice-major (a slice's
@@ -58,8 +59,9 @@ enum { GA_LN1W = 0, GA_LN1B = 64, GA_BE = 128, GA_LN2W = 192, GA_LN2B = 224, GA_
  * the sums, LayerNorm 1's shifts and shifted means, then the weights:
  * encoder and decoder (64 rows of kTcLd), bottleneck (32 of kTcLdw), the normalised
  * basis (32 of kTcLdb). LayerNorm 1's output and xhat are made again from
- * the input where the backward needs them (the group's 20 KB of input, in
- * L2 by then) to leave room for the weights. */
+ * the input once, where the backward needs them (the group's 20 KB of
+ * input, in L2 by then), into two spent slice arrays: room for the
+ * weights. */
 const int kTcLdb = 324;
 const int kTcSlice = kTcRows * kTcLd, kTcWinA = kTcWin * kTcLdw;
 const int kTcSmemFloats = 5 * kTcSlice + 7 * kTcWinA + 8 * 512 + kTcRows + kTcWin + GA_TOTAL +
@@ -321,9 +323,9 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   float *sm = reinterpret_cast<float *>(smem_tc);
   /* slice arrays: H the GELU output; G1 its derivative, then the encoder's
    * pre-GELU gradient; RR the LayerNorm 1 output (forward), then the
-   * reconstruction codes; DY the output gradient, then LayerNorm 1's
-   * output gradient; DR the codes' gradient, then LayerNorm 1's output
-   * again */
+   * reconstruction codes; DY (the trainer's loss: the input first) the
+   * output gradient, then LayerNorm 1's output gradient; DR the codes'
+   * gradient, then LayerNorm 1's output again; H, once spent, xhat */
   float *H = sm, *G1 = H + kTcSlice, *RR = G1 + kTcSlice, *DY = RR + kTcSlice;
   float *DR = DY + kTcSlice, *U = RR;
   float *ZH = DR + kTcSlice, *V = ZH + kTcWinA, *ZP = V + kTcWinA, *G2 = ZP + kTcWinA;
@@ -363,10 +365,10 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   auto code = [](int wi, int cc) { return (wi * 5 + (cc >> 6)) * kTcLd + (cc & 63); };
   /* window i's input */
   auto xwin = [&](size_t i) { return x + (offs ? offs[i] : i * 320); };
-  /* LayerNorm 1's output of the group again, into U2 (rows past the last
-   * window zero); a thread's loads of the input first, five at a time
-   * (issued one after another they cost a trip to L2 each) */
-  auto ln1_again = [&](size_t base, int R, float *U2) {
+  /* LayerNorm 1's output of the group again, into U2, and xhat, into XH
+   * (rows past the last window zero); a thread's loads of the input first,
+   * five at a time (issued one after another they cost a trip to L2 each) */
+  auto ln1_again = [&](size_t base, int R, float *U2, float *XH) {
     constexpr int IT = kTcRows * 64 / kTcThreads, CHUNK = 5;
     static_assert(kTcRows * 64 % kTcThreads == 0 && IT % CHUNK == 0, "whole rounds");
     const int j = tid & 63, s0 = tid >> 6; /* element s0 + 8 k of column j */
@@ -385,6 +387,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         float xh = 0.f, u = 0.f;
         if (s < R) tc_ln1(xv[k], SH1[s], MD1[s], RS1[s], w1, b1, xh, u);
         U2[s * kTcLd + j] = u;
+        XH[s * kTcLd + j] = xh;
       }
     }
   };
@@ -427,6 +430,10 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         }
         U[s * kTcLd + lane] = u0;
         U[s * kTcLd + lane + 32] = u1;
+        if (mode == TC_MSE) { /* the input kept for y - x (DY is free until then) */
+          DY[s * kTcLd + lane] = xv[q][0];
+          DY[s * kTcLd + lane + 32] = xv[q][1];
+        }
       }
     }
     __syncthreads();
@@ -512,32 +519,28 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       }
       __syncthreads();
     } else {
-      /* the loss's: y, then per window (a warp each: its input read in
-       * whole rows, a thread's loads first) y - x, its squared error in
-       * double and s2 (y - x); zero past the last window */
+      /* the loss's: y - x in the decoder product's epilogue (x in DY
+       * since LayerNorm 1), then per window (a warp each) its squared
+       * error in double and s2 (y - x); zero past the last window */
       tc_gemm_slices(
           [&](int s, int k) { return sl(RR, s, k); },
           [&](int k, int m) { return WD[m * kTcLd + k]; },
-          [&](int s, int m, float v) { DY[s * kTcLd + m] = v + __ldg(bd + m); }, SK);
+          [&](int s, int m, float v) {
+            float *p = DY + s * kTcLd + m;
+            *p = (v + __ldg(bd + m)) - *p;
+          },
+          SK);
       __syncthreads();
       double e = 0;
       float *dw = DY + warp * 5 * kTcLd;
       if (warp < nw) {
-        const float *xw = xwin(base + warp);
-        constexpr int CHUNK = 5;
-#pragma unroll 1
-        for (int h = 0; h < 10; h += CHUNK) {
-          float xv[CHUNK];
 #pragma unroll
-          for (int k = 0; k < CHUNK; k++) xv[k] = __ldg(xw + lane + 32 * (h + k));
-#pragma unroll
-          for (int k = 0; k < CHUNK; k++) {
-            const int i = lane + 32 * (h + k);
-            float *p = dw + (i >> 6) * kTcLd + (i & 63);
-            const float d = *p - xv[k];
-            e += (double)d * (double)d;
-            *p = s2 * d;
-          }
+        for (int h = 0; h < 10; h++) {
+          const int i = lane + 32 * h;
+          float *p = dw + (i >> 6) * kTcLd + (i & 63);
+          const float d = *p;
+          e += (double)d * (double)d;
+          *p = s2 * d;
         }
       } else {
         for (int i = lane; i < 320; i += 32) dw[(i >> 6) * kTcLd + (i & 63)] = 0.f;
@@ -606,33 +609,26 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         });
     __syncthreads();
     float *U2 = DR; /* the codes' gradient is spent */
-    ln1_again(base, R, U2);
+    ln1_again(base, R, U2, H); /* H is spent too: xhat there */
     __syncthreads();
     /* slice encoder Linear: dWe += da^T u, dbe, du = da We (into DY) */
     tc_linear_bwd<3, 4, TC_WE, TC_TILES>(acc, G1, U2, WE, DY, GA + GA_BE, SK);
     __syncthreads();
     /* LayerNorm 1: its parameters, and with dx the input gradient (xhat
-     * again from x) */
+     * from H, where ln1_again put it) */
     {
       constexpr int RW = kTcRows / kTcWarps;
-      float xv[RW][2];
-#pragma unroll
-      for (int q = 0; q < RW; q++) {
-        const int s = warp + kTcWarps * q;
-        xv[q][0] = s < R ? __ldg(xrow(s) + lane) : 0.f;
-        xv[q][1] = s < R ? __ldg(xrow(s) + lane + 32) : 0.f;
-      }
       /* the parameters' sums per warp (its five rows), then over the warps */
       float gw[2] = {0.f, 0.f}, gb[2] = {0.f, 0.f};
 #pragma unroll
       for (int q = 0; q < RW; q++) {
         const int s = warp + kTcWarps * q;
         if (s >= R) continue;
-        float dv[2], xh[2], u;
+        float dv[2], xh[2];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
           dv[i] = sl(DY, s, lane + 32 * i);
-          tc_ln1(xv[q][i], SH1[s], MD1[s], RS1[s], 0.f, 0.f, xh[i], u);
+          xh[i] = sl(H, s, lane + 32 * i);
           gw[i] = fmaf(dv[i], xh[i], gw[i]);
           gb[i] += dv[i];
         }
