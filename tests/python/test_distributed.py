@@ -9,7 +9,6 @@ gloo on a loopback port (what torchrun starts), each with its own batch.
 On CPU tensors, and where there is a GPU on CUDA tensors (both processes on
 device 0; gloo reduces CUDA tensors too).
 This file is also the worker: `python3 test_distributed.py RANK PORT OUT DEVICE`."""
-import os
 import socket
 import subprocess
 import sys
@@ -41,7 +40,7 @@ def worker(rank, port, out, device):
         res = {}
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
-            fused = DDP(ReconstructionLossChecked(model))
+            fused = DDP(loss_module_checked(model))
             loss = fused(x)
             assert type(loss.grad_fn).__name__ == "_ReconLossBackward", loss.grad_fn
             loss.backward()
@@ -60,7 +59,7 @@ def worker(rank, port, out, device):
         dist.destroy_process_group()
 
 
-def ReconstructionLossChecked(model):
+def loss_module_checked(model):
     import ssae.torch as st
     m = st.ReconstructionLoss(model)
     assert [n for n, _ in m.named_parameters()] == ["model." + n for n, _ in
