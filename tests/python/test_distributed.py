@@ -12,6 +12,7 @@ This file is also the worker: `python3 test_distributed.py RANK PORT OUT DEVICE`
 import socket
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -74,21 +75,46 @@ def free_port():
 
 
 def run_group(tmp_path, device):
+    """Each process's results; a new port when the one picked was taken
+    before rank 0 bound it (another program on the host)."""
+    for _ in range(3):
+        res = run_group_once(tmp_path, device)
+        if res is not None:
+            return res
+    raise AssertionError("no free loopback port for the group after 3 tries")
+
+
+def run_group_once(tmp_path, device):
+    """Starts the group; a process that fails stops the others (one that
+    waits for a peer that is gone would wait for minutes)."""
     port = free_port()
     outs = [str(tmp_path / ("rank%d.pt" % r)) for r in range(WORLD)]
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), outs[r], device],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(WORLD)]
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=180)[0].decode("utf-8", "replace"))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
+    logs = [str(tmp_path / ("rank%d.log" % r)) for r in range(WORLD)]
+    procs = []
+    for r in range(WORLD):
+        with open(logs[r], "w") as log:
+            procs.append(subprocess.Popen([sys.executable, __file__, str(r), str(port), outs[r],
+                                           device], stdout=log, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + 180
+    try:
+        while any(p.poll() is None for p in procs):
+            if any(p.returncode for p in procs) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    text = []
+    for path in logs:
+        with open(path, errors="replace") as f:
+            text.append(f.read())
+    if any(p.returncode for p in procs) and any("address already in use" in t.lower()
+                                                 for t in text):
+        return None
     for r, p in enumerate(procs):
-        assert p.returncode == 0, "rank %d: %s" % (r, logs[r][-3000:])
+        assert p.returncode == 0, "rank %d (exit %s): %s" % (r, p.returncode, text[r][-3000:])
     return [torch.load(o) for o in outs]
 
 
