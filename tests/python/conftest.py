@@ -10,6 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.environ.get("SSAE_SOURCE_ROOT", "."), "tools"))
+sys.path.insert(0, os.path.join(os.environ.get("SSAE_SOURCE_ROOT", "."), "tests"))
 import ssae_torch  # noqa: E402
 
 import ssae  # noqa: E402

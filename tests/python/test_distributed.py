@@ -9,7 +9,6 @@ gloo on a loopback port (what torchrun starts), each with its own batch.
 On CPU tensors, and where there is a GPU on CUDA tensors (both processes on
 device 0; gloo reduces CUDA tensors too).
 This file is also the worker: `python3 test_distributed.py RANK PORT OUT DEVICE`."""
-import socket
 import subprocess
 import sys
 import time
@@ -68,12 +67,6 @@ def loss_module_checked(model):
     return m
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_group(tmp_path, device):
     """Each process's results; a new port when the one picked was taken
     before rank 0 bound it (another program on the host)."""
@@ -87,6 +80,7 @@ def run_group(tmp_path, device):
 def run_group_once(tmp_path, device):
     """Starts the group; a process that fails stops the others (one that
     waits for a peer that is gone would wait for minutes)."""
+    from ssae_testlib import free_port  # tests/, on the path from conftest
     port = free_port()
     outs = [str(tmp_path / ("rank%d.pt" % r)) for r in range(WORLD)]
     logs = [str(tmp_path / ("rank%d.log" % r)) for r in range(WORLD)]
