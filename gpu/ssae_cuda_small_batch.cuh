@@ -15,7 +15,8 @@
  *   decoder  thread per output (f, m), 32 loads of DT[l][j]. */
 #define SSAE_SMALL_THREADS 1024
 #define SSAE_SMALL_FMAX 16
-__global__ void __launch_bounds__(SSAE_SMALL_THREADS)
+/* static: the kernel table's file and the VJP's each have their copy */
+static __global__ void __launch_bounds__(SSAE_SMALL_THREADS)
     ssae_small_batch_kernel(const float *__restrict__ wts, ssae_cuda_layout lo,
                             const float *__restrict__ x, size_t n,
                             float *__restrict__ scores, float *__restrict__ recon) {

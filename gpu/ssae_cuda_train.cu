@@ -134,7 +134,7 @@ unsigned grid_update(const dims_t &d) {
 int launch_update(ctrain *c, int upd, int nparts, double *sse_out, const adam_args &a,
                   ssae_err *err) {
   k_update<<<grid_update(c->d), kThreads, sizeof(double) * (size_t)c->d.C, c->st>>>(
-      c->d, c->w, c->d_part, nparts, c->d_psse, sse_out, upd, a, c->d_gout);
+      c->d, c->w, c->d_part, nparts, c->d_psse, sse_out, upd, a, c->d_gout, NULL);
   CK(cudaGetLastError(), "launching the update kernel");
   return 0;
 }

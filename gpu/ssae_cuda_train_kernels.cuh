@@ -489,11 +489,14 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
 /* Blocks [0, L): one basis row each; the rest: the other parameters, one
  * per thread. UPD_PREP derives the normalised basis and the transposes
  * from the parameters; UPD_GRAD_OUT writes the summed gradient to gout;
- * UPD_ADAM applies Adam, then prepares as UPD_PREP. */
+ * UPD_ADAM applies Adam, then prepares as UPD_PREP. gate (NULL: none):
+ * nothing is done while *gate is 0 (the VJP forward's weights, made again
+ * only when the parameters changed). */
 __global__ void __launch_bounds__(kThreads)
     k_update(dims_t d, dev_w w, const float *__restrict__ part, int nparts,
              const double *__restrict__ part_sse, double *sse_out, int upd, adam_args a,
-             float *__restrict__ gout) {
+             float *__restrict__ gout, const int *__restrict__ gate) {
+  if (gate && !*gate) return;
   __shared__ double red[kThreads];
   extern __shared__ double dB[];
   const int L = d.L, C = d.C, M = d.M, S = d.S, P = d.P, tid = threadIdx.x;

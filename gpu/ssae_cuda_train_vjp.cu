@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "ssae_cuda_device_scope.cuh"
+#include "ssae_cuda_small_batch.cuh"
 #include "ssae_cuda_train_kernels.cuh"
 #include "ssae_cuda_vjp_tc.cuh"
 #include "ssae_cuda_warp_3xtf32.cuh"
@@ -42,6 +43,11 @@ const int kVjpMaxBlocks = 256;
  * groups than SMs). */
 const size_t kLargeBatch = 4096;
 const int kLargeGroup = 16;
+
+/* Forwards of up to this many windows run small_batch (one window a block,
+ * latency-bound), as the kernel table chooses for inference: at one window
+ * the inference kernel's single 16-window tile on one warp took longer. */
+const size_t kSmallBatch = 1024;
 
 /* Forward (dy NULL: y_out gets the reconstruction) or forward + backward
  * (dy: partial gradient of block b at part + b*P, the input gradient at dx
@@ -104,11 +110,53 @@ __global__ void k_loss_sum(const double *__restrict__ part_sse, int nparts, doub
 }
 
 /* The inference kernels' folded weights from the caller's parameters and
- * the normalised basis: one thread per folded value (ssae_fold_one). */
+ * the normalised basis: one thread per folded value (ssae_fold_one), which
+ * also writes the value's row-major copy where the layout has one (read by
+ * small_batch; the host's fold makes them the same way,
+ * ssae_cuda_instance.cu); none while *gate is 0. */
 __global__ void k_fold(dims_t d, const float *__restrict__ P, const float *__restrict__ bn,
-                       ssae_cuda_layout lo, float *__restrict__ w) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < ssae_fold_count(lo)) ssae_fold_one(lo, d.off, P, bn, i, w);
+                       ssae_cuda_layout lo, float *__restrict__ w, const int *__restrict__ gate) {
+  if (!*gate) return;
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= ssae_fold_count(lo)) return;
+  ssae_fold_one(lo, d.off, P, bn, i, w);
+  const int M = lo.M, L = lo.L, S = lo.S, C = lo.F * S, FM = lo.F * M;
+  if (i < M * S) { /* we [k][s] */
+    w[lo.we_r + (i % S) * M + i / S] = w[lo.we + i];
+    return;
+  }
+  i -= M * S + S;
+  if (i < 0) return;
+  if (i < C * L) { /* bt [c][l] */
+    w[lo.b_r + (i % L) * C + i / L] = w[lo.bt + i];
+    return;
+  }
+  i -= C * L;
+  if (i < L * L) { /* wbt [k][l] */
+    w[lo.wb_r + (i % L) * L + i / L] = w[lo.wbt + i];
+    return;
+  }
+  i -= L * L + L;
+  if (i >= 0 && i < L * FM) w[lo.d_r + (i % FM) * L + i / FM] = w[lo.dt + i]; /* dt [l][j] */
+}
+
+/* *changed = 1 when the n parameters at p differ, bit for bit, from seen
+ * (or force), else 0; seen takes p's values. One block: the folded weights'
+ * kernels after it read the flag. */
+const int kSeenThreads = 1024;
+__global__ void __launch_bounds__(kSeenThreads)
+    k_params_seen(const float *__restrict__ p, float *__restrict__ seen, int n, int force,
+                  int *__restrict__ changed) {
+  int any = 0;
+  for (int i = threadIdx.x; i < n; i += kSeenThreads) {
+    const float v = p[i];
+    if (__float_as_uint(v) != __float_as_uint(seen[i])) {
+      seen[i] = v;
+      any = 1;
+    }
+  }
+  any = __syncthreads_or(any);
+  if (threadIdx.x == 0) *changed = any || force;
 }
 
 }  // namespace
@@ -125,12 +173,21 @@ struct ssae_cuda_vjp {
   ssae_tc_layout tl;
   int fwd_inf; /* the inference kernel fits */
   float *wf, *scores;
+  /* The parameters wf was folded from (seen) and whether this call's
+   * differ (changed, on the device): an evaluation loop folds once, and a
+   * change the caller made without a trace (through .data, a CUDA graph's
+   * replay) is folded at the next call. seen_ok 0: fold whatever seen
+   * holds (none yet, or a call failed after seen was written). */
+  float *seen;
+  int *changed;
+  int seen_ok;
   size_t scores_cap;
   dev_w w;     /* w.p is set per call to the caller's parameters */
   float *part; /* kVjpMaxBlocks partial gradients */
   double *part_sse; /* and their sums of squared errors (the fused loss) */
   cudaEvent_t done; /* the last call's work */
   int have_done;
+  int capturing; /* this call is being captured into a CUDA graph (graph_call) */
 };
 
 namespace {
@@ -144,19 +201,27 @@ namespace {
 
 /* Queues on s: wait for the previous call's work, then the derived weights
  * of params. */
-int begin(ssae_cuda_vjp *v, const float *params, cudaStream_t s, ssae_err *err) {
+int begin(ssae_cuda_vjp *v, const float *params, cudaStream_t s, ssae_err *err,
+          const int *gate = NULL) {
   if (v->have_done) CKV(cudaStreamWaitEvent(s, v->done, 0), "ordering after the last call");
   v->w.p = (float *)params; /* read only: UPD_PREP and UPD_GRAD_OUT write no parameter */
+  if (gate) {
+    const int force = !v->seen_ok;
+    v->seen_ok = 0; /* seen is being written: until the caller's fold is queued */
+    k_params_seen<<<1, kSeenThreads, 0, s>>>(params, v->seen, v->d.P, force, v->changed);
+    CKV(cudaGetLastError(), "launching the parameters' comparison");
+  }
   adam_args a;
   memset(&a, 0, sizeof a);
   k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
              kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, NULL, 0, NULL, NULL,
-                                                             UPD_PREP, a, NULL);
+                                                             UPD_PREP, a, NULL, gate);
   CKV(cudaGetLastError(), "launching the weight preparation");
   return 0;
 }
 
 int end(ssae_cuda_vjp *v, cudaStream_t s, ssae_err *err) {
+  if (v->capturing) return 0;
   CKV(cudaEventRecord(v->done, s), "recording an event");
   v->have_done = 1;
   return 0;
@@ -171,8 +236,12 @@ const dims_t &dims_for(const ssae_cuda_vjp *v, size_t n, size_t *smem) {
 
 int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float *y,
             cudaStream_t s, ssae_err *err) {
-  if (begin(v, params, s, err)) return -1;
-  if (n && v->fwd_inf && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0) {
+  const int inf = n && v->fwd_inf && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
+  /* the inference kernel's weights, folded only when the parameters
+   * changed: the basis's normalisation too, which nothing else here then
+   * reads (every other call makes its own) */
+  if (begin(v, params, s, err, inf ? v->changed : NULL)) return -1;
+  if (inf) {
     /* the inference kernel (the same function to fp32 accuracy, 3-4x
      * faster: no block-wide barriers); its scores go to scratch */
     if (v->scores_cap < n) {
@@ -184,13 +253,20 @@ int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, flo
     }
     const int nf = ssae_fold_count(v->lo);
     k_fold<<<(unsigned)((nf + kThreads - 1) / kThreads), kThreads, 0, s>>>(v->d, v->w.p, v->w.bn,
-                                                                          v->lo, v->wf);
+                                                                          v->lo, v->wf, v->changed);
     CKV(cudaGetLastError(), "launching the weight folding");
-    const size_t tiles = (n + SSAE_WARP_TW - 1) / SSAE_WARP_TW;
-    const size_t blocks = (tiles + SSAE_WARP_NW - 1) / SSAE_WARP_NW;
-    const unsigned grid = (unsigned)(blocks < (size_t)v->nsm ? blocks : (size_t)v->nsm);
-    ssae_warp_3xtf32_kernel<5><<<grid, 32 * SSAE_WARP_NW, ssae_tc_smem(&v->lo), s>>>(
-        v->wf, v->lo, v->tl, x, n, v->scores, y);
+    v->seen_ok = 1;
+    if (n <= kSmallBatch) {
+      const size_t most = (size_t)v->nsm * 2;
+      ssae_small_batch_kernel<<<(unsigned)(n < most ? n : most), SSAE_SMALL_THREADS, 0, s>>>(
+          v->wf, v->lo, x, n, v->scores, y);
+    } else {
+      const size_t tiles = (n + SSAE_WARP_TW - 1) / SSAE_WARP_TW;
+      const size_t blocks = (tiles + SSAE_WARP_NW - 1) / SSAE_WARP_NW;
+      const unsigned grid = (unsigned)(blocks < (size_t)v->nsm ? blocks : (size_t)v->nsm);
+      ssae_warp_3xtf32_kernel<5><<<grid, 32 * SSAE_WARP_NW, ssae_tc_smem(&v->lo), s>>>(
+          v->wf, v->lo, v->tl, x, n, v->scores, y);
+    }
     CKV(cudaGetLastError(), "launching the forward kernel");
   } else if (n && v->tc) {
     const size_t groups = (n + kTcWin - 1) / kTcWin;
@@ -217,7 +293,7 @@ int grad_out(ssae_cuda_vjp *v, int nparts, float *dparams, cudaStream_t s, ssae_
   k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
              kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, v->part, nparts,
                                                              NULL, NULL, UPD_GRAD_OUT, a,
-                                                             dparams);
+                                                             dparams, NULL);
   CKV(cudaGetLastError(), "launching the gradient sum");
   return 0;
 }
@@ -279,6 +355,68 @@ int loss(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float 
   return end(v, s, err);
 }
 
+/* Runs call(v) on stream s, or, while s is being captured into a CUDA
+ * graph (torch.cuda.graph, torch.compile's "reduce-overhead" mode), on a
+ * copy of v whose scratch is the graph's own: one stream-ordered
+ * allocation, freed at the call's end, so that the graph's replays share
+ * no buffer with the net's other calls or other graphs. Such a call waits
+ * for and records no event (an event recorded outside a capture cannot be
+ * waited for inside it, nor one recorded inside it outside), and its
+ * folded weights are made at every replay (the comparison's copy is the
+ * graph's, undefined at each replay's start). */
+template <class F>
+int graph_call(ssae_cuda_vjp *v, cudaStream_t s, size_t n, ssae_err *err, F &&call) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  CKV(cudaStreamIsCapturing(s, &st), "asking whether the stream is being captured");
+  if (st == cudaStreamCaptureStatusNone) return call(v);
+  if (st != cudaStreamCaptureStatusActive)
+    return ssae_err_set(err, "CUDA: the stream's graph capture was invalidated before this call");
+  const dims_t &d = v->d;
+  const size_t LC = (size_t)d.L * d.C, MS = (size_t)d.M * d.S;
+  size_t at = 0;
+  auto room = [&at](size_t bytes) {
+    const size_t o = at;
+    at += (bytes + 255) / 256 * 256;
+    return o;
+  };
+  const size_t o_bn = room(sizeof(float) * LC), o_bnt = room(sizeof(float) * LC);
+  const size_t o_enct = room(sizeof(float) * MS), o_dect = room(sizeof(float) * MS);
+  const size_t o_bnwt = room(sizeof(float) * d.L * d.L), o_gnorm = room(sizeof(double) * d.L);
+  const size_t o_part = room(sizeof(float) * (size_t)d.P * kVjpMaxBlocks);
+  const size_t o_sse = room(sizeof(double) * kVjpMaxBlocks);
+  const size_t o_wf = room(v->fwd_inf ? sizeof(float) * v->lo.total : 0);
+  const size_t o_scores = room(sizeof(float) * (n ? n : 1));
+  const size_t o_seen = room(sizeof(float) * d.P), o_changed = room(sizeof(int));
+  char *a = NULL;
+  CKV(cudaMallocAsync((void **)&a, at, s), "allocating the graph's scratch");
+  ssae_cuda_vjp g = *v;
+  g.w.bn = (float *)(a + o_bn);
+  g.w.bnt = (float *)(a + o_bnt);
+  g.w.enct = (float *)(a + o_enct);
+  g.w.dect = (float *)(a + o_dect);
+  g.w.bnwt = (float *)(a + o_bnwt);
+  g.w.gnorm = (double *)(a + o_gnorm);
+  g.part = (float *)(a + o_part);
+  g.part_sse = (double *)(a + o_sse);
+  g.wf = v->fwd_inf ? (float *)(a + o_wf) : NULL;
+  g.scores = (float *)(a + o_scores);
+  g.scores_cap = n;
+  g.seen = (float *)(a + o_seen);
+  g.changed = (int *)(a + o_changed);
+  g.seen_ok = 0;
+  g.have_done = 0;
+  g.capturing = 1;
+  /* what the fold does not write, zero (as the net's own, cleared once) */
+  cudaError_t z = g.wf ? cudaMemsetAsync(g.wf, 0, sizeof(float) * v->lo.total, s) : cudaSuccess;
+  const int rc = z != cudaSuccess
+                     ? ssae_err_set(err, "CUDA: clearing folded weights: %s", cudaGetErrorString(z))
+                     : call(&g);
+  const cudaError_t e = cudaFreeAsync(a, s);
+  if (rc) return rc;
+  CKV(e, "freeing the graph's scratch");
+  return 0;
+}
+
 }  // namespace
 
 extern "C" void ssae_cuda_vjp_free(ssae_cuda_vjp *v) {
@@ -286,7 +424,7 @@ extern "C" void ssae_cuda_vjp_free(ssae_cuda_vjp *v) {
   {
     device_scope on_dev(v->dev);
     void *ptrs[] = {v->w.bn, v->w.bnt,   v->w.enct, v->w.bnwt, v->w.dect,
-                    v->w.gnorm, v->part, v->part_sse, v->wf, v->scores};
+                    v->w.gnorm, v->part, v->part_sse, v->wf, v->scores, v->seen, v->changed};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) cudaFree(ptrs[i]);
     if (v->done) cudaEventDestroy(v->done);
   }
@@ -294,8 +432,28 @@ extern "C" void ssae_cuda_vjp_free(ssae_cuda_vjp *v) {
   free(v);
 }
 
+namespace {
+
+/* For its life, this thread's CUDA calls in the relaxed capture mode: the
+ * net's buffers can then be made while one of the caller's streams is
+ * being captured into a graph (a first call inside torch.cuda.graph),
+ * where the default mode refuses cudaMalloc; they are the net's, not the
+ * graph's. */
+struct relaxed_capture {
+  cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+  relaxed_capture() {
+    if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) cudaGetLastError();
+  }
+  ~relaxed_capture() {
+    if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) cudaGetLastError();
+  }
+};
+
+}  // namespace
+
 extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) {
   if (ssae_dims_check(dm, err)) return NULL;
+  relaxed_capture relaxed;
   if ((double)dm->frames * dm->slice_latent * dm->latent > 1e8 ||
       (double)dm->n_mels * dm->slice_latent > 1e8) {
     ssae_err_set(err, "CUDA: model dimensions out of range");
@@ -355,6 +513,8 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
                              (int)ssae_tc_smem(&v->lo)),
         "raising the kernel's shared-memory limit");
     CKN(cudaMalloc(&v->wf, sizeof(float) * v->lo.total), "allocating folded weights");
+    CKN(cudaMalloc(&v->seen, sizeof(float) * (size_t)d.P), "allocating a parameter copy");
+    CKN(cudaMalloc(&v->changed, sizeof(int)), "allocating a flag");
     CKN(cudaMemset(v->wf, 0, sizeof(float) * v->lo.total), "clearing folded weights");
     /* on the legacy stream: the callers' streams may not wait for it */
     CKN(cudaStreamSynchronize(0), "clearing folded weights");
@@ -383,7 +543,10 @@ extern "C" int ssae_cuda_vjp_forward(ssae_cuda_vjp *v, const float *params_dev,
     return -1;
   device_scope on_dev(v->dev);
   CKV(on_dev.e, "selecting the device");
-  return forward(v, params_dev, x_dev, n, y_dev, (cudaStream_t)stream, err);
+  const cudaStream_t s = (cudaStream_t)stream;
+  return graph_call(v, s, n, err, [&](ssae_cuda_vjp *u) {
+    return forward(u, params_dev, x_dev, n, y_dev, s, err);
+  });
 }
 
 extern "C" int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev,
@@ -400,8 +563,10 @@ extern "C" int ssae_cuda_vjp_backward(ssae_cuda_vjp *v, const float *params_dev,
     return -1;
   device_scope on_dev(v->dev);
   CKV(on_dev.e, "selecting the device");
-  return backward(v, params_dev, x_dev, n, dy_dev, dparams_dev, dx_dev, (cudaStream_t)stream,
-                  err);
+  const cudaStream_t s = (cudaStream_t)stream;
+  return graph_call(v, s, n, err, [&](ssae_cuda_vjp *u) {
+    return backward(u, params_dev, x_dev, n, dy_dev, dparams_dev, dx_dev, s, err);
+  });
 }
 
 extern "C" int ssae_cuda_vjp_loss(ssae_cuda_vjp *v, const float *params_dev, const float *x_dev,
@@ -416,5 +581,8 @@ extern "C" int ssae_cuda_vjp_loss(ssae_cuda_vjp *v, const float *params_dev, con
     return -1;
   device_scope on_dev(v->dev);
   CKV(on_dev.e, "selecting the device");
-  return loss(v, params_dev, x_dev, n, loss_dev, dparams_dev, (cudaStream_t)stream, err);
+  const cudaStream_t s = (cudaStream_t)stream;
+  return graph_call(v, s, n, err, [&](ssae_cuda_vjp *u) {
+    return loss(u, params_dev, x_dev, n, loss_dev, dparams_dev, s, err);
+  });
 }

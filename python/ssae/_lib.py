@@ -17,7 +17,7 @@ import glob
 import os
 import threading
 
-API_VERSION = 2
+API_VERSION = 3
 ERR_LEN = 512
 
 OK, EARG, EIO, EBACKEND, ENOMEM, ENODEV = 0, -1, -2, -3, -4, -5
@@ -86,6 +86,8 @@ def _declare(lib):
         "ssae_api_net_new": (c_void_p, [ip, c_int, c_char_p]),
         "ssae_api_net_free": (None, [c_void_p]),
         "ssae_api_net_set_params": (c_int, [c_void_p, fp, c_size_t, c_char_p]),
+        "ssae_api_net_set_params_parts": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t,
+                                                  c_char_p]),
         "ssae_api_net_forward": (c_int, [c_void_p, fp, c_size_t, fp, c_char_p]),
         "ssae_api_net_backward": (c_int, [c_void_p, fp, c_size_t, fp, fp, fp, c_char_p]),
         "ssae_api_net_act_floats": (c_size_t, [c_void_p, c_size_t]),

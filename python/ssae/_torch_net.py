@@ -17,24 +17,6 @@ class KernelError(RuntimeError):
     """A libssae kernel call failed."""
 
 
-class _ParamKey:
-    """Which parameter values a net holds: the tensors themselves (kept
-    alive, so that no other tensor can take their memory and match), their
-    storage and their version counters (bumped by every in-place change,
-    the optimiser's included)."""
-
-    __slots__ = ("tensors", "state")
-
-    def __init__(self, params):
-        self.tensors = list(params)
-        self.state = tuple((p.data_ptr(), p._version) for p in params)
-
-    def __eq__(self, other):
-        return (isinstance(other, _ParamKey) and self.state == other.state and
-                len(self.tensors) == len(other.tensors) and
-                all(a is b for a, b in zip(self.tensors, other.tensors)))
-
-
 # The CPU training forward keeps the activations for the backward up to
 # this size (about 4,800 windows at the default dimensions, 7 KB each);
 # above it the backward computes them again, cheaper than writing and
@@ -116,9 +98,12 @@ def _on_device(device):
 
 class _Net:
     """One ssae_api_net per model dimensions, shared by the modules of those
-    dimensions; calls are serialised. On the CPU it keeps the parameters it
-    was last given and the key (_ParamKey) they came from; on CUDA the
-    parameters go with every call, as a flat vector kept by the same key."""
+    dimensions; calls are serialised. The parameters' values go with every
+    call: on the CPU the net compares them with those it holds (_params), on
+    CUDA they are one flat vector made on the device for the call. Nothing
+    is keyed by the tensors or their version counters: changes made through
+    .data, or by a CUDA graph's replay, leave no trace there, and a module
+    must never compute with values it no longer has."""
 
     # One net per (dimensions, device): a CUDA net's scratch and inference
     # model live on one device (-1: the CPU's net), so the replicas of a
@@ -149,15 +134,8 @@ class _Net:
         if not self.h:
             raise KernelError(err.value.decode("utf-8", "replace"))
         self.lock = threading.Lock()
-        self.key = None
-        # The evaluation forward on CUDA through the inference kernels: a
-        # model made from the parameters (_infer: key, device, handle), made
-        # once the same parameters come a second time in a row (_seen);
-        # _infer_off: why it cannot be (the training kernel then serves).
-        self._infer = None
-        self._seen = None
-        self._infer_off = None
-        self._fail_armed = False
+        self._counts = (ctypes.c_size_t * len(self._sizes))(*self._sizes)
+        self._ptrs = None  # (the tensors' addresses, their ctypes array)
 
     @classmethod
     def get(cls, dims, device=-1):
@@ -188,9 +166,6 @@ class _Net:
         h, self.h = getattr(self, "h", None), None
         if h:
             self.lib.ssae_api_net_free(h)
-        inf, self._infer = getattr(self, "_infer", None), None
-        if inf is not None:
-            self.lib.ssae_api_model_free(inf[2])
 
     @property
     def has_cuda(self):
@@ -206,20 +181,28 @@ class _Net:
             self._team = setting
 
     def _check(self, rc, err):
-        self._fail_armed = False  # every net call consumes the test hook
         if rc != 0:
             raise KernelError(err.value.decode("utf-8", "replace"))
 
     def _params(self, params):
-        key = _ParamKey(params)
-        if key == self.key:
-            return
-        flat = torch.cat([p.detach().reshape(-1) for p in params]).contiguous()
+        """The net holds these values: ssae_api_net_set_params_parts, which
+        does nothing when they are the bits it has (a 3 us comparison at
+        the default dimensions), on the tensors where they lie; under
+        self.lock."""
+        import ctypes
         err = _lib.errbuf()
-        self.key = None
-        self._check(self.lib.ssae_api_net_set_params(self.h, _lib.fptr(flat.data_ptr()),
-                                                     flat.numel(), err), err)
-        self.key = key
+        addrs = tuple(p.data_ptr() if p.is_contiguous() else -1 for p in params)
+        if -1 not in addrs:
+            if self._ptrs is None or self._ptrs[0] != addrs:
+                self._ptrs = (addrs, (ctypes.c_void_p * len(addrs))(*addrs))
+            rc = self.lib.ssae_api_net_set_params_parts(self.h, self._ptrs[1], self._counts,
+                                                        len(addrs), err)
+        else:  # a tensor not contiguous (its .data replaced by a view)
+            flat = torch.cat([p.detach().reshape(-1) for p in params])
+            one = (ctypes.c_void_p * 1)(flat.data_ptr())
+            rc = self.lib.ssae_api_net_set_params_parts(
+                self.h, one, (ctypes.c_size_t * 1)(flat.numel()), 1, err)
+        self._check(rc, err)
 
     def _grads(self, dp):
         """The flat gradient dp as views shaped as the parameters (one split
@@ -229,13 +212,13 @@ class _Net:
         parts = dp.split_with_sizes(self._sizes)
         return [g if v is None else g.view(v) for g, v in zip(parts, self._views)]
 
-    def forward(self, x, params, infer=True):
-        """y = f(x): float64 inside on the CPU; on CUDA the inference
-        kernels once the same parameters come again (infer), else the
-        trainer's kernel."""
+    def forward(self, x, params):
+        """y = f(x): float64 inside on the CPU; on CUDA the net's forward
+        (for the default dimensions the inference kernels, their folded
+        weights made again on the device only when the parameters' bits
+        changed)."""
         if x.is_cuda:
-            y = self._infer_cuda(x, params) if infer else None
-            return y if y is not None else self._forward_cuda(x, params)
+            return self._forward_cuda(x, params)
         y = torch.empty_like(x)
         err = _lib.errbuf()
         with self.lock:
@@ -334,72 +317,11 @@ class _Net:
     # before (producers) and after (consumers); temporaries are freed into
     # that stream's pool, so their reuse waits for these kernels.
 
-    def _flat_cuda(self, params, stream):
-        """The parameters as one vector on their device: made on stream,
-        kept while the parameters (storage, version) and the stream stay
-        the same (an evaluation loop then queues no copy per call)."""
-        key = (stream, _ParamKey(params))
-        cached = getattr(self, "_cuda_flat", None)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+    def _flat_cuda(self, params):
+        """The parameters as one vector on their device, made on the current
+        stream for this call (one kernel)."""
         with torch.no_grad():
-            flat = _flatten(params)
-        self._cuda_flat = (key, flat)
-        return flat
-
-    def _infer_model(self, x, params):
-        """The inference model for these parameters on x's device, or None
-        (first sight of them, or the inference path is off)."""
-        if self._infer_off is not None:
-            return None
-        key, dev = _ParamKey(params), x.get_device()
-        inf = self._infer
-        if inf is not None and inf[0] == key and inf[1] == dev:
-            return inf[2]
-        if self._seen != key:
-            # Parameters that change at every call (a no_grad forward inside
-            # a training loop) would make a model per call: wait for them to
-            # come twice.
-            self._seen = key
-            return None
-        flat = torch.cat([p.detach().reshape(-1) for p in params]).cpu()
-        err = _lib.errbuf()
-        with _on_device(x.device):
-            h = self.lib.ssae_api_model_from_params(self.dims, _lib.fptr(flat.data_ptr()),
-                                                    flat.numel(), b"cuda", err)
-        if not h:
-            self._infer_off = err.value.decode("utf-8", "replace")
-            return None
-        if inf is not None:
-            self.lib.ssae_api_model_free(inf[2])
-        self._infer = (key, dev, h)
-        return h
-
-    def _infer_cuda(self, x, params):
-        """y from the inference kernels (ssae's kernel table, as
-        ssae.Model.reconstruct on CUDA tensors), on the current stream; None
-        when they cannot serve this call."""
-        if x.data_ptr() % 16 or self._fail_armed:
-            return None  # an armed test hook is the trainer kernel's to fire
-        with self.lock:
-            h = self._infer_model(x, params)
-            if h is None:
-                return None
-            n = x.shape[0]
-            with _on_device(x.device):
-                stream = _stream(x.get_device())
-                scores = torch.empty(n, dtype=torch.float32, device=x.device)
-                y = torch.empty_like(x)
-                err = _lib.errbuf()
-                rc = self.lib.ssae_api_model_score_cuda(h, x.data_ptr(), n, scores.data_ptr(),
-                                                        y.data_ptr(), stream or None, err)
-            if rc != 0:
-                # Another device than the model's, or the device failed (the
-                # model fell back to the CPU): the trainer's kernel serves,
-                # and reports its own failures.
-                self._infer_off = err.value.decode("utf-8", "replace")
-                return None
-        return y
+            return _flatten(params)
 
     def _forward_cuda(self, x, params, flat=None):
         """y on the trainer's kernel, from the parameters' flat vector (made
@@ -410,7 +332,7 @@ class _Net:
             err = _lib.errbuf()
             with self.lock:
                 if flat is None:
-                    flat = self._flat_cuda(params, stream)
+                    flat = self._flat_cuda(params)
                 rc = self.lib.ssae_api_net_forward_cuda(self.h, flat.data_ptr(), x.data_ptr(),
                                                         x.shape[0], y.data_ptr(), stream or None,
                                                         err)
@@ -427,7 +349,7 @@ class _Net:
             err = _lib.errbuf()
             with self.lock:
                 if flat is None:
-                    flat = self._flat_cuda(params, stream)
+                    flat = self._flat_cuda(params)
                 rc = self.lib.ssae_api_net_backward_cuda(
                     self.h, flat.data_ptr(), x.data_ptr(), x.shape[0], dy.data_ptr(),
                     dp.data_ptr(), dx.data_ptr() if want_dx else None, stream or None, err)
@@ -441,7 +363,7 @@ class _Net:
             loss = torch.empty((), dtype=torch.float32, device=x.device)
             err = _lib.errbuf()
             with self.lock:
-                flat = self._flat_cuda(params, stream)
+                flat = self._flat_cuda(params)
                 rc = self.lib.ssae_api_net_loss_cuda(self.h, flat.data_ptr(), x.data_ptr(),
                                                      x.shape[0], loss.data_ptr(),
                                                      dp.data_ptr(), stream or None, err)
@@ -455,5 +377,4 @@ class _Net:
         return self._forward_cuda(x, params, flat), flat
 
     def fail_next(self):
-        self._fail_armed = True
         self.lib.ssae_api_net_fail_next(self.h)

@@ -21,10 +21,16 @@ so state_dicts load either way. Where the forward runs:
   tensors' own memory and the parameters where they lie, on the current
   stream, with the input gradient and per-block parameter partials summed
   in a fixed order (libssae's device-pointer entry points);
-- CUDA tensors, no gradient wanted: the same kernel the first time a set
-  of parameters comes, then (the same parameters again: an evaluation
-  loop) the inference kernels of ssae.Model on a model made from them,
-  in place on the current stream.
+- CUDA tensors, no gradient wanted: ssae.Model's inference kernels
+  (small_batch up to 1,024 windows, warp_3xtf32 above: fp32 accuracy) in
+  place on the current stream, their folded weights made on the device
+  from the parameters' current values, again only when their bits
+  changed.
+
+The parameters' values are read at every call (on the CPU compared with
+those the kernels hold, 3 us): a change made in place through .data, which
+PyTorch's version counters do not see, or by a CUDA graph's replay, is used
+at the next call.
 
 reconstruction_loss(x) is mse_loss(model(x), x) with the forward, the
 loss and the backward fused into one pass (the trainer's step): the same

@@ -293,6 +293,7 @@ struct ssae_api_net {
   ssae_model *m; /* holds the parameters for the forward pass */
   ssae_cpu *cpu; /* made from m at the first forward after a change */
   ssae_vjp *vjp;
+  float *flat;   /* the parameters last set (ssae_api_net_set_params_parts compares) */
   float *scores; /* the CPU forward's by-product */
   size_t scores_cap;
   int threads, fail_next, have_params, cpu_stale;
@@ -314,6 +315,11 @@ ssae_api_net *ssae_api_net_new(const int dims[4], int threads, ssae_err *err) {
     ssae_api_net_free(net);
     return NULL;
   }
+  if (!(net->flat = malloc(sizeof(float) * ssae_vjp_param_count(net->vjp)))) {
+    ssae_err_set(err, "out of memory");
+    ssae_api_net_free(net);
+    return NULL;
+  }
   return net;
 }
 
@@ -325,6 +331,7 @@ void ssae_api_net_free(ssae_api_net *net) {
   ssae_cpu_free(net->cpu);
   ssae_vjp_free(net->vjp);
   ssae_model_free(net->m);
+  free(net->flat);
   free(net->scores);
   free(net);
 }
@@ -335,6 +342,7 @@ int ssae_api_net_set_params(ssae_api_net *net, const float *params, size_t n, ss
     return ssae_err_set(err, "parameters: %zu floats given, the model has %zu", n, want),
            SSAE_API_EARG;
   net->have_params = 0;
+  if (params != net->flat) memcpy(net->flat, params, sizeof(float) * want);
   if (ssae_vjp_set_params(net->vjp, params, err)) return SSAE_API_EARG;
   flat_to_model(params, net->m);
   if (ssae_model_update(net->m, err)) return SSAE_API_EARG;
@@ -344,6 +352,33 @@ int ssae_api_net_set_params(ssae_api_net *net, const float *params, size_t n, ss
   net->cpu_stale = 1;
   net->have_params = 1;
   return SSAE_API_OK;
+}
+
+int ssae_api_net_set_params_parts(ssae_api_net *net, const float *const *parts,
+                                  const size_t *counts, size_t nparts, ssae_err *err) {
+  const size_t want = ssae_vjp_param_count(net->vjp);
+  if (!parts || !counts) return ssae_err_set(err, "parameters: NULL list"), SSAE_API_EARG;
+  size_t total = 0;
+  for (size_t i = 0; i < nparts; i++) {
+    if (!parts[i] && counts[i])
+      return ssae_err_set(err, "parameters: tensor %zu is NULL", i), SSAE_API_EARG;
+    if (counts[i] > want - total)
+      return ssae_err_set(err, "parameters: more than the model's %zu floats given", want),
+             SSAE_API_EARG;
+    total += counts[i];
+  }
+  if (total != want)
+    return ssae_err_set(err, "parameters: %zu floats given, the model has %zu", total, want),
+           SSAE_API_EARG;
+  /* the same bits as those set: nothing to do (80 KB compared at the
+   * default dimensions, ~3 us; setting them costs ~100 us) */
+  int same = net->have_params;
+  for (size_t i = 0, o = 0; same && i < nparts; o += counts[i], i++)
+    same = !counts[i] || !memcmp(net->flat + o, parts[i], sizeof(float) * counts[i]);
+  if (same) return SSAE_API_OK;
+  for (size_t i = 0, o = 0; i < nparts; o += counts[i], i++)
+    if (counts[i]) memcpy(net->flat + o, parts[i], sizeof(float) * counts[i]);
+  return ssae_api_net_set_params(net, net->flat, want, err);
 }
 
 static int net_ready_hook(ssae_api_net *net, ssae_err *err) {

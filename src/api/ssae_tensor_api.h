@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* Bumped when a signature here changes; callers check it at load. */
-#define SSAE_API_VERSION 2
+#define SSAE_API_VERSION 3
 int ssae_api_version(void);
 
 #define SSAE_API_OK 0
@@ -135,6 +135,14 @@ void ssae_api_net_free(ssae_api_net *net);
 /* Copies the parameters (flat, state_dict order); call again after every
  * change. Refuses non-finite values. */
 int ssae_api_net_set_params(ssae_api_net *net, const float *params, size_t n, ssae_err *err);
+/* The same from nparts pieces in order (counts[i] floats at parts[i]: a
+ * module's parameter tensors, each contiguous), doing nothing when they
+ * equal, bit for bit, the parameters set last. A caller can call it before
+ * every forward and backward, whatever changed the values: a cache keyed
+ * by the tensors (PyTorch's version counters) misses changes made through
+ * .data or by a CUDA graph's replay. */
+int ssae_api_net_set_params_parts(ssae_api_net *net, const float *const *parts,
+                                  const size_t *counts, size_t nparts, ssae_err *err);
 /* y = f(x) for n windows (the CPU forward, float64 inside: SPEC accuracy). */
 int ssae_api_net_forward(ssae_api_net *net, const float *x, size_t n, float *y,
                          ssae_err *err);
@@ -209,9 +217,11 @@ int ssae_api_model_score_cuda(ssae_api_model *m, const float *x_dev, size_t n,
  * memory of that device). Calls on one net may come on different streams
  * (each waits on the device for the previous one's work). The kernels
  * (gpu/ssae_cuda_vjp.h): for the default dimensions on sm_80 or newer the
- * forward on the inference kernel (3xTF32, weights folded on the device
- * each call; x_dev and y_dev 16-byte aligned, else the next kernel's
- * forward) and the backward on a 3xTF32 tensor-core kernel; otherwise the
+ * forward on the inference kernels (small_batch up to 1,024 windows, else
+ * warp_3xtf32; their weights folded on the device from params_dev, again
+ * only when its bits differ from the last forward's: the comparison is on
+ * the device, so a change by any means is seen; x_dev and y_dev 16-byte
+ * aligned, else the next kernel's forward) and the backward on a 3xTF32 tensor-core kernel; otherwise the
  * CUDA trainer's (float32). float64 LayerNorm statistics and sums of the
  * blocks' partial gradients; deterministic. Non-finite parameters are not
  * refused. The net's test

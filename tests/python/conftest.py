@@ -179,3 +179,57 @@ def loss_after_failure(m, x):
         loss = m.reconstruction_loss(x)
         loss.backward()
     return loss, [str(r.message) for r in rec if issubclass(r.category, RuntimeWarning)]
+
+
+def check_untracked_changes(m, x):
+    """Parameters changed in place through .data (which PyTorch's version
+    counters do not record) or replaced by a non-contiguous view are the
+    values m's next call computes with: the evaluation forward (warmed up
+    on the old values first), the training forward and backward, the fused
+    loss and its gradients, each against the float64 SPEC module given the
+    same values. x: windows on m's device."""
+    import ssae_torch
+
+    def ref():
+        r = ssae_torch.SpectralShapeAutoencoder(n_mels=m.n_mels, frames=m.frames,
+                                                latent_dim=m.latent_dim,
+                                                slice_latent_dim=m.slice_latent_dim)
+        r.load_state_dict({k: v.detach().cpu().contiguous() for k, v in m.state_dict().items()})
+        return r.double()
+
+    x64 = x.detach().cpu().double()
+    with torch.no_grad():
+        for _ in range(3):
+            m(x)
+    m.zero_grad(set_to_none=True)
+    m.reconstruction_loss(x).backward()
+    versions = [p._version for p in m.parameters()]
+    gen = torch.Generator().manual_seed(5)
+    for p in m.parameters():
+        p.data.add_((torch.randn(p.shape, generator=gen) * 0.05).to(p.device))
+    assert [p._version for p in m.parameters()] == versions  # no trace left there
+    with torch.no_grad():
+        y = m(x)
+        assert rel_l2(y.cpu(), ref()(x64)) <= 1e-6
+    # a square weight's .data replaced by its transpose: a view, not contiguous
+    w = m.slice_encoder[1].weight
+    w.data = w.data.t()
+    assert not w.is_contiguous()
+    with torch.no_grad():
+        y = m(x)
+        assert rel_l2(y.cpu(), ref()(x64)) <= 1e-6
+    w.data = w.data.contiguous()
+    # training: the module's forward and backward, then the fused loss
+    for p in m.parameters():
+        p.data.mul_(1.02)
+    m.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(m(x), x)
+    loss.backward()
+    check_loss_grads(m, loss, ref(), x64)
+    for p in m.parameters():
+        p.data.mul_(0.98)
+    m.zero_grad(set_to_none=True)
+    loss = m.reconstruction_loss(x)
+    loss.backward()
+    check_loss_grads(m, loss, ref(), x64)
+    assert m.uses_kernel

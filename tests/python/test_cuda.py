@@ -17,6 +17,7 @@ import ssae._lib
 import ssae.torch as st
 import ssae_torch
 from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_backward,
+                      check_untracked_changes,
                       check_reconstruction_loss, loss_after_failure, oracle, rel_l2)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -153,39 +154,49 @@ def test_model_large_batches_on_cuda(windows):
 
 
 @needs_entry_points
-def test_module_eval_forward_on_inference_kernels(windows):
-    """An evaluation forward whose parameters came before runs the
-    inference kernels (a model made from the parameters), in place, within
-    SPEC section 2 of float64; new parameters go back to the trainer's
-    kernel until they come twice."""
+def test_module_eval_forward(windows):
+    """An evaluation forward runs ssae.Model's inference kernels on weights
+    folded on the device, reading the input in place, within SPEC section 2
+    of float64, the same bits at every call with the same parameters (and
+    as ssae.Model's, whose weights the host folded); changed parameters are
+    used at the next call."""
     m = st.SpectralShapeAutoencoder.from_file(DEFAULT_MODEL).cuda()
     ref = oracle(DEFAULT_MODEL)
     x = torch.from_numpy(windows).cuda()
-    net = st._Net.get(m._dims(), x.get_device())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with torch.no_grad():
             y1 = m(x)
             y2 = m(x)
-            y3 = m(x)
-    assert net._infer is not None and net._infer_off is None
     assert ssae._lib.load().ssae_api_last_device_input() == x.data_ptr()
     with torch.no_grad():
         x64 = x.cpu().double()
         y_ref = ref(x64)
-    for y in (y1, y2):
-        assert rel_l2(y.cpu(), y_ref) <= 1e-6
-        s = ((y.cpu().double() - x64) ** 2).mean(1)
-        s_ref = ((y_ref - x64) ** 2).mean(1)
-        assert float(((s - s_ref).abs() / s_ref).max()) <= 1e-5
-    assert torch.equal(y2, y3)
-    # the inference kernels' reconstruction is ssae.Model's
-    assert rel_l2(y2, ssae.Model(backend="cuda").reconstruct(x)) <= 1e-7
+    assert rel_l2(y1.cpu(), y_ref) <= 1e-6
+    s = ((y1.cpu().double() - x64) ** 2).mean(1)
+    s_ref = ((y_ref - x64) ** 2).mean(1)
+    assert float(((s - s_ref).abs() / s_ref).max()) <= 1e-5
+    assert torch.equal(y1, y2)
+    assert torch.equal(y2, ssae.Model(backend="cuda").reconstruct(x))  # 122 windows: small_batch
+    big = x.repeat(20, 1)  # 2,440 windows: warp_3xtf32
+    with torch.no_grad():
+        assert rel_l2(m(big), ssae.Model(backend="cuda", math="3xtf32").reconstruct(big)) <= 1e-6
     with torch.no_grad():
         m.slice_decoder[0].bias.add_(0.01)
-        y4 = m(x)  # first sight of these parameters: the trainer's kernel
-    assert not torch.equal(y4, y2)
-    assert rel_l2(y4, y2) < 1e-2
+        y3 = m(x)
+        y4 = m(x)
+    assert not torch.equal(y3, y2) and rel_l2(y3, y2) < 1e-2
+    assert torch.equal(y3, y4)
+
+
+@needs_entry_points
+def test_untracked_parameter_changes_cuda(windows):
+    """Parameters changed through .data (no version bump) or replaced by a
+    non-contiguous view: the next call on CUDA tensors computes with them
+    (evaluation forward, training forward and backward, fused loss)."""
+    torch.manual_seed(22)
+    m = st.SpectralShapeAutoencoder().cuda()
+    check_untracked_changes(m, torch.from_numpy(windows[:300]).cuda())
 
 
 OTHER_DIMS = dict(n_mels=40, frames=4, latent_dim=16, slice_latent_dim=24)
@@ -455,3 +466,137 @@ def test_without_entry_points_copies_once(monkeypatch, windows):
     assert len(msgs) == 1 and "copied to the host" in msgs[0], msgs
     assert a.device == x.device and torch.equal(a, b)
     check_scores(a, windows)
+
+
+def graph_or_eager(m, opt, xs, loss_of, graph, warmup=3):
+    """Losses and final parameters of len(xs) training steps (loss_of(m, x),
+    backward, opt.step()), run eagerly or as torch.cuda.graph's whole-step
+    capture: warm-up steps on a side stream, the step captured once, then
+    replayed with each batch copied into its input."""
+    losses = []
+    if not graph:
+        for x in xs:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_of(m, x)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach().clone())
+    else:
+        static_x = xs[0].clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for x in xs[:warmup]:
+                static_x.copy_(x)
+                opt.zero_grad(set_to_none=True)
+                loss = loss_of(m, static_x)
+                loss.backward()
+                opt.step()
+                losses.append(loss.detach().clone())
+            del loss  # its autograd graph, kept alive, would tie the capture to this stream
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(g):
+            static_loss = loss_of(m, static_x)
+            static_loss.backward()
+            opt.step()
+        for x in xs[warmup:]:
+            static_x.copy_(x)
+            g.replay()
+            losses.append(static_loss.detach().clone())
+    torch.cuda.synchronize()
+    return torch.stack(losses).cpu(), [p.detach().cpu().clone() for p in m.parameters()]
+
+
+@needs_entry_points
+@pytest.mark.skipif(not has_loss_entry_point(), reason="this libssae has no fused loss")
+@pytest.mark.parametrize("loss_name", ["mse", "fused"])
+@pytest.mark.parametrize("dims", ["default", "other"])
+def test_training_step_in_cuda_graph(loss_name, dims, windows):
+    """The drop-in module's whole training step (forward, loss, backward,
+    Adam) captured into a CUDA graph and replayed: the losses and the
+    parameters of the same steps run eagerly, bit for bit, on ssae's
+    kernels (a fallback to PyTorch would warn, an error here, and give
+    other bits)."""
+    kw = {} if dims == "default" else OTHER_DIMS
+    win = 320 if dims == "default" else OTHER_DIMS["frames"] * OTHER_DIMS["n_mels"]
+    base = torch.from_numpy(np.tile(windows.reshape(-1), 40))
+    xs = [base[i * 97:i * 97 + 512 * win].reshape(512, win).cuda().contiguous()
+          for i in range(8)]
+    if loss_name == "mse":
+        def loss_of(m, x):
+            return torch.nn.functional.mse_loss(m(x), x)
+    else:
+        def loss_of(m, x):
+            return m.reconstruction_loss(x)
+    runs = []
+    for graph in (False, True):
+        torch.manual_seed(41)
+        m = st.SpectralShapeAutoencoder(**kw).cuda()
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # ssae's fallback warnings
+            runs.append(graph_or_eager(m, opt, xs, loss_of, graph))
+        assert m.uses_kernel
+    (l_e, p_e), (l_g, p_g) = runs
+    assert torch.equal(l_e, l_g), (l_e, l_g)
+    assert all(torch.equal(a, b) for a, b in zip(p_e, p_g))
+    assert float(l_e[-1]) < float(l_e[0])
+
+
+@needs_entry_points
+def test_eval_forward_and_score_in_cuda_graph(windows):
+    """The module's evaluation forward and ssae.Model.score captured into
+    CUDA graphs: each replay computes with the parameters' values at that
+    moment (changed through .data between replays) and equals the eager
+    call bit for bit."""
+    torch.manual_seed(43)
+    m = st.SpectralShapeAutoencoder().cuda()
+    model = ssae.Model(backend="cuda")
+    x = torch.from_numpy(windows).cuda()
+    static_x = x.clone()
+    with torch.no_grad():
+        m(static_x)  # warm-up
+        model.score(static_x)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_y = m(static_x)
+            static_s = model.score(static_x)
+        for step in range(3):
+            static_x.copy_(x * (1 + 0.01 * step))
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(static_y, m(static_x))
+            assert torch.equal(static_s, model.score(static_x))
+            before = static_y.clone()
+            m.slice_decoder[0].bias.data.add_(0.05)  # no version bump
+            g.replay()
+            assert not torch.equal(static_y, before)
+            assert torch.equal(static_y, m(static_x))
+    model.close()
+
+
+@needs_entry_points
+def test_first_call_inside_cuda_graph_capture(windows):
+    """A net whose first CUDA call comes inside a capture makes its buffers
+    there (relaxed capture mode: they are the net's, not the graph's); the
+    replays equal the eager forward."""
+    torch.manual_seed(44)
+    m = st.SpectralShapeAutoencoder(**OTHER_DIMS).cuda()
+    st._Net._cache.pop((m._dims(), torch.cuda.current_device()), None)
+    win = OTHER_DIMS["frames"] * OTHER_DIMS["n_mels"]
+    x = torch.from_numpy(np.tile(windows.reshape(-1), 4)[:300 * win].reshape(300, win)).cuda()
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with torch.no_grad():
+            with torch.cuda.graph(g, stream=side):
+                static_y = m(x)
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(static_y, m(x))
+    assert m.uses_kernel

@@ -4,7 +4,7 @@ float64, gradients of every parameter and of the input within 1e-4 of
 autograd in float64, the fused reconstruction loss's too, 200 Adam steps
 (with either loss) ending at the plain module's loss,
 model files both ways, fallbacks (library absent, kernel failure) with one
-warning, bad input."""
+warning, bad input, parameters changed without a trace (.data)."""
 import warnings
 
 import numpy as np
@@ -17,7 +17,8 @@ import ssae._torch_net
 import ssae.torch as st
 import ssae_torch
 from conftest import (DEFAULT_MODEL, check_loss_grads, check_reconstruction_backward,
-                      check_reconstruction_loss, loss_after_failure, oracle, rel_l2)
+                      check_reconstruction_loss, check_untracked_changes, loss_after_failure,
+                      oracle, rel_l2)
 
 
 def pair(seed=0, path=None):
@@ -165,6 +166,13 @@ def test_reconstruction_backward(windows):
     assert len(msgs) == 1 and "test hook" in msgs[0], msgs
     assert not m.uses_kernel and loss.grad_fn is None
     check_loss_grads(m, loss, plain, x)
+
+
+def test_untracked_parameter_changes(windows):
+    """Parameters changed through .data (no version bump) or replaced by a
+    non-contiguous view: the next call computes with their new values."""
+    m, _ = pair(seed=21)
+    check_untracked_changes(m, torch.from_numpy(windows[:200]))
 
 
 def mse_step(model, xb):
