@@ -225,7 +225,13 @@ int ssae_api_model_score_cuda(ssae_api_model *m, const float *x_dev, size_t n,
  * CUDA trainer's (float32). float64 LayerNorm statistics and sums of the
  * blocks' partial gradients; deterministic. Non-finite parameters are not
  * refused. The net's test
- * hook (ssae_api_net_fail_next) applies. */
+ * hook (ssae_api_net_fail_next) applies. A call queued while stream is
+ * being captured into a CUDA graph runs on scratch of the graph's own (a
+ * stream-ordered allocation inside the capture) and orders itself by the
+ * stream alone: replays share no buffer with the net's other calls, read
+ * params_dev's values of their moment, and give the eager call's bits. The
+ * net's own buffers may be made inside a capture (relaxed capture mode;
+ * they are not the graph's). */
 int ssae_api_net_forward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
                               size_t n, float *y_dev, void *stream, ssae_err *err);
 /* dparams_dev (the flat vector's length) and dx_dev (n*F*M, or NULL) for
