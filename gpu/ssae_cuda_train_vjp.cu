@@ -141,14 +141,42 @@ __global__ void k_fold(dims_t d, const float *__restrict__ P, const float *__res
 }
 
 /* *changed = 1 when the n parameters at p differ, bit for bit, from seen
- * (or force), else 0; seen takes p's values. One block: the folded weights'
- * kernels after it read the flag. */
+ * (or force), else 0; seen takes p's values. One block (the folding
+ * kernels after it read the flag), its loads issued four float4s a thread
+ * at a time: one at a time they were a trip to memory each. */
 const int kSeenThreads = 1024;
+__device__ __forceinline__ bool bits_differ(float4 a, float4 b) {
+  return (__float_as_uint(a.x) ^ __float_as_uint(b.x)) | (__float_as_uint(a.y) ^ __float_as_uint(b.y)) |
+         (__float_as_uint(a.z) ^ __float_as_uint(b.z)) | (__float_as_uint(a.w) ^ __float_as_uint(b.w));
+}
 __global__ void __launch_bounds__(kSeenThreads)
     k_params_seen(const float *__restrict__ p, float *__restrict__ seen, int n, int force,
                   int *__restrict__ changed) {
   int any = 0;
-  for (int i = threadIdx.x; i < n; i += kSeenThreads) {
+  const int n4 = (((uintptr_t)p | (uintptr_t)seen) & 15) == 0 ? n / 4 : 0;
+  const float4 *p4 = reinterpret_cast<const float4 *>(p);
+  float4 *s4 = reinterpret_cast<float4 *>(seen);
+  const int U = 4;
+  for (int base = 0; base < n4; base += U * kSeenThreads) {
+    float4 a[U], b[U];
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+      const int i = base + k * kSeenThreads + threadIdx.x;
+      if (i < n4) {
+        a[k] = p4[i];
+        b[k] = s4[i];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+      const int i = base + k * kSeenThreads + threadIdx.x;
+      if (i < n4 && bits_differ(a[k], b[k])) {
+        s4[i] = a[k];
+        any = 1;
+      }
+    }
+  }
+  for (int i = 4 * n4 + threadIdx.x; i < n; i += kSeenThreads) {
     const float v = p[i];
     if (__float_as_uint(v) != __float_as_uint(seen[i])) {
       seen[i] = v;
