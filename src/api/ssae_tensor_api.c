@@ -346,9 +346,9 @@ int ssae_api_net_set_params(ssae_api_net *net, const float *params, size_t n, ss
   if (ssae_vjp_set_params(net->vjp, params, err)) return SSAE_API_EARG;
   flat_to_model(params, net->m);
   if (ssae_model_update(net->m, err)) return SSAE_API_EARG;
-  /* The CPU forward (threads, folded weights) is made again only when a
-   * forward needs it: a training loop sets parameters every step and runs
-   * the training forward (ssae_vjp), never this one. */
+  /* The CPU forward's folded weights are made again only when a forward
+   * needs them (its threads stay): a training loop sets parameters every
+   * step and runs the training forward (ssae_vjp), never this one. */
   net->cpu_stale = 1;
   net->have_params = 1;
   return SSAE_API_OK;
@@ -400,11 +400,13 @@ int ssae_api_net_forward(ssae_api_net *net, const float *x, size_t n, float *y,
   if (rc) return rc;
   if (!n) return SSAE_API_OK;
   if (!x || !y) return ssae_err_set(err, "forward: NULL buffer"), SSAE_API_EARG;
-  if (net->cpu_stale || !net->cpu) {
+  if (net->cpu && net->cpu_stale && ssae_cpu_set_model(net->cpu, net->m, err)) {
     ssae_cpu_free(net->cpu);
-    if (!(net->cpu = ssae_cpu_new(net->m, net->threads, err))) return SSAE_API_ENOMEM;
-    net->cpu_stale = 0;
+    net->cpu = NULL;
   }
+  if (!net->cpu && !(net->cpu = ssae_cpu_new(net->m, net->threads, err)))
+    return SSAE_API_ENOMEM;
+  net->cpu_stale = 0;
   /* scores are a by-product, in a buffer kept for the largest batch: one
    * call for the whole batch, so that the threads share it all (blocks of
    * a few hundred windows left them waking more than working) */

@@ -304,6 +304,14 @@ oom:
   return NULL;
 }
 
+int ssae_cpu_set_model(ssae_cpu *c, const ssae_model *m, ssae_err *err) {
+  if (!m || m->d.n_mels != c->M || m->d.frames != c->F || m->d.latent != c->L ||
+      m->d.slice_latent != c->S)
+    return ssae_err_set(err, "the CPU backend's weights: a model of other dimensions");
+  if (fold(c, m)) return ssae_err_set(err, "out of memory for the CPU backend");
+  return 0;
+}
+
 void ssae_cpu_free(ssae_cpu *c) {
   if (!c) return;
   ssae_pool_free(c->pool);

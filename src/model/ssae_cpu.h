@@ -19,6 +19,11 @@ typedef struct ssae_cpu ssae_cpu;
  * outlive the object. */
 ssae_cpu *ssae_cpu_new(const ssae_model *m, int threads, ssae_err *err);
 void ssae_cpu_free(ssae_cpu *c);
+/* The weights of m, a model of the dimensions c was made for, folded into
+ * c again in place: its threads and scratch stay (making them again cost
+ * ten times the fold). Not during a forward on c. On failure c's weights
+ * are a mix: free it. */
+int ssae_cpu_set_model(ssae_cpu *c, const ssae_model *m, ssae_err *err);
 
 /* One call at a time per object. Arithmetic is float64 inside, so results
  * agree with the float64 PyTorch module to about 1e-8.
