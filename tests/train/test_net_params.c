@@ -2,7 +2,8 @@
  * given as the pieces a caller holds (a module's tensors) reach the forward
  * at every call, a change of one value made in place included (the case a
  * cache keyed by the tensors misses); the same bits set twice do nothing
- * observable; refusals name the problem and leave the net without
+ * observable; a model made from the same vector (ssae_api_model_from_params)
+ * reconstructs alike; refusals name the problem and leave the net without
  * parameters rather than with half of them. */
 #include <math.h>
 #include <stdio.h>
@@ -76,6 +77,27 @@ int main(void) {
         err.msg);
   CHECK(ssae_api_net_forward(net, x, NW, y1, &err) == SSAE_API_OK && same(y1, y3, NW * FM),
         "one piece of the same values differs");
+  /* a model made from the same flat vector scores with the same weights:
+   * its reconstructions are the net's forward, bit for bit (both the CPU
+   * backend) */
+  ssae_api_model *am = ssae_api_model_from_params(dims, flat, P, "cpu", &err);
+  if (!am) FAIL("model from parameters: %s", err.msg);
+  float scores[NW];
+  CHECK(ssae_api_model_score(am, x, NW, scores, y3, &err) == SSAE_API_OK &&
+            same(y3, y1, NW * FM),
+        "the model from the same parameters reconstructs otherwise: %s", err.msg);
+  for (int w = 0; w < NW; w++) {
+    double e = 0;
+    for (int i = 0; i < FM; i++) e += ((double)y3[w * FM + i] - x[w * FM + i]) *
+                                      ((double)y3[w * FM + i] - x[w * FM + i]);
+    CHECK(fabs(scores[w] - e / FM) <= 1e-5 * (e / FM), "window %d: score %g, error %g", w,
+          scores[w], e / FM);
+  }
+  ssae_api_model_free(am);
+  CHECK(ssae_api_model_from_params(dims, flat, P - 1, "cpu", &err) == NULL &&
+            strstr(err.msg, "floats given"),
+        "a short vector: %s", err.msg);
+
   /* set_params keeps what set_params_parts compares with: after a flat set
    * of other values, the pieces' values are set again */
   flat[P - 1] += 1.0f;
