@@ -19,7 +19,6 @@ const int kModelTensors = 11;
  * decoder into the reconstruction (see ssae_cuda_layout.cuh), in double;
  * then the row-major copies the generic kernel reads. */
 void fold_weights(const ssae_model *m, const ssae_cuda_layout &lo, float *w) {
-  const int M = lo.M, F = lo.F, L = lo.L, S = lo.S, C = F * S, FM = F * M;
   memset(w, 0, sizeof(float) * lo.total);
   /* the model's weights are one block in state_dict order */
   const float *P = m->ln_enc_w;
@@ -29,15 +28,10 @@ void fold_weights(const ssae_model *m, const ssae_cuda_layout &lo, float *w) {
   int off[kModelTensors];
   for (int k = 0; k < kModelTensors; k++) off[k] = (int)(t[k] - P);
   const int n = ssae_fold_count(lo);
-  for (int i = 0; i < n; i++) ssae_fold_one(lo, off, P, m->basis_n, i, w);
-  for (int s = 0; s < S; s++)
-    for (int k = 0; k < M; k++) w[lo.we_r + s * M + k] = w[lo.we + k * S + s];
-  for (int l = 0; l < L; l++)
-    for (int c = 0; c < C; c++) w[lo.b_r + l * C + c] = w[lo.bt + c * L + l];
-  for (int l = 0; l < L; l++)
-    for (int k = 0; k < L; k++) w[lo.wb_r + l * L + k] = w[lo.wbt + k * L + l];
-  for (int j = 0; j < FM; j++)
-    for (int l = 0; l < L; l++) w[lo.d_r + j * L + l] = w[lo.dt + l * FM + j];
+  for (int i = 0; i < n; i++) {
+    ssae_fold_one(lo, off, P, m->basis_n, i, w);
+    ssae_fold_row_copy(lo, i, w);
+  }
 }
 
 }  // namespace

@@ -127,6 +127,30 @@ __host__ __device__ inline void ssae_fold_one(const ssae_cuda_layout &lo, const 
   if (i < M) w[lo.bd + i] = bd[i];
 }
 
+/* Folded value i (written by ssae_fold_one) copied to its place in the
+ * row-major copies the generic and small_batch kernels read, where it has
+ * one (the encoder, the basis, the bottleneck, the decoder's D). */
+__host__ __device__ inline void ssae_fold_row_copy(const ssae_cuda_layout &lo, int i, float *w) {
+  const int M = lo.M, L = lo.L, S = lo.S, C = lo.F * S, FM = lo.F * M;
+  if (i < M * S) { /* we [k][s] */
+    w[lo.we_r + (i % S) * M + i / S] = w[lo.we + i];
+    return;
+  }
+  i -= M * S + S;
+  if (i < 0) return;
+  if (i < C * L) { /* bt [c][l] */
+    w[lo.b_r + (i % L) * C + i / L] = w[lo.bt + i];
+    return;
+  }
+  i -= C * L;
+  if (i < L * L) { /* wbt [k][l] */
+    w[lo.wb_r + (i % L) * L + i / L] = w[lo.wbt + i];
+    return;
+  }
+  i -= L * L + L;
+  if (i >= 0 && i < L * FM) w[lo.d_r + (i % FM) * L + i / FM] = w[lo.dt + i]; /* dt [l][j] */
+}
+
 /* Float offsets of warp_3xtf32's fragment-ordered weights in its shared
  * memory (ssae_cuda_warp_3xtf32.cuh; after them the biases, then the warps'
  * buffers). */

@@ -110,34 +110,16 @@ __global__ void k_loss_sum(const double *__restrict__ part_sse, int nparts, doub
 }
 
 /* The inference kernels' folded weights from the caller's parameters and
- * the normalised basis: one thread per folded value (ssae_fold_one), which
- * also writes the value's row-major copy where the layout has one (read by
- * small_batch; the host's fold makes them the same way,
- * ssae_cuda_instance.cu); none while *gate is 0. */
+ * the normalised basis: one thread per folded value and its row-major copy
+ * (ssae_fold_one, ssae_fold_row_copy: as the host folds a loaded model);
+ * none while *gate is 0. */
 __global__ void k_fold(dims_t d, const float *__restrict__ P, const float *__restrict__ bn,
                        ssae_cuda_layout lo, float *__restrict__ w, const int *__restrict__ gate) {
   if (!*gate) return;
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= ssae_fold_count(lo)) return;
   ssae_fold_one(lo, d.off, P, bn, i, w);
-  const int M = lo.M, L = lo.L, S = lo.S, C = lo.F * S, FM = lo.F * M;
-  if (i < M * S) { /* we [k][s] */
-    w[lo.we_r + (i % S) * M + i / S] = w[lo.we + i];
-    return;
-  }
-  i -= M * S + S;
-  if (i < 0) return;
-  if (i < C * L) { /* bt [c][l] */
-    w[lo.b_r + (i % L) * C + i / L] = w[lo.bt + i];
-    return;
-  }
-  i -= C * L;
-  if (i < L * L) { /* wbt [k][l] */
-    w[lo.wb_r + (i % L) * L + i / L] = w[lo.wbt + i];
-    return;
-  }
-  i -= L * L + L;
-  if (i >= 0 && i < L * FM) w[lo.d_r + (i % FM) * L + i / FM] = w[lo.dt + i]; /* dt [l][j] */
+  ssae_fold_row_copy(lo, i, w);
 }
 
 /* *changed = 1 when the n parameters at p differ, bit for bit, from seen
@@ -146,8 +128,10 @@ __global__ void k_fold(dims_t d, const float *__restrict__ P, const float *__res
  * at a time: one at a time they were a trip to memory each. */
 const int kSeenThreads = 1024;
 __device__ __forceinline__ bool bits_differ(float4 a, float4 b) {
-  return (__float_as_uint(a.x) ^ __float_as_uint(b.x)) | (__float_as_uint(a.y) ^ __float_as_uint(b.y)) |
-         (__float_as_uint(a.z) ^ __float_as_uint(b.z)) | (__float_as_uint(a.w) ^ __float_as_uint(b.w));
+  return (__float_as_uint(a.x) ^ __float_as_uint(b.x)) |
+         (__float_as_uint(a.y) ^ __float_as_uint(b.y)) |
+         (__float_as_uint(a.z) ^ __float_as_uint(b.z)) |
+         (__float_as_uint(a.w) ^ __float_as_uint(b.w));
 }
 __global__ void __launch_bounds__(kSeenThreads)
     k_params_seen(const float *__restrict__ p, float *__restrict__ seen, int n, int force,
