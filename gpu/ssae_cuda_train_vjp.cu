@@ -13,7 +13,10 @@
  *                           gradient per block, dx per window)
  *   k_update(UPD_GRAD_OUT)  partials summed in block order in double,
  *                           through the basis normalisation, to dparams
- * all on the caller's stream. The fused reconstruction loss runs the
+ * all on the caller's stream; the forward on the inference kernels instead
+ * compares the parameters with the last call's (k_params_seen, or
+ * k_params_gather from the caller's tensors where they lie) and folds them
+ * (k_fold) only when they changed. The fused reconstruction loss runs the
  * trainer's own step instead (k_vjp_tc or k_fwd_bwd on the squared error,
  * each block's sum of squares beside its partial gradient), then
  * k_update(UPD_GRAD_OUT) and k_loss_sum. */
@@ -171,6 +174,83 @@ __global__ void __launch_bounds__(kSeenThreads)
   if (threadIdx.x == 0) *changed = any || force;
 }
 
+/* The parameters in pieces (ssae_cuda_vjp_forward_parts): piece q's
+ * floats at p[q], flat indices [start[q], start[q + 1]), q < n. */
+struct param_parts {
+  const float *p[SSAE_CUDA_VJP_MAX_PARTS];
+  int start[SSAE_CUDA_VJP_MAX_PARTS + 1];
+  int n;
+  int vec; /* every piece 16-byte aligned, starts and counts multiples of 4 */
+};
+
+/* The piece holding flat index i (of elements, or of float4s with UNIT 4),
+ * as a pointer at flat index 0 of it: an unrolled select over the kernel's
+ * parameters (an indexed load of them would copy them to local memory). */
+template <int UNIT, class T>
+__device__ __forceinline__ const T *part_base(const param_parts &pp, int i) {
+  const T *b = reinterpret_cast<const T *>(pp.p[0]);
+#pragma unroll
+  for (int q = 1; q < SSAE_CUDA_VJP_MAX_PARTS; q++)
+    if (q < pp.n && UNIT * i >= pp.start[q])
+      b = reinterpret_cast<const T *>(pp.p[q]) - pp.start[q] / UNIT;
+  return b;
+}
+
+/* seen (the flat vector's d.P floats) = the pieces' bits, U loads of them
+ * in flight a thread (one at a time they were a trip to memory each); the
+ * return value: whether any differed. */
+template <int UNIT, class T>
+__device__ __forceinline__ int gather_seen(const param_parts &pp, float *seen, int total) {
+  const int U = 5;
+  const int n = total / UNIT;
+  T *s = reinterpret_cast<T *>(seen);
+  int any = 0;
+  for (int base = 0; base < n; base += U * kSeenThreads) {
+    T a[U], b[U];
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+      const int i = base + k * kSeenThreads + threadIdx.x;
+      if (i < n) {
+        a[k] = part_base<UNIT, T>(pp, i)[i];
+        b[k] = s[i];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+      const int i = base + k * kSeenThreads + threadIdx.x;
+      bool diff;
+      if constexpr (UNIT == 4) diff = bits_differ(a[k], b[k]);
+      else diff = __float_as_uint(a[k]) != __float_as_uint(b[k]);
+      if (i < n && diff) {
+        s[i] = a[k];
+        any = 1;
+      }
+    }
+  }
+  return any;
+}
+
+/* k_params_seen from pieces, and, when they differ from seen (or force),
+ * what the fold reads besides: the normalised basis into bn (as k_update's
+ * UPD_PREP, a warp a row; bn NULL: not). One block. */
+__global__ void __launch_bounds__(kSeenThreads)
+    k_params_gather(param_parts pp, dims_t d, float *__restrict__ seen, int force,
+                    int *__restrict__ changed, float *__restrict__ bn) {
+  int any = pp.vec ? gather_seen<4, float4>(pp, seen, d.P) : gather_seen<1, float>(pp, seen, d.P);
+  any = __syncthreads_or(any) || force; /* also orders seen's writes before the reads below */
+  if (threadIdx.x == 0) *changed = any;
+  if (!any || !bn) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int l = warp; l < d.L; l += kSeenThreads / 32) {
+    const float *G = seen + d.off[4] + (size_t)l * d.C;
+    double loc = 0;
+    for (int c = lane; c < d.C; c += 32) loc += (double)G[c] * G[c];
+    const double nrm = sqrt(warp_sum(loc));
+    const double div = nrm > kNormEps ? nrm : kNormEps;
+    for (int c = lane; c < d.C; c += 32) bn[(size_t)l * d.C + c] = (float)(G[c] / div);
+  }
+}
+
 }  // namespace
 
 struct ssae_cuda_vjp {
@@ -246,40 +326,59 @@ const dims_t &dims_for(const ssae_cuda_vjp *v, size_t n, size_t *smem) {
   return large ? v->d_large : v->d;
 }
 
+/* Whether a forward of n windows at x into y runs the inference kernels
+ * (their 16-byte loads and stores). */
+bool inference_fits(const ssae_cuda_vjp *v, const float *x, size_t n, const float *y) {
+  return n && v->fwd_inf && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
+}
+
+/* Queues the inference kernels' forward on the folded weights wf (their
+ * scores to scratch). */
+int infer(ssae_cuda_vjp *v, const float *x, size_t n, float *y, cudaStream_t s, ssae_err *err) {
+  if (v->scores_cap < n) {
+    cudaFree(v->scores);
+    v->scores = NULL;
+    v->scores_cap = 0;
+    CKV(cudaMalloc(&v->scores, sizeof(float) * n), "allocating a score buffer");
+    v->scores_cap = n;
+  }
+  if (n <= kSmallBatch) {
+    const size_t most = (size_t)v->nsm * 2;
+    ssae_small_batch_kernel<<<(unsigned)(n < most ? n : most), SSAE_SMALL_THREADS, 0, s>>>(
+        v->wf, v->lo, x, n, v->scores, y);
+  } else {
+    const size_t tiles = (n + SSAE_WARP_TW - 1) / SSAE_WARP_TW;
+    const size_t blocks = (tiles + SSAE_WARP_NW - 1) / SSAE_WARP_NW;
+    const unsigned grid = (unsigned)(blocks < (size_t)v->nsm ? blocks : (size_t)v->nsm);
+    ssae_warp_3xtf32_kernel<5><<<grid, 32 * SSAE_WARP_NW, ssae_tc_smem(&v->lo), s>>>(
+        v->wf, v->lo, v->tl, x, n, v->scores, y);
+  }
+  CKV(cudaGetLastError(), "launching the forward kernel");
+  return 0;
+}
+
+/* Queues the fold of the parameters at P (and the normalised basis) into
+ * wf, gated by v->changed. */
+int fold(ssae_cuda_vjp *v, const float *P, cudaStream_t s, ssae_err *err) {
+  const int nf = ssae_fold_count(v->lo);
+  k_fold<<<(unsigned)((nf + kThreads - 1) / kThreads), kThreads, 0, s>>>(v->d, P, v->w.bn, v->lo,
+                                                                        v->wf, v->changed);
+  CKV(cudaGetLastError(), "launching the weight folding");
+  v->seen_ok = 1;
+  return 0;
+}
+
 int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float *y,
             cudaStream_t s, ssae_err *err) {
-  const int inf = n && v->fwd_inf && (uintptr_t)x % 16 == 0 && (uintptr_t)y % 16 == 0;
+  const bool inf = inference_fits(v, x, n, y);
   /* the inference kernel's weights, folded only when the parameters
    * changed: the basis's normalisation too, which nothing else here then
    * reads (every other call makes its own) */
   if (begin(v, params, s, err, inf ? v->changed : NULL)) return -1;
   if (inf) {
     /* the inference kernel (the same function to fp32 accuracy, 3-4x
-     * faster: no block-wide barriers); its scores go to scratch */
-    if (v->scores_cap < n) {
-      cudaFree(v->scores);
-      v->scores = NULL;
-      v->scores_cap = 0;
-      CKV(cudaMalloc(&v->scores, sizeof(float) * n), "allocating a score buffer");
-      v->scores_cap = n;
-    }
-    const int nf = ssae_fold_count(v->lo);
-    k_fold<<<(unsigned)((nf + kThreads - 1) / kThreads), kThreads, 0, s>>>(v->d, v->w.p, v->w.bn,
-                                                                          v->lo, v->wf, v->changed);
-    CKV(cudaGetLastError(), "launching the weight folding");
-    v->seen_ok = 1;
-    if (n <= kSmallBatch) {
-      const size_t most = (size_t)v->nsm * 2;
-      ssae_small_batch_kernel<<<(unsigned)(n < most ? n : most), SSAE_SMALL_THREADS, 0, s>>>(
-          v->wf, v->lo, x, n, v->scores, y);
-    } else {
-      const size_t tiles = (n + SSAE_WARP_TW - 1) / SSAE_WARP_TW;
-      const size_t blocks = (tiles + SSAE_WARP_NW - 1) / SSAE_WARP_NW;
-      const unsigned grid = (unsigned)(blocks < (size_t)v->nsm ? blocks : (size_t)v->nsm);
-      ssae_warp_3xtf32_kernel<5><<<grid, 32 * SSAE_WARP_NW, ssae_tc_smem(&v->lo), s>>>(
-          v->wf, v->lo, v->tl, x, n, v->scores, y);
-    }
-    CKV(cudaGetLastError(), "launching the forward kernel");
+     * faster: no block-wide barriers) */
+    if (fold(v, v->w.p, s, err) || infer(v, x, n, y, s, err)) return -1;
   } else if (n && v->tc) {
     const size_t groups = (n + kTcWin - 1) / kTcWin;
     const unsigned grid = (unsigned)(groups < (size_t)v->nsm ? groups : (size_t)v->nsm);
@@ -294,6 +393,25 @@ int forward(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, flo
     k_vjp<<<grid, kFwdThreads, smem, s>>>(d, v->w, x, n, NULL, y, NULL, NULL);
     CKV(cudaGetLastError(), "launching the forward kernel");
   }
+  return end(v, s, err);
+}
+
+/* The forward from pieces: gathered into seen, which is then the call's
+ * flat vector. For the inference kernels the gather also compares and
+ * normalises (three kernels in all); otherwise it copies, and forward
+ * follows (seen then no longer holds what wf was folded from). */
+int forward_parts(ssae_cuda_vjp *v, const param_parts &pp, const float *x, size_t n, float *y,
+                  cudaStream_t s, ssae_err *err) {
+  const bool inf = inference_fits(v, x, n, y);
+  if (v->have_done) CKV(cudaStreamWaitEvent(s, v->done, 0), "ordering after the last call");
+  const int force = !v->seen_ok;
+  v->seen_ok = 0; /* seen is being written: until the fold is queued */
+  k_params_gather<<<1, kSeenThreads, 0, s>>>(pp, v->d, v->seen, force, v->changed,
+                                              inf ? v->w.bn : NULL);
+  CKV(cudaGetLastError(), "launching the parameters' gather");
+  if (!inf) return forward(v, v->seen, x, n, y, s, err);
+  v->w.p = v->seen;
+  if (fold(v, v->seen, s, err) || infer(v, x, n, y, s, err)) return -1;
   return end(v, s, err);
 }
 
@@ -525,13 +643,14 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
                              (int)ssae_tc_smem(&v->lo)),
         "raising the kernel's shared-memory limit");
     CKN(cudaMalloc(&v->wf, sizeof(float) * v->lo.total), "allocating folded weights");
-    CKN(cudaMalloc(&v->seen, sizeof(float) * (size_t)d.P), "allocating a parameter copy");
-    CKN(cudaMalloc(&v->changed, sizeof(int)), "allocating a flag");
     CKN(cudaMemset(v->wf, 0, sizeof(float) * v->lo.total), "clearing folded weights");
     /* on the legacy stream: the callers' streams may not wait for it */
     CKN(cudaStreamSynchronize(0), "clearing folded weights");
   }
   const size_t P = (size_t)d.P, LC = (size_t)d.L * d.C;
+  /* the parameters of the last forward (every net: ssae_cuda_vjp_forward_parts gathers into it) */
+  CKN(cudaMalloc(&v->seen, sizeof(float) * P), "allocating a parameter copy");
+  CKN(cudaMalloc(&v->changed, sizeof(int)), "allocating a flag");
   CKN(cudaMalloc(&v->w.bn, sizeof(float) * LC), "allocating the basis");
   CKN(cudaMalloc(&v->w.bnt, sizeof(float) * LC), "allocating the basis");
   CKN(cudaMalloc(&v->w.enct, sizeof(float) * d.M * d.S), "allocating weights");
@@ -558,6 +677,45 @@ extern "C" int ssae_cuda_vjp_forward(ssae_cuda_vjp *v, const float *params_dev,
   const cudaStream_t s = (cudaStream_t)stream;
   return graph_call(v, s, n, err, [&](ssae_cuda_vjp *u) {
     return forward(u, params_dev, x_dev, n, y_dev, s, err);
+  });
+}
+
+extern "C" int ssae_cuda_vjp_forward_parts(ssae_cuda_vjp *v, const float *const *parts,
+                                           const size_t *counts, int nparts,
+                                           const float *x_dev, size_t n, float *y_dev,
+                                           void *stream, ssae_err *err) {
+  if (!parts || !counts || nparts < 1 || nparts > SSAE_CUDA_VJP_MAX_PARTS)
+    return ssae_err_set(err, "forward: %d parameter pieces (1 to %d)", nparts,
+                        SSAE_CUDA_VJP_MAX_PARTS);
+  if (n && (!x_dev || !y_dev)) return ssae_err_set(err, "forward: NULL buffer");
+  param_parts pp;
+  memset(&pp, 0, sizeof pp);
+  pp.n = nparts;
+  pp.vec = 1;
+  size_t at = 0;
+  for (int q = 0; q < nparts; q++) {
+    char what[48];
+    snprintf(what, sizeof what, "parameter piece %d", q);
+    if (!parts[q] || !counts[q]) return ssae_err_set(err, "forward: %s empty or NULL", what);
+    if (check_device_ptr(parts[q], v->dev, what, err)) return -1;
+    pp.p[q] = parts[q];
+    pp.start[q] = (int)at;
+    if ((uintptr_t)parts[q] % 16 || counts[q] % 4 || at % 4) pp.vec = 0;
+    at += counts[q];
+    if (at > (size_t)v->d.P) break;
+  }
+  if (at != (size_t)v->d.P)
+    return ssae_err_set(err, "forward: the pieces hold %s%zu floats, the model has %d",
+                        at > (size_t)v->d.P ? "more than " : "", at, v->d.P);
+  pp.start[nparts] = (int)at;
+  if (n && (check_device_ptr(x_dev, v->dev, "input", err) ||
+            check_device_ptr(y_dev, v->dev, "output", err)))
+    return -1;
+  device_scope on_dev(v->dev);
+  CKV(on_dev.e, "selecting the device");
+  const cudaStream_t s = (cudaStream_t)stream;
+  return graph_call(v, s, n, err, [&](ssae_cuda_vjp *u) {
+    return forward_parts(u, pp, x_dev, n, y_dev, s, err);
   });
 }
 

@@ -46,6 +46,20 @@ void ssae_cuda_vjp_free(ssae_cuda_vjp *v);
 int ssae_cuda_vjp_forward(ssae_cuda_vjp *v, const float *params_dev, const float *x_dev,
                           size_t n, float *y_dev, void *stream, ssae_err *err);
 
+/* Most pieces ssae_cuda_vjp_forward_parts takes. */
+#define SSAE_CUDA_VJP_MAX_PARTS 16
+
+/* The same forward from the parameters in nparts pieces (device arrays of
+ * counts[i] floats, in the flat vector's order: a module's parameter
+ * tensors where they lie), gathered on the device into the net's own copy
+ * by the kernel that compares them with the last call's. No flat vector is
+ * made by the caller, and for the default dimensions a call is three
+ * kernels: the gather (and, when the values changed, the basis's
+ * normalisation), the fold (nothing unless they changed), the forward. */
+int ssae_cuda_vjp_forward_parts(ssae_cuda_vjp *v, const float *const *parts,
+                                const size_t *counts, int nparts, const float *x_dev, size_t n,
+                                float *y_dev, void *stream, ssae_err *err);
+
 /* From the upstream gradient dy_dev (n*F*M floats): dparams_dev (the flat
  * vector's length) = sum over windows of dy . dy/dparams, and, when not
  * NULL, dx_dev (n*F*M) = dy . dy/dx. n may be 0 (dparams_dev zeroed). */

@@ -121,6 +121,15 @@ def _declare(lib):
             f = getattr(lib, name)
             f.restype = res
             f.argtypes = args
+    # The forward from the parameters where they lie (no flat vector made by
+    # the caller; a later addition, as the loss below).
+    lib.ssae_has_cuda_parts = (lib.ssae_has_cuda_tensors and
+                               hasattr(lib, "ssae_api_net_forward_cuda_parts"))
+    if lib.ssae_has_cuda_parts:
+        f = lib.ssae_api_net_forward_cuda_parts
+        f.restype = c_int
+        f.argtypes = [c_void_p, c_void_p, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p,
+                      c_void_p, c_char_p]
     # The fused reconstruction loss (a later addition: a library without it
     # still serves everything else).
     lib.ssae_has_cuda_loss = lib.ssae_has_cuda_tensors and hasattr(lib, "ssae_api_net_loss_cuda")

@@ -4,6 +4,7 @@ per model dimensions and device (_Net), with what its calls need from torch
 OpenMP team for the CPU). The module and its autograd Functions are in
 ssae/torch.py; this file holds no autograd."""
 import contextlib
+import ctypes
 import os
 import re
 import threading
@@ -44,7 +45,6 @@ def _omp_team():
 
 
 def _find_omp_team():
-    import ctypes
     if os.environ.get("SSAE_TORCH_TEAM", "1") == "0":
         return None
     try:
@@ -100,7 +100,9 @@ class _Net:
     """One ssae_api_net per model dimensions, shared by the modules of those
     dimensions; calls are serialised. The parameters' values go with every
     call: on the CPU the net compares them with those it holds (_params), on
-    CUDA they are one flat vector made on the device for the call. Nothing
+    CUDA they are one flat vector made on the device for the call, or, for
+    the evaluation forward, gathered by the library from where they lie
+    (_forward_cuda_parts). Nothing
     is keyed by the tensors or their version counters: changes made through
     .data, or by a CUDA graph's replay, leave no trace there, and a module
     must never compute with values it no longer has."""
@@ -115,7 +117,6 @@ class _Net:
     _armed = set()
 
     def __init__(self, dims):
-        import ctypes
         self.lib = _lib.load()
         self.dims = (ctypes.c_int * 4)(*dims)
         self.win = dims[0] * dims[1]
@@ -189,14 +190,11 @@ class _Net:
         does nothing when they are the bits it has (a 3 us comparison at
         the default dimensions), on the tensors where they lie; under
         self.lock."""
-        import ctypes
         err = _lib.errbuf()
-        addrs = tuple(p.data_ptr() if p.is_contiguous() else -1 for p in params)
-        if -1 not in addrs:
-            if self._ptrs is None or self._ptrs[0] != addrs:
-                self._ptrs = (addrs, (ctypes.c_void_p * len(addrs))(*addrs))
-            rc = self.lib.ssae_api_net_set_params_parts(self.h, self._ptrs[1], self._counts,
-                                                        len(addrs), err)
+        ptrs = self._part_ptrs(params)
+        if ptrs is not None:
+            rc = self.lib.ssae_api_net_set_params_parts(self.h, ptrs, self._counts,
+                                                        len(self._sizes), err)
         else:  # a tensor not contiguous (its .data replaced by a view)
             flat = torch.cat([p.detach().reshape(-1) for p in params])
             one = (ctypes.c_void_p * 1)(flat.data_ptr())
@@ -323,9 +321,26 @@ class _Net:
         with torch.no_grad():
             return _flatten(params)
 
+    def _part_ptrs(self, params):
+        """The parameters' addresses as a ctypes array (the one of the last
+        call when they are the same), or None when one is not contiguous;
+        under self.lock."""
+        addrs = tuple(p.data_ptr() if p.is_contiguous() else -1 for p in params)
+        if -1 in addrs:
+            return None
+        if self._ptrs is None or self._ptrs[0] != addrs:
+            self._ptrs = (addrs, (ctypes.c_void_p * len(addrs))(*addrs))
+        return self._ptrs[1]
+
     def _forward_cuda(self, x, params, flat=None):
         """y on the trainer's kernel, from the parameters' flat vector (made
-        here when not given)."""
+        here when not given), or, without one, from the parameters where
+        they lie (ssae_api_net_forward_cuda_parts: the library gathers
+        them; no concatenation)."""
+        if flat is None and self.lib.ssae_has_cuda_parts:
+            y = self._forward_cuda_parts(x, params)
+            if y is not None:
+                return y
         with _on_device(x.device):
             stream = _stream(x.get_device())
             y = torch.empty_like(x)
@@ -336,6 +351,23 @@ class _Net:
                 rc = self.lib.ssae_api_net_forward_cuda(self.h, flat.data_ptr(), x.data_ptr(),
                                                         x.shape[0], y.data_ptr(), stream or None,
                                                         err)
+        self._check(rc, err)
+        return y
+
+    def _forward_cuda_parts(self, x, params):
+        """y from the parameters where they lie; None when one of them is
+        not contiguous (the caller then makes the flat vector)."""
+        with _on_device(x.device):
+            stream = _stream(x.get_device())
+            y = torch.empty_like(x)
+            err = _lib.errbuf()
+            with self.lock:
+                ptrs = self._part_ptrs(params)
+                if ptrs is None:
+                    return None
+                rc = self.lib.ssae_api_net_forward_cuda_parts(
+                    self.h, ptrs, self._counts, len(self._sizes), x.data_ptr(), x.shape[0],
+                    y.data_ptr(), stream or None, err)
         self._check(rc, err)
         return y
 

@@ -508,6 +508,22 @@ int ssae_api_net_forward_cuda(ssae_api_net *net, const float *params_dev, const 
   return SSAE_API_OK;
 }
 
+int ssae_api_net_forward_cuda_parts(ssae_api_net *net, const float *const *parts_dev,
+                                    const size_t *counts, size_t nparts, const float *x_dev,
+                                    size_t n, float *y_dev, void *stream, ssae_err *err) {
+  if (nparts > SSAE_CUDA_VJP_MAX_PARTS)
+    return ssae_err_set(err, "forward: %zu parameter pieces (at most %d)", nparts,
+                        SSAE_CUDA_VJP_MAX_PARTS),
+           SSAE_API_EARG;
+  int rc = net_cuda(net, err);
+  if (rc) return rc;
+  if (ssae_cuda_vjp_forward_parts(net->cuda, parts_dev, counts, (int)nparts, x_dev, n, y_dev,
+                                  stream, err))
+    return SSAE_API_EBACKEND;
+  if (n) atomic_store(&last_device_input, (const void *)x_dev);
+  return SSAE_API_OK;
+}
+
 int ssae_api_net_backward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
                                size_t n, const float *dy_dev, float *dparams_dev,
                                float *dx_dev, void *stream, ssae_err *err) {

@@ -234,6 +234,16 @@ int ssae_api_model_score_cuda(ssae_api_model *m, const float *x_dev, size_t n,
  * they are not the graph's). */
 int ssae_api_net_forward_cuda(ssae_api_net *net, const float *params_dev, const float *x_dev,
                               size_t n, float *y_dev, void *stream, ssae_err *err);
+/* The same forward from the parameters in nparts pieces, 1 to 16 (device
+ * arrays of counts[i] floats in the flat vector's order, together its
+ * length: a module's parameter tensors where they lie), gathered on the
+ * device by the kernel that compares them with the last forward's: no
+ * flat vector for the caller to make, and for the default dimensions
+ * three kernels a call (gather and compare, fold when changed, forward)
+ * where a flat vector costs the caller a concatenation too. */
+int ssae_api_net_forward_cuda_parts(ssae_api_net *net, const float *const *parts_dev,
+                                    const size_t *counts, size_t nparts, const float *x_dev,
+                                    size_t n, float *y_dev, void *stream, ssae_err *err);
 /* dparams_dev (the flat vector's length) and dx_dev (n*F*M, or NULL) for
  * the upstream gradient dy_dev (n*F*M floats) of the reconstruction, as
  * ssae_api_net_backward. */

@@ -202,6 +202,114 @@ def test_untracked_parameter_changes_cuda(windows):
 OTHER_DIMS = dict(n_mels=40, frames=4, latent_dim=16, slice_latent_dim=24)
 
 
+def has_parts_entry_point():
+    return has_entry_points() and ssae._lib.load().ssae_has_cuda_parts
+
+
+def unaligned_like(t):
+    """A contiguous copy of t whose address is 4 bytes past a 16-byte
+    boundary."""
+    buf = torch.empty(t.numel() + 1, device=t.device)
+    u = buf[1:].view(t.shape)
+    u.copy_(t)
+    assert u.data_ptr() % 16 != 0
+    return u
+
+
+@pytest.mark.skipif(not has_parts_entry_point(), reason="this libssae has no forward from pieces")
+@pytest.mark.parametrize("dims", ["default", "other"])
+def test_forward_from_parameter_pieces(dims, windows):
+    """The evaluation forward from the parameters where they lie (the
+    library gathers them: ssae_api_net_forward_cuda_parts) gives the bits
+    of the forward from their flat vector: aligned pieces (float4 loads),
+    a piece 4 bytes off (float loads), an input 4 bytes off (the training
+    kernel's forward, after which the folded weights are made again), at
+    the default and other dimensions; changes through .data are seen."""
+    kw = {} if dims == "default" else OTHER_DIMS
+    torch.manual_seed(31)
+    m = st.SpectralShapeAutoencoder(**kw).cuda()
+    win = m.frames * m.n_mels
+    w = np.random.default_rng(3).normal(-60, 6, size=(150, win)).astype(np.float32)
+    x = torch.from_numpy(w).cuda()
+    net = st._Net(m._dims())
+
+    def both(xi):
+        ps = m._params()
+        with torch.no_grad():
+            y_parts = net._forward_cuda_parts(xi, ps)
+            y_flat = net._forward_cuda(xi, ps, torch.cat([p.reshape(-1) for p in ps]))
+        assert y_parts is not None
+        return y_parts, y_flat
+
+    # the basis normalised by the gather (after a change) as by k_update
+    flat = lambda: torch.cat([p.reshape(-1) for p in m._params()])  # noqa: E731
+    orig = m.global_basis.detach().clone()
+    with torch.no_grad():
+        y1 = net._forward_cuda(x, m._params(), flat())
+        m.global_basis.data.mul_(1.25)
+        net._forward_cuda(x, m._params(), flat())
+        m.global_basis.data.copy_(orig)
+        assert torch.equal(net._forward_cuda_parts(x, m._params()), y1)
+    for xi in (x, x.repeat(10, 1)):  # small_batch; warp_3xtf32 (default dims)
+        a, b = both(xi)
+        assert torch.equal(a, b)
+    before = both(x)[0]
+    with torch.no_grad():
+        m.global_basis.data.mul_(1.5)  # through .data: no version bump
+        m.slice_decoder[0].bias.data.add_(0.02)
+    a, b = both(x)
+    assert torch.equal(a, b) and not torch.equal(a, before)
+    m.slice_encoder[1].weight.data = unaligned_like(m.slice_encoder[1].weight.data)
+    a, b = both(x)
+    assert torch.equal(a, b)
+    x_odd = unaligned_like(x)
+    a, b = both(x_odd)
+    assert torch.equal(a, b)
+    with torch.no_grad():
+        m.slice_encoder[0].weight.data.mul_(0.9)
+    a, b = both(x)  # after the unaligned call: folded again
+    assert torch.equal(a, b)
+    with torch.no_grad():
+        assert torch.equal(m(x), a)  # the module's own call
+
+
+@pytest.mark.skipif(not has_parts_entry_point(), reason="this libssae has no forward from pieces")
+def test_parts_entry_point_refusals(windows):
+    """The C entry point refuses pieces that are not the model's parameters
+    (a C caller's mistake; the package never makes them), naming the
+    problem, and writes nothing."""
+    import ctypes
+    lib = ssae._lib.load()
+    m = st.SpectralShapeAutoencoder().cuda()
+    net = st._Net(m._dims())
+    x = torch.from_numpy(windows[:10]).cuda()
+    y = torch.zeros_like(x)
+    ps = m._params()
+    sizes = [p.numel() for p in ps]
+
+    def call(tensors, counts, n=None):
+        err = ssae._lib.errbuf()
+        ptrs = (ctypes.c_void_p * max(len(tensors), 1))(*[t.data_ptr() for t in tensors])
+        cnt = (ctypes.c_size_t * max(len(counts), 1))(*counts)
+        rc = lib.ssae_api_net_forward_cuda_parts(net.h, ptrs, cnt,
+                                                 len(tensors) if n is None else n,
+                                                 x.data_ptr(), 10, y.data_ptr(), None, err)
+        return rc, err.value.decode()
+
+    rc, msg = call(ps[:-1], sizes[:-1])
+    assert rc == ssae._lib.EBACKEND and "the pieces hold 19744 floats, the model has 19808" in msg
+    rc, msg = call(ps, sizes[:-1] + [sizes[-1] + 4])
+    assert rc == ssae._lib.EBACKEND and "more than" in msg
+    rc, msg = call(ps[:-1] + [ps[-1].cpu()], sizes)
+    assert rc == ssae._lib.EBACKEND and "parameter piece 10: host memory" in msg
+    rc, msg = call(ps, sizes, n=0)
+    assert rc == ssae._lib.EBACKEND and "0 parameter pieces" in msg
+    rc, msg = call(ps * 2, sizes * 2)  # 22 pieces
+    assert rc == ssae._lib.EARG and "22 parameter pieces (at most 16)" in msg
+    torch.cuda.synchronize()
+    assert not y.any()
+
+
 def pair(seed, **dims):
     """(drop-in module, float64 SPEC module) with the same weights."""
     torch.manual_seed(seed)
