@@ -89,6 +89,35 @@ def test_gradients_vs_float64(windows):
         assert rel_l2(got[name].grad, p.grad) <= 1e-4, name
 
 
+class _Scale(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, w):
+        return w * self.k
+
+
+def test_parametrized_weight(windows):
+    """A weight under torch.nn.utils.parametrize (its tensor computed, not
+    in the module's parameter dictionary): the kernels get the computed
+    tensor, and the gradient reaches the parametrization's original."""
+    from torch.nn.utils import parametrize
+    m, ref = pair(seed=6)
+    parametrize.register_parametrization(m.slice_decoder[0], "weight", _Scale(0.5))
+    parametrize.register_parametrization(ref.slice_decoder[0], "weight", _Scale(0.5))
+    x = torch.from_numpy(windows[:200])
+    with torch.no_grad():
+        assert rel_l2(m(x), ref(x.double())) <= 1e-6
+    y = m(x)
+    assert type(y.grad_fn).__name__ != "AddmmBackward0"  # the kernel, not plain ops
+    torch.nn.functional.mse_loss(y, x).backward()
+    torch.nn.functional.mse_loss(ref(x.double()), x.double()).backward()
+    got = m.slice_decoder[0].parametrizations.weight.original.grad
+    want = ref.slice_decoder[0].parametrizations.weight.original.grad
+    assert rel_l2(got, want) <= 1e-4
+
+
 def test_backward_from_kept_activations(windows, monkeypatch):
     """The training forward keeps its activations; the backward from them
     equals the backward that runs the forward again, bit for bit, and the
