@@ -173,7 +173,9 @@ int lv2h_open(lv2h *h, const char *plugin_uri, double rate, int threaded) {
   h->u_patch_property = map_uri(h, LV2_PATCH__property);
   h->u_patch_value = map_uri(h, LV2_PATCH__value);
   h->u_model = map_uri(h, MODEL_URI);
+  h->u_backend = map_uri(h, "urn:ssae:lv2:backend");
   h->u_atom_Path = map_uri(h, LV2_ATOM__Path);
+  h->u_atom_String = map_uri(h, LV2_ATOM__String);
   h->u_atom_Object = map_uri(h, LV2_ATOM__Object);
   h->u_atom_Sequence = map_uri(h, LV2_ATOM__Sequence);
   h->u_atom_Chunk = map_uri(h, LV2_ATOM__Chunk);
@@ -327,14 +329,22 @@ void lv2h_send_set_model(lv2h *h, const char *path) {
   lv2_atom_forge_pop(&h->forge, &obj);
 }
 
-void lv2h_send_get(lv2h *h) {
+void lv2h_send_get_property(lv2h *h, LV2_URID property) {
   open_control(h);
   LV2_Atom_Forge_Frame obj;
   lv2_atom_forge_frame_time(&h->forge, 0);
   lv2_atom_forge_object(&h->forge, &obj, 0, h->u_patch_Get);
-  lv2_atom_forge_key(&h->forge, h->u_patch_property);
-  lv2_atom_forge_urid(&h->forge, h->u_model);
+  if (property) {
+    lv2_atom_forge_key(&h->forge, h->u_patch_property);
+    lv2_atom_forge_urid(&h->forge, property);
+  }
   lv2_atom_forge_pop(&h->forge, &obj);
+}
+
+void lv2h_send_get(lv2h *h) { lv2h_send_get_property(h, h->u_model); }
+
+void lv2h_send_set_backend(lv2h *h, const char *value) {
+  lv2h_send_set_raw(h, h->u_backend, h->u_atom_String, value, (uint32_t)strlen(value) + 1);
 }
 
 void lv2h_run(lv2h *h, uint32_t n) {
@@ -360,7 +370,10 @@ void lv2h_wait_worker(lv2h *h) {
   }
 }
 
-int lv2h_notified_model(lv2h *h, char *buf, size_t len) {
+/* The value of the last patch:Set <key> (of atom type vtype) in the notify
+ * output of the last run, into buf. */
+static int notified(lv2h *h, LV2_URID key, LV2_URID vtype, const char *what, char *buf,
+                    size_t len) {
   const LV2_Atom_Sequence *seq = (const LV2_Atom_Sequence *)h->notify_buf;
   int found = 0;
   if (seq->atom.type != h->u_atom_Sequence) return 0;
@@ -371,14 +384,41 @@ int lv2h_notified_model(lv2h *h, char *buf, size_t len) {
     const LV2_Atom *prop = NULL, *value = NULL;
     lv2_atom_object_get(obj, h->u_patch_property, &prop, h->u_patch_value,
                         &value, 0);
-    if (!prop || !value || ((const LV2_Atom_URID *)prop)->body != h->u_model)
+    if (!prop || !value || ((const LV2_Atom_URID *)prop)->body != key)
       continue;
-    CHECK(value->type == h->u_atom_Path, "patch:Set model value is not a Path");
-    snprintf(buf, len, "%.*s", (int)value->size,
+    CHECK(value->type == vtype, "patch:Set %s value of another type", what);
+    snprintf(buf, len, "%.*s", (int)strnlen((const char *)LV2_ATOM_BODY_CONST(value),
+                                            value->size),
              (const char *)LV2_ATOM_BODY_CONST(value));
     found = 1;
   }
   return found;
+}
+
+int lv2h_notified_model(lv2h *h, char *buf, size_t len) {
+  return notified(h, h->u_model, h->u_atom_Path, "model", buf, len);
+}
+
+int lv2h_notified_backend(lv2h *h, char *buf, size_t len) {
+  return notified(h, h->u_backend, h->u_atom_String, "backend", buf, len);
+}
+
+int lv2h_get_backend(lv2h *h, char *buf, size_t len) {
+  lv2h_send_get_property(h, h->u_backend);
+  lv2h_run(h, 0);
+  return lv2h_notified_backend(h, buf, len);
+}
+
+int lv2h_set_backend(lv2h *h, const char *value) {
+  char got[64];
+  lv2h_send_set_backend(h, value);
+  for (int i = 0; i < 10000; i++) {
+    lv2h_run(h, 0);
+    if (lv2h_notified_backend(h, got, sizeof(got)) && strcmp(got, value) == 0) return 1;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
 }
 
 int lv2h_get_model(lv2h *h, char *buf, size_t len) {

@@ -74,7 +74,8 @@ typedef struct lv2h {
   int control_open;
 
   LV2_URID u_patch_Set, u_patch_Get, u_patch_property, u_patch_value,
-      u_model, u_atom_Path, u_atom_Object, u_atom_Sequence, u_atom_Chunk;
+      u_model, u_backend, u_atom_Path, u_atom_String, u_atom_Object, u_atom_Sequence,
+      u_atom_Chunk;
 } lv2h;
 
 /* LV2_PATH = dir (the build tree's directory holding ssae.lv2), then the
@@ -94,7 +95,10 @@ void lv2h_connect(lv2h *h, const char *symbol, void *buf);
 
 /* Queues events for the next run (frame 0). */
 void lv2h_send_set_model(lv2h *h, const char *path);
-void lv2h_send_get(lv2h *h);
+void lv2h_send_get(lv2h *h); /* of the model */
+/* patch:Get of one property (0: all of them). */
+void lv2h_send_get_property(lv2h *h, LV2_URID property);
+void lv2h_send_set_backend(lv2h *h, const char *value);
 /* Any atom as a patch:Set value (for malformed messages). */
 void lv2h_send_set_raw(lv2h *h, LV2_URID property, LV2_URID type,
                        const void *body, uint32_t size);
@@ -108,6 +112,13 @@ int lv2h_notified_model(lv2h *h, char *buf, size_t len);
 
 /* patch:Get, run(0) and read the answer. 1 when answered. */
 int lv2h_get_model(lv2h *h, char *buf, size_t len);
+
+/* The same for the backend parameter (an atom:String). */
+int lv2h_notified_backend(lv2h *h, char *buf, size_t len);
+int lv2h_get_backend(lv2h *h, char *buf, size_t len);
+/* patch:Set the backend and wait (up to 10 s) for the plugin to announce
+ * it. 1 when it did. */
+int lv2h_set_backend(lv2h *h, const char *value);
 
 /* patch:Set the model and wait (up to 10 s, calling run(0)) for the plugin
  * to announce it. 1 when it did. */

@@ -5,8 +5,10 @@
  * notify port and used (its threshold shows on threshold_used); the state
  * saves the path through the host's map-path feature and restores it, both
  * directly and through the worker; enable = 0 pauses the analysis; the
- * backend and GPU come from SSAE_LV2_BACKEND and SSAE_LV2_GPU, a bad value
- * logged. The host runs its worker on a thread, as a live host does. */
+ * backend parameter moves one instance's analysis (bad values logged, the
+ * old engine kept) and is saved and restored with the state; by default
+ * the backend and GPU come from SSAE_LV2_BACKEND and SSAE_LV2_GPU, a bad
+ * value logged. The host runs its worker on a thread, as a live host does. */
 #define _XOPEN_SOURCE 700
 #include <limits.h>
 #include <math.h>
@@ -238,6 +240,54 @@ int main(int argc, char **argv) {
   lv2h_log_take(&h, got, sizeof(got), &errors);
   CHECK(errors == 0, "errors logged while loading a good model: %s", got);
 
+  /* The backend parameter: the environment's (auto) until set; set per
+   * instance, it restarts the analysis there and keeps the model; a value
+   * that is not one, a GPU with the CPU, a device the host lacks (the
+   * engine's reason: no GPU, or no CUDA in the build) are logged and the
+   * instance goes on where it was; a new model keeps the backend. */
+  char be[64];
+  CHECK(lv2h_get_backend(&h, be, sizeof(be)) && strcmp(be, "auto") == 0,
+        "backend '%s' before any set, expected auto", be);
+  CHECK(lv2h_set_backend(&h, "cpu"), "the backend cpu was not announced");
+  expect_model(&h, other, "after setting the backend");
+  feed(&h, 0.5);
+  CHECK(*lv2h_ctl(&h, "threshold_used") == OTHER_THRESHOLD,
+        "the model changed with the backend (threshold %g)", *lv2h_ctl(&h, "threshold_used"));
+  static const char *const bad_backends[][2] = {
+      {"gpu-please", "backend 'gpu-please': use auto, cpu or cuda"},
+      {"cuda:x", "backend 'cuda:x'"},
+      {"cuda:256", "backend 'cuda:256'"},
+      {"cpu:1", "gpu 1: not with backend cpu"},
+      {"cuda:255", "(backend cuda:255)"}};
+  for (size_t i = 0; i < sizeof(bad_backends) / sizeof(bad_backends[0]); i++) {
+    float before = *lv2h_ctl(&h, "windows");
+    lv2h_send_set_backend(&h, bad_backends[i][0]);
+    lv2h_run(&h, 0);
+    expect_error(&h, bad_backends[i][0], bad_backends[i][1]);
+    CHECK(lv2h_get_backend(&h, be, sizeof(be)) && strcmp(be, "cpu") == 0,
+          "backend '%s' after '%s', expected cpu", be, bad_backends[i][0]);
+    feed(&h, 0.2);
+    CHECK(*lv2h_ctl(&h, "windows") > before, "the analysis stopped after '%s'",
+          bad_backends[i][0]);
+  }
+  int32_t not_a_string = 1;
+  lv2h_send_set_raw(&h, h.u_backend, h.map.map(h.map.handle, LV2_ATOM__Int), &not_a_string,
+                    sizeof(not_a_string));
+  lv2h_run(&h, 0);
+  expect_error(&h, "Int backend", "atom:String");
+  CHECK(lv2h_load_model(&h, p0), "the default model's file was not announced");
+  CHECK(lv2h_get_backend(&h, be, sizeof(be)) && strcmp(be, "cpu") == 0,
+        "backend '%s' after a new model, expected cpu", be);
+  CHECK(lv2h_load_model(&h, other), "the model was not announced");
+  /* patch:Get without a property: both */
+  lv2h_send_get_property(&h, 0);
+  lv2h_run(&h, 0);
+  CHECK(lv2h_notified_model(&h, got, sizeof(got)) && strcmp(got, other) == 0 &&
+            lv2h_notified_backend(&h, be, sizeof(be)) && strcmp(be, "cpu") == 0,
+        "patch:Get of every property: model '%s', backend '%s'", got, be);
+  lv2h_log_take(&h, got, sizeof(got), &errors);
+  CHECK(errors == 0, "errors logged while changing models: %s", got);
+
   /* Save: the path goes through the host's map-path (lilv links external
    * files into the state directory and stores a relative path). */
   LilvState *st = lilv_state_new_from_instance(
@@ -253,6 +303,8 @@ int main(int argc, char **argv) {
   const char *ttl = slurp(ttl_path);
   CHECK(strstr(ttl, "urn:ssae:lv2:model"), "the state lacks the model: %s", ttl);
   CHECK(!strstr(ttl, other), "the state holds the unmapped path: %s", ttl);
+  CHECK(strstr(ttl, "urn:ssae:lv2:backend") && strstr(ttl, "\"cpu\""),
+        "the state lacks the backend: %s", ttl);
 
   /* Restore into a new instance (instantiation class: loaded at once). */
   lv2h h2;
@@ -269,6 +321,8 @@ int main(int argc, char **argv) {
   CHECK(realpath(got, real_got) && realpath(other, real_other) &&
             strcmp(real_got, real_other) == 0,
         "restored model '%s' is not '%s'", got, other);
+  CHECK(lv2h_get_backend(&h2, be, sizeof(be)) && strcmp(be, "cpu") == 0,
+        "restored backend '%s', saved cpu", be);
   feed(&h2, 0.5);
   CHECK(*lv2h_ctl(&h2, "threshold_used") == OTHER_THRESHOLD,
         "the restored instance does not use the saved model");
@@ -293,8 +347,39 @@ int main(int argc, char **argv) {
   lilv_state_restore(st4, h2.inst, NULL, NULL, 0, h2.features);
   lilv_state_free(st4);
   expect_model(&h2, p0, "after restoring the default state");
+  CHECK(lv2h_get_backend(&h2, be, sizeof(be)) && strcmp(be, "auto") == 0,
+        "backend '%s' after restoring a state without one, expected the environment's",
+        be);
   lv2h_log_take(&h2, got, sizeof(got), &errors);
   CHECK(errors == 0, "errors logged during restore: %s", got);
+
+  /* A saved backend that is not one: logged, the environment's used, the
+   * saved model restored. */
+  char bad_ttl[PATH_MAX + 16];
+  snprintf(bad_ttl, sizeof(bad_ttl), "%s/bad.ttl", save_dir);
+  {
+    char *text = strdup(slurp(ttl_path));
+    char *at = strstr(text, "\"cpu\"");
+    CHECK(at, "no backend value in the state: %s", text);
+    FILE *bf = fopen(bad_ttl, "w");
+    CHECK(bf, "cannot write %s", bad_ttl);
+    fprintf(bf, "%.*s\"quantum\"%s", (int)(at - text), text, at + 5);
+    fclose(bf);
+    free(text);
+  }
+  LilvState *st5 = lilv_state_new_from_file(h2.world, &h2.map, NULL, bad_ttl);
+  CHECK(st5, "cannot read %s", bad_ttl);
+  lilv_state_restore(st5, h2.inst, NULL, NULL, 0, no_worker);
+  lilv_state_free(st5);
+  lv2h_log_take(&h2, got, sizeof(got), &errors);
+  CHECK(errors == 1 && strstr(got, "the saved backend is not auto, cpu, cuda or cuda:N; "
+                                   "the environment's (auto) used"),
+        "a bad saved backend: %s", got);
+  CHECK(lv2h_get_backend(&h2, be, sizeof(be)) && strcmp(be, "auto") == 0,
+        "backend '%s' after a bad saved one", be);
+  CHECK(lv2h_get_model(&h2, got, sizeof(got)) && realpath(got, real_got) &&
+            strcmp(real_got, real_other) == 0,
+        "model '%s' after a state with a bad backend", got);
 
   lv2h_close(&h2);
   lv2h_close(&h);

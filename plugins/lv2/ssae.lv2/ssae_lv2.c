@@ -4,8 +4,8 @@
  * feature path is audio-thread safe), copies input to output, reads the
  * scores the engine's worker published, and answers patch:Get from the
  * control port. It never allocates, locks, waits, logs or makes a system
- * call: a patch:Set of the model goes to the host's worker unchanged and is
- * checked (and any error logged) there. */
+ * call: a patch:Set of the model or the backend goes to the host's worker
+ * unchanged and is checked (and any error logged) there. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +26,11 @@ static void map_uris(LV2_URID_Map *map, ssae_lv2_uris *u) {
   u->patch_Set = map->map(map->handle, LV2_PATCH__Set);
   u->patch_property = map->map(map->handle, LV2_PATCH__property);
   u->patch_value = map->map(map->handle, LV2_PATCH__value);
+  u->atom_String = map->map(map->handle, LV2_ATOM__String);
   u->model = map->map(map->handle, SSAE_LV2_URI_MODEL);
+  u->backend = map->map(map->handle, SSAE_LV2_URI_BACKEND);
   u->free_slot = map->map(map->handle, SSAE_LV2_URI_FREE);
+  u->load = map->map(map->handle, SSAE_LV2_URI_LOAD);
 }
 
 static void cleanup(LV2_Handle instance) {
@@ -62,7 +65,8 @@ static LV2_Handle instantiate(const LV2_Descriptor *descriptor, double rate,
   self->rate = rate;
   self->bundle_path = strdup(bundle_path ? bundle_path : "");
   ssae_lv2_read_env(self);
-  ssae_lv2_slot *slot = self->bundle_path ? ssae_lv2_slot_new(self, NULL) : NULL;
+  ssae_lv2_slot *slot =
+      self->bundle_path ? ssae_lv2_slot_new(self, NULL, &self->env_where) : NULL;
   atomic_init(&self->cur, slot);
   if (!slot) {
     cleanup(self);
@@ -120,6 +124,19 @@ void ssae_lv2_forge_model(ssae_lv2 *self, const ssae_lv2_slot *slot) {
   lv2_atom_forge_pop(f, &frame);
 }
 
+/* Writes patch:Set <backend> "<where>" (auto, cpu, cuda, with ":N" for a
+ * device other than 0). Audio-thread safe, as above. */
+void ssae_lv2_forge_backend(ssae_lv2 *self, const ssae_lv2_slot *slot) {
+  LV2_Atom_Forge *f = &self->forge;
+  LV2_Atom_Forge_Frame frame;
+  if (!lv2_atom_forge_object(f, &frame, 0, self->uris.patch_Set)) return;
+  lv2_atom_forge_key(f, self->uris.patch_property);
+  lv2_atom_forge_urid(f, self->uris.backend);
+  lv2_atom_forge_key(f, self->uris.patch_value);
+  lv2_atom_forge_string(f, slot->where_text, (uint32_t)strlen(slot->where_text));
+  lv2_atom_forge_pop(f, &frame);
+}
+
 static void handle_event(ssae_lv2 *self, const ssae_lv2_slot *slot,
                          const LV2_Atom_Event *ev) {
   const ssae_lv2_uris *u = &self->uris;
@@ -132,14 +149,23 @@ static void handle_event(ssae_lv2 *self, const ssae_lv2_slot *slot,
     self->schedule->schedule_work(self->schedule->handle,
                                   lv2_atom_total_size(&ev->body), &ev->body);
   } else if (obj->body.otype == u->patch_Get) {
+    /* one property, or without patch:property all of them */
     const LV2_Atom *property = NULL;
     lv2_atom_object_get(obj, u->patch_property, &property, 0);
-    if (property && (property->type != u->atom_URID ||
-                     ((const LV2_Atom_URID *)property)->body != u->model))
-      return;
-    if (self->notify) {
+    LV2_URID key = 0;
+    if (property) {
+      if (property->type != u->atom_URID) return;
+      key = ((const LV2_Atom_URID *)property)->body;
+      if (key != u->model && key != u->backend) return;
+    }
+    if (!self->notify) return;
+    if (key != u->backend) {
       lv2_atom_forge_frame_time(&self->forge, ev->time.frames);
       ssae_lv2_forge_model(self, slot);
+    }
+    if (key != u->model) {
+      lv2_atom_forge_frame_time(&self->forge, ev->time.frames);
+      ssae_lv2_forge_backend(self, slot);
     }
   }
 }
@@ -239,6 +265,8 @@ static void run(LV2_Handle instance, uint32_t n) {
   if (forging && self->announce) {
     lv2_atom_forge_frame_time(&self->forge, 0);
     ssae_lv2_forge_model(self, slot);
+    lv2_atom_forge_frame_time(&self->forge, 0);
+    ssae_lv2_forge_backend(self, slot);
     self->announce = 0;
   }
   if (self->control) {

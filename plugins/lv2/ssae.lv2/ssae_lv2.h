@@ -25,8 +25,13 @@
 #define SSAE_LV2_URI_MONO "urn:ssae:lv2:mono"
 #define SSAE_LV2_URI_STEREO "urn:ssae:lv2:stereo"
 #define SSAE_LV2_URI_MODEL "urn:ssae:lv2:model"
-/* Private worker message: free a slot that is no longer in use. */
+/* Where this instance's engine scores: "auto", "cpu", "cuda", each with an
+ * optional ":N" (CUDA device N), an atom:String parameter. */
+#define SSAE_LV2_URI_BACKEND "urn:ssae:lv2:backend"
+/* Private worker messages: free a slot that is no longer in use; load a
+ * model where a restored state says (ssae_lv2_load_msg). */
 #define SSAE_LV2_URI_FREE "urn:ssae:lv2:freeSlot"
+#define SSAE_LV2_URI_LOAD "urn:ssae:lv2:load"
 
 /* Name of the default model file inside the bundle. */
 #define SSAE_LV2_DEFAULT_MODEL "default.safetensors"
@@ -64,9 +69,24 @@ typedef struct ssae_lv2_uris {
   LV2_URID patch_Set;
   LV2_URID patch_property;
   LV2_URID patch_value;
+  LV2_URID atom_String;
   LV2_URID model;
+  LV2_URID backend;
   LV2_URID free_slot;
+  LV2_URID load;
 } ssae_lv2_uris;
+
+/* Where an engine scores: backend 0 auto, 1 cpu, 2 cuda (ssae_engine_cfg's
+ * names), the CUDA device, and whether the backend parameter chose it (then
+ * it is saved with the state) or the host's environment did. */
+typedef struct ssae_lv2_where {
+  int32_t backend;
+  int32_t gpu;
+  int32_t set;
+} ssae_lv2_where;
+
+/* Longest backend value: "cuda:255". */
+#define SSAE_LV2_WHERE_MAX 15
 
 /* A loaded model with the engine that runs it. Built on a non-audio thread,
  * installed by the audio thread, freed on a non-audio thread. */
@@ -76,6 +96,8 @@ typedef struct ssae_lv2_slot {
   char *path; /* absolute path of the model file; "" for the built-in one */
   uint32_t path_len;
   int is_default; /* the bundle's (or built-in) default: not saved */
+  ssae_lv2_where where; /* where its engine scores */
+  char where_text[SSAE_LV2_WHERE_MAX + 1]; /* as the backend parameter says it */
 } ssae_lv2_slot;
 
 /* Worker message that hands a slot back to the worker to be freed. */
@@ -83,6 +105,14 @@ typedef struct ssae_lv2_free_msg {
   LV2_Atom atom;
   ssae_lv2_slot *slot;
 } ssae_lv2_free_msg;
+
+/* Worker message of restore() while the audio runs: the model's path
+ * (NUL-terminated; "" for the default) after where to run it. */
+typedef struct ssae_lv2_load_msg {
+  LV2_Atom atom;
+  ssae_lv2_where where;
+  char path[];
+} ssae_lv2_load_msg;
 
 typedef struct ssae_lv2 {
   LV2_URID_Map *map;
@@ -94,11 +124,11 @@ typedef struct ssae_lv2 {
   int channels;
   double rate;
   char *bundle_path;
-  /* Where the engine scores, from the host process's environment at
-   * instantiation (ssae_lv2_read_env): SSAE_LV2_BACKEND (auto, cpu or
-   * cuda; default auto) and SSAE_LV2_GPU (the CUDA device, default 0). */
-  const char *backend;
-  int gpu;
+  /* Where the engine scores unless the backend parameter says otherwise,
+   * from the host process's environment at instantiation
+   * (ssae_lv2_read_env): SSAE_LV2_BACKEND (auto, cpu or cuda; default
+   * auto) and SSAE_LV2_GPU (the CUDA device, default 0). */
+  ssae_lv2_where env_where;
 
   /* Ports. */
   const LV2_Atom_Sequence *control;
@@ -119,20 +149,23 @@ typedef struct ssae_lv2 {
   /* Audio thread only. */
   ssae_engine_params params; /* last values given to the engine */
   int params_valid;
-  int announce; /* send patch:Set model on the next run() */
+  int announce; /* send patch:Set model and backend on the next run() */
   ssae_lv2_slot *orphans[SSAE_LV2_ORPHANS];
 } ssae_lv2;
 
 /* ---- ssae_lv2_model.c ---- */
 
 /* Loads the model at path (NULL or "": the default model of the bundle, or
- * the built-in one) and starts an engine for it. Not for the audio thread.
- * Errors go to the log. */
-ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path);
-/* self->backend and self->gpu from the environment; a value that is not
- * one of them is logged, naming the variable, and the default kept.
- * Instantiation only. */
+ * the built-in one) and starts an engine for it where `where` says. Not for
+ * the audio thread. Errors go to the log. */
+ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path,
+                                 const ssae_lv2_where *where);
+/* self->env_where from the environment; a value that is not one of them is
+ * logged, naming the variable, and the default kept. Instantiation only. */
 void ssae_lv2_read_env(ssae_lv2 *self);
+/* A backend parameter's value ("cpu", "cuda:1"; n bytes, NUL not needed)
+ * into *w (set); -1 when it is not one. */
+int ssae_lv2_parse_where(const char *text, size_t n, ssae_lv2_where *w);
 void ssae_lv2_slot_free(ssae_lv2_slot *slot);
 
 LV2_Worker_Status ssae_lv2_work(LV2_Handle instance,
@@ -150,7 +183,9 @@ LV2_State_Status ssae_lv2_restore(LV2_Handle instance,
                                   LV2_State_Handle handle, uint32_t flags,
                                   const LV2_Feature *const *features);
 
-/* Writes patch:Set <model> <path> into the forge. Audio-thread safe. */
+/* Writes patch:Set <model> <path> (<backend> <where>) into the forge.
+ * Audio-thread safe. */
 void ssae_lv2_forge_model(ssae_lv2 *self, const ssae_lv2_slot *slot);
+void ssae_lv2_forge_backend(ssae_lv2 *self, const ssae_lv2_slot *slot);
 
 #endif

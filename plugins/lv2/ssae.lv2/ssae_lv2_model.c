@@ -1,6 +1,9 @@
 /* Model loading for the ssae LV2 plugin: the worker (load in work(), install
  * in work_response(), free the old slot back on the worker) and the state
- * (the model path, mapped through the host's map-path feature).
+ * (the model path, mapped through the host's map-path feature, and the
+ * backend when the parameter chose it). A slot is a model and its engine
+ * where the backend parameter (or the environment) says: a new model keeps
+ * the backend in use, a new backend the model.
  *
  * A new model gets a new engine: its feature settings (sample rate, mels,
  * frames) may differ from the old one's, and building the front end
@@ -32,7 +35,41 @@ void ssae_lv2_slot_free(ssae_lv2_slot *slot) {
   free(slot);
 }
 
-ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path) {
+/* The engine keeps the backend's name: one of these, never a copy. */
+static const char *const backends[] = {"auto", "cpu", "cuda"};
+
+int ssae_lv2_parse_where(const char *text, size_t n, ssae_lv2_where *w) {
+  n = strnlen(text, n);
+  for (int b = 0; b < 3; b++) {
+    const size_t k = strlen(backends[b]);
+    if (n < k || memcmp(text, backends[b], k)) continue;
+    int gpu = 0;
+    if (n > k) {
+      /* ":N", N a device index 0..255 written plainly */
+      if (text[k] != ':' || n == k + 1 || n > k + 4) return -1;
+      for (size_t i = k + 1; i < n; i++) {
+        if (text[i] < '0' || text[i] > '9') return -1;
+        gpu = gpu * 10 + (text[i] - '0');
+      }
+      if (gpu > 255 || (text[k + 1] == '0' && n > k + 2)) return -1;
+    }
+    w->backend = b;
+    w->gpu = gpu;
+    w->set = 1;
+    return 0;
+  }
+  return -1;
+}
+
+static void where_text(const ssae_lv2_where *w, char *buf, size_t len) {
+  if (w->gpu)
+    snprintf(buf, len, "%s:%d", backends[w->backend], (int)w->gpu);
+  else
+    snprintf(buf, len, "%s", backends[w->backend]);
+}
+
+ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path,
+                                 const ssae_lv2_where *where) {
   ssae_err err;
   ssae_err_clear(&err);
   ssae_lv2_slot *slot = (ssae_lv2_slot *)calloc(1, sizeof(*slot));
@@ -66,6 +103,8 @@ ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path) {
   }
   slot->path = file;
   slot->path_len = (uint32_t)strlen(file);
+  slot->where = *where;
+  where_text(where, slot->where_text, sizeof(slot->where_text));
   slot->model = *file ? ssae_model_load(file, &err) : ssae_model_load_default(&err);
   if (!slot->model) {
     /* The loader's message names the file. */
@@ -78,13 +117,13 @@ ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path) {
   ssae_engine_cfg_default(&cfg);
   cfg.channels = self->channels;
   cfg.input_rate = self->rate;
-  cfg.backend = self->backend;
-  cfg.gpu = self->gpu;
+  cfg.backend = backends[where->backend];
+  cfg.gpu = where->gpu;
   slot->engine = ssae_engine_new(slot->model, &cfg, &err);
   if (!slot->engine) {
     lv2_log_error(&self->logger,
-                  "ssae: cannot start the analysis for the model '%s': %s\n",
-                  file, err.msg);
+                  "ssae: cannot start the analysis (backend %s) for the model '%s': %s\n",
+                  slot->where_text, file, err.msg);
     ssae_lv2_slot_free(slot);
     return NULL;
   }
@@ -92,17 +131,17 @@ ssae_lv2_slot *ssae_lv2_slot_new(ssae_lv2 *self, const char *path) {
 }
 
 void ssae_lv2_read_env(ssae_lv2 *self) {
-  self->backend = "auto";
-  self->gpu = 0;
-  /* The engine keeps the name: one of these, not the environment's copy. */
-  static const char *const backends[] = {"auto", "cpu", "cuda"};
+  ssae_lv2_where *w = &self->env_where;
+  w->backend = 0;
+  w->gpu = 0;
+  w->set = 0;
   const char *b = getenv("SSAE_LV2_BACKEND");
   if (b && *b) {
-    const char *found = NULL;
-    for (size_t i = 0; i < sizeof backends / sizeof *backends; i++)
-      if (!strcmp(b, backends[i])) found = backends[i];
-    if (found)
-      self->backend = found;
+    int found = -1;
+    for (int i = 0; i < 3; i++)
+      if (!strcmp(b, backends[i])) found = i;
+    if (found >= 0)
+      w->backend = found;
     else
       lv2_log_error(&self->logger,
                     "ssae: SSAE_LV2_BACKEND='%s': use auto, cpu or cuda (auto used)\n", b);
@@ -115,14 +154,15 @@ void ssae_lv2_read_env(ssae_lv2 *self) {
       lv2_log_error(&self->logger,
                     "ssae: SSAE_LV2_GPU='%s': a CUDA device index 0..255 (0 used)\n", g);
     else
-      self->gpu = (int)v;
+      w->gpu = (int)v;
   }
 }
 
-/* The path of a patch:Set <model> message into buf; -1 (logged) when the
- * message is not one. */
-static int set_message_path(ssae_lv2 *self, const LV2_Atom_Object *obj,
-                            char *buf, size_t len) {
+/* What a patch:Set message asks: a model path into buf (returns 1), or a
+ * place to run into *where (returns 2); -1 (logged) when the message is
+ * neither. */
+static int set_message(ssae_lv2 *self, const LV2_Atom_Object *obj, char *buf,
+                       size_t len, ssae_lv2_where *where) {
   const ssae_lv2_uris *u = &self->uris;
   const LV2_Atom *property = NULL, *value = NULL;
   lv2_atom_object_get(obj, u->patch_property, &property, u->patch_value,
@@ -132,10 +172,28 @@ static int set_message_path(ssae_lv2 *self, const LV2_Atom_Object *obj,
                   "ssae: patch:Set without a patch:property URID\n");
     return -1;
   }
-  if (((const LV2_Atom_URID *)property)->body != u->model) {
+  const LV2_URID key = ((const LV2_Atom_URID *)property)->body;
+  if (key == u->backend) {
+    if (!value || value->type != u->atom_String) {
+      lv2_log_error(&self->logger,
+                    "ssae: the backend must be set with an atom:String value\n");
+      return -1;
+    }
+    const char *s = (const char *)LV2_ATOM_BODY_CONST(value);
+    if (ssae_lv2_parse_where(s, value->size, where) != 0) {
+      lv2_log_error(&self->logger,
+                    "ssae: backend '%.*s': use auto, cpu or cuda, or cuda:N for CUDA "
+                    "device N (0..255)\n",
+                    (int)strnlen(s, value->size < 64 ? value->size : 64), s);
+      return -1;
+    }
+    return 2;
+  }
+  if (key != u->model) {
     lv2_log_error(&self->logger,
                   "ssae: patch:Set of a property the plugin does not have "
-                  "(only <" SSAE_LV2_URI_MODEL "> is writable)\n");
+                  "(<" SSAE_LV2_URI_MODEL "> and <" SSAE_LV2_URI_BACKEND
+                  "> are writable)\n");
     return -1;
   }
   if (!value || value->type != u->atom_Path) {
@@ -152,7 +210,18 @@ static int set_message_path(ssae_lv2 *self, const LV2_Atom_Object *obj,
   }
   memcpy(buf, s, n);
   buf[n] = '\0';
-  return 0;
+  return 1;
+}
+
+/* The slot in use's model path into buf ("" for the default) and where it
+ * runs. Worker thread: slots are freed on it, so cur stays valid; the
+ * lock as save() takes it. */
+static void current(ssae_lv2 *self, char *buf, size_t len, ssae_lv2_where *where) {
+  pthread_mutex_lock(&self->slot_lock);
+  const ssae_lv2_slot *cur = atomic_load(&self->cur);
+  snprintf(buf, len, "%s", cur->is_default ? "" : cur->path);
+  *where = cur->where;
+  pthread_mutex_unlock(&self->slot_lock);
 }
 
 LV2_Worker_Status ssae_lv2_work(LV2_Handle instance,
@@ -175,27 +244,38 @@ LV2_Worker_Status ssae_lv2_work(LV2_Handle instance,
   }
 
   char path[SSAE_LV2_PATH_MAX + 1];
-  if (atom->type == u->atom_Path) {
-    /* From restore(): the body is the path ("" for the default model). */
-    size_t n = strnlen((const char *)LV2_ATOM_BODY_CONST(atom), atom->size);
+  ssae_lv2_where where;
+  if (atom->type == u->load && size >= sizeof(ssae_lv2_load_msg)) {
+    /* From restore(): where, then the path ("" for the default model). */
+    const ssae_lv2_load_msg *msg = (const ssae_lv2_load_msg *)data;
+    size_t n = strnlen(msg->path, size - sizeof(ssae_lv2_load_msg));
     if (n > SSAE_LV2_PATH_MAX) {
       lv2_log_error(&self->logger, "ssae: model path too long\n");
       return LV2_WORKER_ERR_UNKNOWN;
     }
-    memcpy(path, LV2_ATOM_BODY_CONST(atom), n);
+    memcpy(path, msg->path, n);
     path[n] = '\0';
+    where = msg->where;
   } else if ((atom->type == u->atom_Object || atom->type == u->atom_Blank) &&
              ((const LV2_Atom_Object *)atom)->body.otype == u->patch_Set) {
-    if (set_message_path(self, (const LV2_Atom_Object *)atom, path,
-                         sizeof(path)) != 0)
-      return LV2_WORKER_ERR_UNKNOWN;
+    /* a model keeps the backend in use, a backend the model */
+    ssae_lv2_where asked;
+    const int what = set_message(self, (const LV2_Atom_Object *)atom, path,
+                                 sizeof(path), &asked);
+    if (what < 0) return LV2_WORKER_ERR_UNKNOWN;
+    char in_use[SSAE_LV2_PATH_MAX + 1];
+    current(self, in_use, sizeof(in_use), &where);
+    if (what == 2) {
+      memcpy(path, in_use, sizeof(path));
+      where = asked;
+    }
   } else {
     lv2_log_error(&self->logger, "ssae: unknown worker message\n");
     return LV2_WORKER_ERR_UNKNOWN;
   }
 
   /* On failure the error is logged and the model in use stays. */
-  ssae_lv2_slot *slot = ssae_lv2_slot_new(self, path);
+  ssae_lv2_slot *slot = ssae_lv2_slot_new(self, path, &where);
   if (!slot) return LV2_WORKER_ERR_UNKNOWN;
   if (respond(handle, sizeof(slot), &slot) != LV2_WORKER_SUCCESS) {
     lv2_log_error(&self->logger,
@@ -251,7 +331,20 @@ LV2_State_Status ssae_lv2_save(LV2_Handle instance,
   const ssae_lv2_slot *slot = atomic_load(&self->cur);
   char *path = slot->is_default ? NULL : dup_path(slot->path);
   int is_default = slot->is_default;
+  char where[SSAE_LV2_WHERE_MAX + 1] = "";
+  if (slot->where.set) memcpy(where, slot->where_text, sizeof(where));
   pthread_mutex_unlock(&self->slot_lock);
+  /* The backend is saved when the parameter chose it: a state saved under
+   * the environment's choice follows the environment it is restored in. */
+  if (*where) {
+    LV2_State_Status st =
+        store(handle, self->uris.backend, where, strlen(where) + 1,
+              self->uris.atom_String, LV2_STATE_IS_POD | LV2_STATE_IS_PORTABLE);
+    if (st != LV2_STATE_SUCCESS) {
+      free(path);
+      return st;
+    }
+  }
   /* The default model is not saved: restoring such a state goes back to
    * the default of the bundle installed then. */
   if (is_default) return LV2_STATE_SUCCESS;
@@ -325,26 +418,44 @@ LV2_State_Status ssae_lv2_restore(LV2_Handle instance,
     if (!path) return LV2_STATE_ERR_UNKNOWN;
   }
 
+  /* Where to run: the saved backend, else the environment's choice. A
+   * saved value that is not one is logged and the environment's used. */
+  ssae_lv2_where where = self->env_where;
+  const void *wv = retrieve(handle, self->uris.backend, &size, &type, &vflags);
+  if (wv) {
+    ssae_lv2_where w;
+    if (type != self->uris.atom_String || ssae_lv2_parse_where((const char *)wv, size, &w)) {
+      char env[SSAE_LV2_WHERE_MAX + 1];
+      where_text(&self->env_where, env, sizeof(env));
+      lv2_log_error(&self->logger,
+                    "ssae: the saved backend is not auto, cpu, cuda or cuda:N; "
+                    "the environment's (%s) used\n", env);
+    } else {
+      where = w;
+    }
+  }
+
   LV2_State_Status st = LV2_STATE_SUCCESS;
   if (self->activated && schedule) {
     /* The audio may be running: load on the worker like a patch:Set. */
     size_t n = path ? strlen(path) : 0;
-    LV2_Atom *msg = (LV2_Atom *)malloc(sizeof(LV2_Atom) + n + 1);
+    ssae_lv2_load_msg *msg = (ssae_lv2_load_msg *)malloc(sizeof(*msg) + n + 1);
     if (!msg) {
       st = LV2_STATE_ERR_UNKNOWN;
     } else {
-      msg->size = (uint32_t)(n + 1);
-      msg->type = self->uris.atom_Path;
-      memcpy(msg + 1, path ? path : "", n + 1);
+      msg->atom.size = (uint32_t)(sizeof(*msg) - sizeof(LV2_Atom) + n + 1);
+      msg->atom.type = self->uris.load;
+      msg->where = where;
+      memcpy(msg->path, path ? path : "", n + 1);
       if (schedule->schedule_work(schedule->handle,
-                                  (uint32_t)lv2_atom_total_size(msg),
+                                  (uint32_t)lv2_atom_total_size(&msg->atom),
                                   msg) != LV2_WORKER_SUCCESS)
         st = LV2_STATE_ERR_UNKNOWN;
       free(msg);
     }
   } else {
     /* Instantiation threading class: run() is not running. */
-    ssae_lv2_slot *slot = ssae_lv2_slot_new(self, path);
+    ssae_lv2_slot *slot = ssae_lv2_slot_new(self, path, &where);
     if (slot)
       install_now(self, slot);
     else
