@@ -14,8 +14,8 @@
  *   k_update(UPD_GRAD_OUT)  partials summed in block order in double,
  *                           through the basis normalisation, to dparams
  * all on the caller's stream; the forward on the inference kernels instead
- * compares the parameters with the last call's (k_params_seen, or
- * k_params_gather from the caller's tensors where they lie) and folds them
+ * compares the parameters (the flat vector, or the caller's tensors where
+ * they lie) with the last call's (k_params_gather) and folds them
  * (k_fold) only when they changed. The fused reconstruction loss runs the
  * trainer's own step instead (k_vjp_tc or k_fwd_bwd on the squared error,
  * each block's sum of squares beside its partial gradient), then
@@ -125,10 +125,9 @@ __global__ void k_fold(dims_t d, const float *__restrict__ P, const float *__res
   ssae_fold_row_copy(lo, i, w);
 }
 
-/* *changed = 1 when the n parameters at p differ, bit for bit, from seen
- * (or force), else 0; seen takes p's values. One block (the folding
- * kernels after it read the flag), its loads issued four float4s a thread
- * at a time: one at a time they were a trip to memory each. */
+/* Parameters compared with the last call's: one block (the folding kernels
+ * after it read its flag), a thread's loads issued several at a time: one
+ * at a time they were a trip to memory each. */
 const int kSeenThreads = 1024;
 __device__ __forceinline__ bool bits_differ(float4 a, float4 b) {
   return (__float_as_uint(a.x) ^ __float_as_uint(b.x)) |
@@ -136,46 +135,10 @@ __device__ __forceinline__ bool bits_differ(float4 a, float4 b) {
          (__float_as_uint(a.z) ^ __float_as_uint(b.z)) |
          (__float_as_uint(a.w) ^ __float_as_uint(b.w));
 }
-__global__ void __launch_bounds__(kSeenThreads)
-    k_params_seen(const float *__restrict__ p, float *__restrict__ seen, int n, int force,
-                  int *__restrict__ changed) {
-  int any = 0;
-  const int n4 = (((uintptr_t)p | (uintptr_t)seen) & 15) == 0 ? n / 4 : 0;
-  const float4 *p4 = reinterpret_cast<const float4 *>(p);
-  float4 *s4 = reinterpret_cast<float4 *>(seen);
-  const int U = 4;
-  for (int base = 0; base < n4; base += U * kSeenThreads) {
-    float4 a[U], b[U];
-#pragma unroll
-    for (int k = 0; k < U; k++) {
-      const int i = base + k * kSeenThreads + threadIdx.x;
-      if (i < n4) {
-        a[k] = p4[i];
-        b[k] = s4[i];
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < U; k++) {
-      const int i = base + k * kSeenThreads + threadIdx.x;
-      if (i < n4 && bits_differ(a[k], b[k])) {
-        s4[i] = a[k];
-        any = 1;
-      }
-    }
-  }
-  for (int i = 4 * n4 + threadIdx.x; i < n; i += kSeenThreads) {
-    const float v = p[i];
-    if (__float_as_uint(v) != __float_as_uint(seen[i])) {
-      seen[i] = v;
-      any = 1;
-    }
-  }
-  any = __syncthreads_or(any);
-  if (threadIdx.x == 0) *changed = any || force;
-}
 
-/* The parameters in pieces (ssae_cuda_vjp_forward_parts): piece q's
- * floats at p[q], flat indices [start[q], start[q + 1]), q < n. */
+/* The parameters in pieces (ssae_cuda_vjp_forward_parts; the flat vector
+ * is one piece): piece q's floats at p[q], flat indices [start[q],
+ * start[q + 1]), q < n. */
 struct param_parts {
   const float *p[SSAE_CUDA_VJP_MAX_PARTS];
   int start[SSAE_CUDA_VJP_MAX_PARTS + 1];
@@ -230,9 +193,10 @@ __device__ __forceinline__ int gather_seen(const param_parts &pp, float *seen, i
   return any;
 }
 
-/* k_params_seen from pieces, and, when they differ from seen (or force),
- * what the fold reads besides: the normalised basis into bn (as k_update's
- * UPD_PREP, a warp a row; bn NULL: not). One block. */
+/* *changed = 1 when the pieces differ, bit for bit, from seen (or force),
+ * else 0; seen takes their values. When they changed, also what the fold
+ * reads besides: the normalised basis into bn (as k_update's UPD_PREP, a
+ * warp a row; bn NULL: not). */
 __global__ void __launch_bounds__(kSeenThreads)
     k_params_gather(param_parts pp, dims_t d, float *__restrict__ seen, int force,
                     int *__restrict__ changed, float *__restrict__ bn) {
@@ -291,6 +255,17 @@ namespace {
       return ssae_err_set(err, "CUDA: %s: %s", what, cudaGetErrorString(e_));    \
   } while (0)
 
+/* The flat vector of P floats as one piece. */
+param_parts one_piece(const float *params, int P) {
+  param_parts pp;
+  memset(&pp, 0, sizeof pp);
+  pp.p[0] = params;
+  pp.start[1] = P;
+  pp.n = 1;
+  pp.vec = (uintptr_t)params % 16 == 0 && P % 4 == 0;
+  return pp;
+}
+
 /* Queues on s: wait for the previous call's work, then the derived weights
  * of params. */
 int begin(ssae_cuda_vjp *v, const float *params, cudaStream_t s, ssae_err *err,
@@ -300,7 +275,8 @@ int begin(ssae_cuda_vjp *v, const float *params, cudaStream_t s, ssae_err *err,
   if (gate) {
     const int force = !v->seen_ok;
     v->seen_ok = 0; /* seen is being written: until the caller's fold is queued */
-    k_params_seen<<<1, kSeenThreads, 0, s>>>(params, v->seen, v->d.P, force, v->changed);
+    k_params_gather<<<1, kSeenThreads, 0, s>>>(one_piece(params, v->d.P), v->d, v->seen, force,
+                                                v->changed, NULL);
     CKV(cudaGetLastError(), "launching the parameters' comparison");
   }
   adam_args a;

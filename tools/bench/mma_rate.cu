@@ -11,8 +11,8 @@
  *   tile3 W      W warps, each a 16 x 16 output tile at a time over K = 64
  *                in 3xTF32 with its operands from shared memory rows of 68
  *                floats and split on the fly, as k_vjp_tc's products
- *                (tc_tile2): what such a product can reach with every warp
- *                busy and no barrier;
+ *                (its tc_tile2 itself): what such a product can reach with
+ *                every warp busy and no barrier;
  *   wide3 W      the same product with 16 x 64 tiles: each A fragment
  *                loaded and split once for eight MMA columns instead of two;
  *   wide3s W     wide3 with B's halves split once into shared memory (as
@@ -24,7 +24,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "ssae_train.h" /* what the training kernels' header needs */
+
 #include "ssae_cuda_mma_tf32.cuh"
+#include "ssae_cuda_train_kernels.cuh"
+#include "ssae_cuda_vjp_tc.cuh" /* tc_tile2: the backward kernel's own tile */
 
 namespace {
 
@@ -75,28 +79,13 @@ __global__ void k_tile3(float *out, long long *cycles) {
   for (int it = 0; it < kTileIters; it++) {
     const int tile = (warp + it) % 20, m0 = tile / 4 * 16, n0 = tile % 4 * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    float cs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int k = 0; k < 64; k += 8) {
-      unsigned ab[4], as[4];
-      ssae_split_t(A[(m0 + g) * kLd + k + t], ab[0], as[0]);
-      ssae_split_t(A[(m0 + g + 8) * kLd + k + t], ab[1], as[1]);
-      ssae_split_t(A[(m0 + g) * kLd + k + t + 4], ab[2], as[2]);
-      ssae_split_t(A[(m0 + g + 8) * kLd + k + t + 4], ab[3], as[3]);
-#pragma unroll
-      for (int j = 0; j < 2; j++) {
-        unsigned bb[2], bs[2];
-        ssae_split_t(B[(n0 + 8 * j + g) * kLd + k + t], bb[0], bs[0]);
-        ssae_split_t(B[(n0 + 8 * j + g) * kLd + k + t + 4], bb[1], bs[1]);
-        ssae_mma(cs[j], as, bb);
-        ssae_mma(cs[j], ab, bs);
-        ssae_mma(c[j], ab, bb);
-      }
-    }
+    tc_tile2<8>(
+        c, [&](int m, int k) { return A[m * kLd + k]; },
+        [&](int k, int n) { return B[n * kLd + k]; }, m0, n0, 0, g, t);
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
-      for (int r = 0; r < 4; r++) acc += c[j][r] + cs[j][r];
+      for (int r = 0; r < 4; r++) acc += c[j][r];
   }
   const long long t1 = clock64();
   out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
