@@ -34,6 +34,7 @@ import array
 import ctypes
 import sys
 import math as _math
+import os
 import threading
 import warnings
 
@@ -536,12 +537,18 @@ def logmel(samples, sample_rate=16000, n_fft=1024, hop_length=512, n_mels=64, fm
            power=2.0, model=None):
     """Log-mel frames (T, n_mels) of 1-D float32 samples at sample_rate,
     exactly what `ssae features` writes for the same samples (SPEC section
-    1; no resampling here). model: take every setting from an ssae.Model
-    instead (the keyword arguments are then ignored)."""
+    1; no resampling here). model: take every setting from an ssae.Model,
+    or from the model file at that path, instead (the keyword arguments are
+    then ignored)."""
     lib = _lib.load()
     a = _Arg(samples, "samples", (1,))
     a.to_host()  # the log-mel front end runs on the CPU
     if model is not None:
+        if isinstance(model, (str, bytes, os.PathLike)):
+            model = _cached_model(model)
+        elif not isinstance(model, Model):
+            raise TypeError("model: expected an ssae.Model or a model file's path, got %s"
+                            % type(model).__name__)
         settings = {k: v for k, v in model.features.items() if k not in ("window", "log",
                                                                          "frames")}
     else:
@@ -567,6 +574,15 @@ def logmel(samples, sample_rate=16000, n_fft=1024, hop_length=512, n_mels=64, fm
 _default_models = {}
 
 
+def _cached_model(path):
+    """The ssae.Model of a file's path (None: the built-in model), loaded
+    once per process."""
+    key = None if path is None else os.fsdecode(path)
+    if key not in _default_models:
+        _default_models[key] = Model(key)
+    return _default_models[key]
+
+
 def score_file(path, model=None, channel=0):
     """(file score, window scores: a NumPy array, or a torch tensor without
     NumPy) of an audio file, as
@@ -574,10 +590,7 @@ def score_file(path, model=None, channel=0):
     the model's rate, the model's features, every window. model: an
     ssae.Model, a model file's path, or None for the built-in model."""
     if model is None or not isinstance(model, Model):
-        key = None if model is None else str(model)
-        if key not in _default_models:
-            _default_models[key] = Model(key)
-        model = _default_models[key]
+        model = _cached_model(model)
     if channel == "mix":
         ch = -1
     elif hasattr(channel, "__index__") and not isinstance(channel, bool) \

@@ -256,13 +256,8 @@ static int apply_settings(const char *text, ssae_feat_cfg *cfg, ssae_model *m, s
       if (!m) {
         rc = ssae_err_set(err, "'%s' is not a feature setting", key);
       } else if (!strcmp(key, "threshold")) {
-        char *end;
-        errno = 0;
-        double t = strtod(val, &end);
-        if (errno || end == val || *end || !(t >= 0) || !isfinite(t))
-          rc = ssae_err_set(err, "threshold '%s' is not a non-negative number", val);
-        else
-          m->threshold = t;
+        /* as the file reader: what a module read from a file saves again */
+        rc = ssae_threshold_parse(val, &m->threshold, err);
       } else if (strcmp(key, "latent_dim") && strcmp(key, "slice_latent_dim")) {
         rc = ssae_model_meta_set(m, key, val, err);
       }

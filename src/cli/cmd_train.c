@@ -633,6 +633,9 @@ static int save(const opts *o, const ssae_train_cfg *tc, const train_data *td,
       ssae_model_meta_set(model, "seed", seedbuf, err) ||
       meta_num(model, "final_loss", res->loss, err) ||
       (td->val.n && meta_num(model, "val_loss", res->val_loss, err)) ||
+      /* with --patience the weights (and val_loss) are this epoch's, final_loss the last's */
+      (tc->patience > 0 && !res->interrupted && res->best_epoch > 0 &&
+       meta_int(model, "best_epoch", (long long)res->best_epoch, err)) ||
       ssae_model_meta_set(model, "train_backend", backend, err) ||
       ssae_model_meta_set(model, "train_stopped",
                           res->interrupted ? "interrupted"

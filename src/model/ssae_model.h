@@ -91,6 +91,10 @@ ssae_model *ssae_model_open(const char *path, ssae_err *err);
 /* Writes a safetensors file (atomically: temp file, then rename), metadata
  * refreshed from d, feat and threshold. */
 int ssae_model_save(const ssae_model *m, const char *path, ssae_err *err);
+/* A threshold as model files write it: a non-negative number, or "none"
+ * (NaN: no threshold); -1 with a reason otherwise (a "nan" is refused: it
+ * is what a broken calibration writes). */
+int ssae_threshold_parse(const char *v, double *out, ssae_err *err);
 
 /* Checks dimensions for range and size; names the bad one. */
 int ssae_dims_check(const ssae_dims *d, ssae_err *err);

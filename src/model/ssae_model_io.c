@@ -50,7 +50,7 @@ static int parse_dim(const char *key, const char *v, int *out, ssae_err *err) {
 /* "none" is the only way to say "no threshold" (SPEC section 3): a "nan"
  * (or an empty value) is what a broken calibration writes, and taking it
  * for "none" would hide that the model never alarms. */
-static int parse_threshold(const char *v, double *out, ssae_err *err) {
+int ssae_threshold_parse(const char *v, double *out, ssae_err *err) {
   if (!strcmp(v, "none")) {
     *out = NAN;
     return 0;
@@ -59,8 +59,8 @@ static int parse_threshold(const char *v, double *out, ssae_err *err) {
   errno = 0;
   double x = strtod(v, &end);
   if (errno || end == v || *end || !isfinite(x) || x < 0)
-    return ssae_err_set(err, "metadata threshold: '%s' is not a non-negative number (or "
-                        "\"none\" for no threshold)", v);
+    return ssae_err_set(err, "threshold '%s' is not a non-negative number (or \"none\" for "
+                        "no threshold)", v);
   *out = x;
   return 0;
 }
@@ -182,7 +182,10 @@ static ssae_model *from_st(const ssae_st *st, ssae_err *err) {
     const char *k = st->meta[i].key, *v = st->meta[i].value;
     if (ssae_model_meta_set(m, k, v, err)) goto fail;
     if (!strcmp(k, "threshold")) {
-      if (parse_threshold(v, &m->threshold, err)) goto fail;
+      if (ssae_threshold_parse(v, &m->threshold, err)) {
+        ssae_err_prefix(err, "metadata");
+        goto fail;
+      }
       continue;
     }
     int r = ssae_feat_cfg_set(&m->feat, k, v, err);

@@ -22,7 +22,10 @@ int ssae_train_backend_new(ssae_train_backend *be, const char *which, const ssae
     return ssae_err_set(err, "training backend '%s' is not built into this ssae (auto, cpu%s)",
                         which ? which : "(none)", SSAE_HAVE_CUDA ? ", cuda" : "");
 #if SSAE_HAVE_CUDA
-  if (!strcmp(which, "cuda") || (!strcmp(which, "auto") && ssae_cuda_train_available())) {
+  const int any_gpu = ssae_cuda_train_available();
+  /* auto without a device says so: the user of a CUDA build expects the GPU */
+  if (!any_gpu && note && !strcmp(which, "auto")) ssae_err_set(note, "no CUDA device");
+  if (!strcmp(which, "cuda") || (!strcmp(which, "auto") && any_gpu)) {
     if (ssae_train_backend_cuda(be, d, err) == 0 && ssae_train_backend_selftest(be, d, err) == 0)
       return 0;
     ssae_train_backend_free(be);

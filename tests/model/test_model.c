@@ -184,7 +184,7 @@ static const header_edit header_edits[] = {
     {"bad feature setting", NULL, NULL, NULL, "{\"sample_rate\":\"fast\"}", NULL,
      "sample_rate"},
     {"bad threshold", NULL, NULL, NULL, "{\"threshold\":\"-3\"}", NULL,
-     "metadata threshold: '-3'"},
+     "metadata: threshold '-3'"},
     {"duplicate metadata key", NULL, NULL, NULL, "{\"seed\":\"1\",\"seed\":\"2\"}", NULL,
      "duplicate name \"seed\""},
     {"duplicate tensor", NULL, NULL, NULL, NULL,

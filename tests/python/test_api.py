@@ -1,6 +1,7 @@
 """ssae.Model, ssae.logmel, ssae.score_file, ssae.backends on NumPy arrays and
 CPU tensors, against the float64 SPEC module and the ssae program."""
 import os
+import pathlib
 import subprocess
 import warnings
 
@@ -72,6 +73,11 @@ def test_logmel_equals_ssae_features(tmp_path):
     assert isinstance(got_t, torch.Tensor) and got_t.numpy().tobytes() == want.tobytes()
     # the model's settings are the defaults here
     assert ssae.logmel(samples, model=ssae.Model()).tobytes() == want.tobytes()
+    # or a model file's path (str or os.PathLike); anything else named
+    assert ssae.logmel(samples, model=DEFAULT_MODEL).tobytes() == want.tobytes()
+    assert ssae.logmel(samples, model=pathlib.Path(DEFAULT_MODEL)).tobytes() == want.tobytes()
+    with pytest.raises(TypeError, match="model: expected an ssae.Model or a model file's path"):
+        ssae.logmel(samples, model=3)
     # other settings reach the library
     assert ssae.logmel(samples, n_mels=32, pad_mode="constant").shape == (want.shape[0], 32)
 

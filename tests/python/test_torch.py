@@ -280,6 +280,16 @@ def test_model_files(tmp_path):
     assert (s.n_mels, s.frames, s.latent_dim, s.slice_latent_dim) == (32, 3, 8, 16)
     with pytest.raises(OSError, match="nothere"):
         st.SpectralShapeAutoencoder.from_file(str(tmp_path / "nothere.safetensors"))
+    # no threshold (a fresh module's file, a silent training set's): read and
+    # saved again, it stays none
+    fresh = str(tmp_path / "fresh.safetensors")
+    st.SpectralShapeAutoencoder().save(fresh)
+    again = str(tmp_path / "again.safetensors")
+    st.SpectralShapeAutoencoder.from_file(fresh).save(again)
+    assert ssae.Model(again).threshold is None
+    assert ssae_torch.load_model(again)[1]["threshold"] == "none"
+    with pytest.raises(ValueError, match="threshold 'nan' is not a non-negative number"):
+        s.save(str(tmp_path / "nan-threshold.safetensors"), {"threshold": "nan"})
     with pytest.raises(ValueError, match="global_basis holds NaN"):
         with torch.no_grad():
             m.global_basis[0, 0] = float("nan")

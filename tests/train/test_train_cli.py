@@ -2,6 +2,7 @@
 exit status; the unwritable output is refused before any work; Ctrl-C
 stops after the current batch and still writes a valid model."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,6 +98,13 @@ os.remove(out) if os.path.exists(out) else None
 r = train("-o", out, "--epochs", "300", "--patience", "3", "--batch", "16", "--lr", "0.01",
           "--val", "0.34", good, expect=0, says=["early stop after epoch"])
 if os.path.exists(out):
+    # the kept epoch is in the metadata
+    kept = re.search(r"keeping the weights of epoch (\d+)", r.stderr)
+    info = subprocess.run([SSAE, "info", out], capture_output=True, text=True).stdout
+    best = re.search(r"^\s*best_epoch\s+(\d+)$", info, re.M)
+    if not kept or not best or kept.group(1) != best.group(1):
+        fails.append("early stop: best_epoch %r, stderr says %r"
+                     % (best and best.group(1), kept and kept.group(1)))
     os.remove(out)
 
 # Ctrl-C: stops after the current batch, writes a valid model
