@@ -89,6 +89,12 @@ void ssae_cli_engine_gpu(const ssae_engine_cfg *ec) {
 ssae_model *ssae_cli_open_model(const ssae_cli_service *s, const char *cmd, const char *model,
                                 double threshold) {
   ssae_err err;
+  /* every machine's model first, so that a bad one is named where the
+   * config says it (FILE:LINE: machines[i].model: ...), machine 0's too */
+  if (s && ssae_cli_service_check_models(s, &err)) {
+    ssae_cli_error(cmd, "%s", err.msg);
+    return NULL;
+  }
   ssae_model *m = ssae_model_open(s ? ssae_cli_service_model_path(s) : model, &err);
   if (!m) {
     ssae_cli_error(cmd, "%s", err.msg);
@@ -316,6 +322,10 @@ int ssae_cli_service_jack_input(const ssae_cli_service *s, int *inputs, int give
 
 const char *ssae_cli_service_model_path(const ssae_cli_service *s) {
   return s && s->cfg->n_machines > 0 ? s->cfg->machines[0].model : NULL;
+}
+
+int ssae_cli_service_check_models(const ssae_cli_service *s, ssae_err *err) {
+  return ssae_config_check_models(s->cfg, NULL, err);
 }
 
 /* Each machine's model file as loaded (a reload swaps the models whose
@@ -674,6 +684,10 @@ int ssae_cli_service_jack_input(const ssae_cli_service *s, int *inputs, int give
 const char *ssae_cli_service_model_path(const ssae_cli_service *s) {
   (void)s;
   return NULL;
+}
+int ssae_cli_service_check_models(const ssae_cli_service *s, ssae_err *err) {
+  (void)s, (void)err;
+  return 0;
 }
 int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
                            ssae_engine_cfg *ec, ssae_event_fn next, void *next_user,

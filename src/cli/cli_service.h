@@ -180,6 +180,9 @@ int ssae_cli_service_jack_input(const ssae_cli_service *s, int *inputs, int give
 /* The model file the engine's features come from (machines[0]'s, NULL: the
  * built-in one), for opening the input at the model's rate. */
 const char *ssae_cli_service_model_path(const ssae_cli_service *s);
+/* Every machine's model file loads and their features agree; -1 with the
+ * config's FILE:LINE: KEY: reason otherwise. */
+int ssae_cli_service_check_models(const ssae_cli_service *s, ssae_err *err);
 
 /* The model a command opens first (the service's machines[0]'s, else the
  * command's --model path `model`), for the input's rate; NULL after

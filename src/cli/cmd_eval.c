@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include "cli.h"
@@ -195,19 +196,26 @@ static int read_csv(section *s, const char *csv) {
     }
     *comma = 0;
     char *path = trim(p), *lab = trim(comma + 1);
+    char full[8192 + 4096];
+    if (path[0] == '/' || !dirlen) snprintf(full, sizeof full, "%s", path);
+    else snprintf(full, sizeof full, "%.*s%s", (int)dirlen, csv, path);
     int label;
     if (!strcasecmp(lab, "normal") || !strcmp(lab, "0")) label = 0;
     else if (!strcasecmp(lab, "anomaly") || !strcasecmp(lab, "anomalous") || !strcmp(lab, "1"))
       label = 1;
-    else if (lineno == 1 || !strcasecmp(lab, "label")) continue; /* header */
+    /* a header: "label", or any first line whose path is not a file */
+    else if (!strcasecmp(lab, "label") || (lineno == 1 && *path && access(full, F_OK) != 0))
+      continue;
     else {
       ssae_cli_error(CMD, "%s:%d: label '%s' is not normal, anomaly, 0 or 1", csv, lineno, lab);
       bad++;
       continue;
     }
-    char full[8192 + 4096];
-    if (path[0] == '/' || !dirlen) snprintf(full, sizeof full, "%s", path);
-    else snprintf(full, sizeof full, "%.*s%s", (int)dirlen, csv, path);
+    if (!*path) {
+      ssae_cli_error(CMD, "%s:%d: no path before the label", csv, lineno);
+      bad++;
+      continue;
+    }
     if (add_path(s, full, label)) {
       ssae_cli_error(CMD, "out of memory");
       oom = rc = -1;

@@ -31,8 +31,8 @@ void score_progress(score_out *o, int final) {
     fprintf(stderr, "\r\033[Kssae score: %zu/%zu files, %.1f files/s", o->done, o->total,
             el > 0 ? (double)o->done / el : 0.0);
   } else {
-    /* Plain lines, and only for long runs. */
-    if (final || t - o->last_log < 10.0) return;
+    /* Plain lines, and only for long runs: the first 10 s after the start */
+    if (final || t - (o->last_log > 0 ? o->last_log : o->t0) < 10.0) return;
     fprintf(stderr, "ssae score: %zu/%zu files, %.1f files/s\n", o->done, o->total,
             el > 0 ? (double)o->done / el : 0.0);
   }

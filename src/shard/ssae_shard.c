@@ -219,6 +219,18 @@ static int from_slurm(size_t explicit_count, ssae_shard_spec *o, ssae_err *err) 
   size_t id, min = 0, max = 0, step = 1, cnt = 0;
   int has_min, has_max, has_cnt;
   if (env_size("SLURM_ARRAY_TASK_ID", &id, err) < 0) return -1;
+  /* SSAE_SHARD_COUNT stands for --shard-count here too (the same word for
+   * both schedulers) */
+  size_t env_cnt = 0;
+  const int has_env = env_size("SSAE_SHARD_COUNT", &env_cnt, err);
+  if (has_env < 0) return -1;
+  if (has_env && explicit_count && env_cnt != explicit_count)
+    return ssae_err_set(err, "--shard-count %zu but SSAE_SHARD_COUNT is %zu", explicit_count,
+                        env_cnt);
+  if (has_env && !explicit_count) {
+    if (!env_cnt) return ssae_err_set(err, "SSAE_SHARD_COUNT is 0");
+    explicit_count = env_cnt;
+  }
   if (explicit_count) {
     /* The task IDs are the shard indices: a subset of the array can be
      * submitted again (sbatch --array=2,5) to redo those shards. */
@@ -254,7 +266,8 @@ static int from_slurm(size_t explicit_count, ssae_shard_spec *o, ssae_err *err) 
     min = has_min ? min : 0;
   } else {
     return ssae_err_set(err, "SLURM_ARRAY_TASK_ID is set but neither SLURM_ARRAY_TASK_COUNT "
-                             "nor SLURM_ARRAY_TASK_MIN and _MAX");
+                             "nor SLURM_ARRAY_TASK_MIN and _MAX: give --shard-count N (or set "
+                             "SSAE_SHARD_COUNT)");
   }
   if (id < min || (id - min) % step || (id - min) / step >= count)
     return ssae_err_set(err, "SLURM_ARRAY_TASK_ID %zu is not in the array's %zu tasks from %zu "

@@ -14,7 +14,7 @@
   exits 130, the --windows file ends with a whole line;
 - a cut data chunk is a warning naming the file, --strict makes it an
   error (score, eval, report, train, features);
-- eval --csv with a bad line is refused before any work (exit 2, the line
+- eval --csv with a bad line (a bad label, an empty path) is refused before any work (exit 2, the line
   named); --plot with a bad name is refused before any work (exit 2);
 - --format json stays valid JSON for a file name that is not UTF-8;
 - info on a FIFO does not block; monitor --channel N reports channel N;
@@ -119,6 +119,11 @@ def fill(d):
 
 
 def test_stdout(d, good, model):
+    # A short run with stderr not a terminal prints no progress line (only
+    # runs longer than 10 s do)
+    p = run(["score", "--backend", "cpu", *good])
+    check(p.returncode == 0 and "files/s" not in err(p),
+          f"score, stderr not a terminal: exit {p.returncode}, stderr {err(p)!r}")
     for args in (["score", "-q", "--backend", "cpu", *good], ["info"],
                  ["eval", "--backend", "cpu", "--normal", good[0], "--anomaly", good[1]],
                  ["train", "-q", "--backend", "cpu", "--epochs", "1", "-o",
@@ -310,6 +315,16 @@ def test_eval_csv(d, good):
     check(p.returncode == 2 and f"{csv}:5" in err(p) and "banana" in err(p) and not p.stdout
           and "scor" not in err(p),
           f"eval --csv with a bad line 5: exit {p.returncode}, {err(p)!r}")
+    # An empty path, and a first line that names a file with a bad label (not
+    # a header): refused the same way.
+    for rows, line, what in (([f"{good[0]},normal", ",anomaly", f"{good[1]},1"], 2,
+                              "no path before the label"),
+                             ([f"{good[0]},ok", f"{good[1]},anomaly"], 1, "label 'ok'")):
+        with open(csv, "w") as f:
+            f.write("\n".join(rows) + "\n")
+        p = run(["eval", "--backend", "cpu", "--csv", csv])
+        check(p.returncode == 2 and f"{csv}:{line}: " in err(p) and what in err(p)
+              and not p.stdout, f"eval --csv, {what}: exit {p.returncode}, {err(p)!r}")
     # A file that fails is skipped and not counted as scored.
     bad = os.path.join(d, "missing.wav")
     with open(csv, "w") as f:

@@ -375,6 +375,20 @@ def run3(tmp):
     check(alarms and all(e["machine"] == "m2" for e in alarms), f"alarms {alarms}")
     print(f"ok  two machines, two models on one engine: {per['0']} windows each, every one "
           "its own model's score; only m2 (threshold 1e-6) alarms")
+    # A missing model file is named where the config says, machine 0's too
+    for i in (0, 1):
+        bad = os.path.join(tmp, f"bad{i}.yaml")
+        models = [a, b]
+        models[i] = os.path.join(tmp, "nope.safetensors")
+        with open(bad, "w") as f:
+            f.write(f"machines:\n  - name: m1\n    model: {models[0]}\n"
+                    f"  - name: m2\n    model: {models[1]}\n")
+        p = subprocess.run([SSAE, "monitor", "--config", bad, "--input", wav, "--no-meter",
+                            "--backend", "cpu"], capture_output=True, text=True)
+        want = f"{bad}:{3 + 2 * i}: machines[{i}].model: model file '{models[i]}'"
+        check(p.returncode != 0 and want in p.stderr,
+              f"machines[{i}] missing model: rc {p.returncode}, {p.stderr!r}, want {want!r}")
+    print("ok  a missing model file named FILE:LINE: machines[i].model, i = 0 and 1")
     # Under systemd stdout and stderr are the journal (JOURNAL_STREAM names
     # it): one line per event with its syslog priority, no JSON flood, no
     # terminal sequences.

@@ -198,6 +198,22 @@ static void test_spec(void) {
   CHECK(spec("auto", 0, &i, &n, &err) < 0, "id past the count");
   setenv("SLURM_ARRAY_TASK_ID", "x", 1);
   CHECK(spec("auto", 0, &i, &n, &err) < 0 && strstr(err.msg, "'x'"), "bad id: %s", err.msg);
+  /* Only the task ID: SSAE_SHARD_COUNT (or --shard-count) gives the count,
+   * a disagreement between them is refused, and without either the
+   * message says what to give. */
+  clear_env();
+  setenv("SLURM_ARRAY_TASK_ID", "2", 1);
+  CHECK(spec("auto", 0, &i, &n, &err) < 0 && strstr(err.msg, "give --shard-count N"),
+        "Slurm ID alone: %s", err.msg);
+  setenv("SSAE_SHARD_COUNT", "4", 1);
+  CHECK(spec("auto", 0, &i, &n, &err) == 0 && i == 2 && n == 4, "Slurm + SSAE_SHARD_COUNT: %s",
+        err.msg);
+  CHECK(spec("auto", 5, &i, &n, &err) < 0 && strstr(err.msg, "SSAE_SHARD_COUNT is 4"),
+        "Slurm, --shard-count against SSAE_SHARD_COUNT: %s", err.msg);
+  setenv("SSAE_SHARD_COUNT", "2", 1);
+  CHECK(spec("auto", 0, &i, &n, &err) < 0 && strstr(err.msg, "0 to 1"),
+        "Slurm ID past SSAE_SHARD_COUNT: %s", err.msg);
+  unsetenv("SSAE_SHARD_COUNT");
   unsetenv("SLURM_ARRAY_TASK_COUNT");
   setenv("SLURM_ARRAY_TASK_ID", "1", 1);
   CHECK(spec("auto", 0, &i, &n, &err) < 0 && strstr(err.msg, "SLURM_ARRAY_TASK_COUNT"),

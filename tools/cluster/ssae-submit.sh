@@ -20,7 +20,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 n="" list="" out=out tasks="" gpu=0 cpus=8 model="" wait=""
-usage() { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+# the header above: on stdout with exit 0 for --help, on stderr with 2 for a mistake
+usage() { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//' >&"${1:-2}"; exit "${2:-2}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n=$2; shift 2 ;;
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --model) model=$2; shift 2 ;;
     --wait) wait=1; shift ;;  # sbatch --wait on the merge job
     --) shift; break ;;
-    -h|--help) usage ;;
+    -h|--help) usage 1 0 ;;
     *) echo "ssae-submit: unknown option '$1'" >&2; usage ;;
   esac
 done
