@@ -114,6 +114,7 @@ int ssae_cli_service_wanted(const ssae_cli_service_args *a) {
 #if SSAE_HAVE_SERVICE
 
 #include "ssae_audio.h"
+#include "ssae_clips.h"
 #include "ssae_service.h"
 
 struct ssae_cli_service {
@@ -585,10 +586,11 @@ static void reload(ssae_cli_service *s) {
     snprintf(thr, sizeof thr, "the model's (%.6g)", (double)s->models[0]->threshold);
   ssae_cli_log(6, s->prog,
                "reload: config applied%s%s, %s%s: threshold %s, smoothing %.3g s, on %d, "
-               "off %d",
+               "off %d%s",
                swap ? ", model swapped for " : "", swapped, same ? "every machine" : "machine ",
                same ? "" : c->machines[0].name, thr, p[0].smoothing_s, p[0].on_count,
-               p[0].off_count);
+               p[0].off_count, same ? "" : " (the other machines' settings differ: /metrics "
+                                           "shows each machine's threshold)");
   free(p);
   ssae_service_note(s->svc, "config_reloaded", NULL);
   return;
@@ -636,6 +638,16 @@ void ssae_cli_service_detach(ssae_cli_service *s) {
 
 void ssae_cli_service_free(ssae_cli_service *s) {
   if (!s) return;
+  /* No audio comes any more: what the clip writer lost to the input is
+   * final. Said, not only counted in /metrics (a file played faster than
+   * real time outruns the writer's ring). */
+  ssae_clips_stats cs;
+  ssae_clips_stats_get(s->svc ? ssae_service_clips(s->svc) : NULL, &cs);
+  if (cs.lost_samples)
+    ssae_cli_log(4, s->prog,
+                 "alarm clips: %llu sample(s) lost (written as silence): the clip writer fell "
+                 "behind the input (a file: play it with --realtime; live: a disk too slow)",
+                 (unsigned long long)cs.lost_samples);
   ssae_service_free(s->svc);
   if (s->models) ssae_config_free_models(s->models, s->cfg->n_machines);
   free(s->models);

@@ -185,6 +185,7 @@ def run1(tmp, port, sub):
     m.p.send_signal(signal.SIGTERM)
     m.p.wait(30)
     check(m.p.returncode == 0, f"monitor rc {m.p.returncode}: {m.stderr()}")
+    check("sample(s) lost" not in m.stderr(), f"clip samples lost at real time: {m.stderr()}")
     check(one_shot(port, "ssae/n1/status") == "1\toffline", "no retained offline after exit")
     ls = sub.lines()
     disc = {t: json.loads(p) for t, r, p in ls if t.startswith("homeassistant/") and p}
@@ -389,6 +390,28 @@ def run3(tmp):
         check(p.returncode != 0 and want in p.stderr,
               f"machines[{i}] missing model: rc {p.returncode}, {p.stderr!r}, want {want!r}")
     print("ok  a missing model file named FILE:LINE: machines[i].model, i = 0 and 1")
+    # A file played as fast as it scores may outrun the clip writer: what it
+    # lost (the metrics' counter) is said on stderr at the end, never only
+    # counted.
+    mport = free_port()
+    m = Monitor(["--input", os.path.join(tmp, "fault.wav"), "--names", "pump", "--node", "n1",
+                 "--clips", os.path.join(tmp, "fastclips"), "--keep-running",
+                 "--metrics", f"127.0.0.1:{mport}"], tmp, "fastclips")
+    m.wait_log("the input ended", 30)
+    lost = None
+    for _ in range(100):
+        code, body = http(f"http://127.0.0.1:{mport}/metrics")
+        found = re.search(r"^ssae_clips_lost_samples_total\{[^}]*\} (\S+)$", body, re.M)
+        if code == 200 and found:
+            lost = int(float(found.group(1)))
+            break
+        time.sleep(0.05)
+    m.p.send_signal(signal.SIGTERM)
+    m.p.wait(30)
+    said = re.search(r"alarm clips: (\d+) sample\(s\) lost", m.stderr())
+    check(lost is not None and (int(said.group(1)) if said else 0) == lost,
+          f"clip samples lost: metrics {lost}, stderr {m.stderr()[-300:]!r}")
+    print(f"ok  a file played fast: {lost} clip sample(s) lost, said on stderr as counted")
     # Under systemd stdout and stderr are the journal (JOURNAL_STREAM names
     # it): one line per event with its syslog priority, no JSON flood, no
     # terminal sequences.
