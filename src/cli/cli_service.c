@@ -115,6 +115,7 @@ int ssae_cli_service_wanted(const ssae_cli_service_args *a) {
 
 #include "ssae_audio.h"
 #include "ssae_clips.h"
+#include "ssae_mqtt.h"
 #include "ssae_service.h"
 
 struct ssae_cli_service {
@@ -132,6 +133,7 @@ struct ssae_cli_service {
   ssae_service *svc;
   ssae_engine *engine;
   struct timespec last_tick;
+  int mqtt_said; /* the broker's state last logged: 0 nothing yet, 1 connected, 2 not */
   /* Under systemd (stderr is the journal) alarms are also log lines, and
    * the JSON lines stay out of the journal (MQTT and the events file carry
    * them). names: per machine, for those lines (a reload renames). */
@@ -602,6 +604,25 @@ refused:
   ssae_config_free(c);
 }
 
+/* The broker's reachability, said once per change: events are queued
+ * meanwhile, but a service that silently never delivers looks healthy. */
+static void mqtt_watch(ssae_cli_service *s) {
+  struct ssae_mqtt *mq = ssae_service_mqtt(s->svc);
+  if (!mq) return;
+  ssae_mqtt_stats ms;
+  ssae_mqtt_stats_get(mq, &ms);
+  const char *url = s->cfg->mqtt.url ? s->cfg->mqtt.url : "the broker";
+  if (ms.connected && s->mqtt_said != 1) {
+    if (s->mqtt_said == 2) ssae_cli_log(6, s->prog, "MQTT: connected to %s again", url);
+    s->mqtt_said = 1;
+  } else if (!ms.connected && s->mqtt_said != 2 && ms.last_error[0]) {
+    ssae_cli_log(4, s->prog, "MQTT: %s %s (%s): retrying; messages wait in the queue (%llu now)",
+                 s->mqtt_said == 1 ? "lost" : "cannot reach", url, ms.last_error,
+                 (unsigned long long)ms.queued);
+    s->mqtt_said = 2;
+  }
+}
+
 void ssae_cli_service_poll(ssae_cli_service *s) {
   if (!s || !s->svc || !s->engine) return;
   if (hup) {
@@ -615,6 +636,7 @@ void ssae_cli_service_poll(ssae_cli_service *s) {
       1000000000LL) {
     s->last_tick = now;
     ssae_service_tick(s->svc);
+    mqtt_watch(s);
   }
 }
 
@@ -641,6 +663,18 @@ void ssae_cli_service_free(ssae_cli_service *s) {
   /* No audio comes any more: what the clip writer lost to the input is
    * final. Said, not only counted in /metrics (a file played faster than
    * real time outruns the writer's ring). */
+  struct ssae_mqtt *mq = s->svc ? ssae_service_mqtt(s->svc) : NULL;
+  if (mq) {
+    ssae_mqtt_stats ms;
+    ssae_mqtt_stats_get(mq, &ms);
+    if (!ms.connects)
+      ssae_cli_log(4, s->prog,
+                   "MQTT: never connected to %s (%s): nothing was delivered (%llu event "
+                   "message(s) queued, %llu dropped)",
+                   s->cfg->mqtt.url ? s->cfg->mqtt.url : "the broker",
+                   ms.last_error[0] ? ms.last_error : "no answer",
+                   (unsigned long long)ms.queued, (unsigned long long)ms.dropped);
+  }
   ssae_clips_stats cs;
   ssae_clips_stats_get(s->svc ? ssae_service_clips(s->svc) : NULL, &cs);
   if (cs.lost_samples)

@@ -312,7 +312,7 @@ def run2(tmp, broker, port, sub):
     check(m.p.returncode == 0, f"run2 rc {m.p.returncode}: {err}")
     summ = [l for l in err.splitlines() if " windows, " in l]
     check(summ and " 0 dropped" in summ[-1], f"summary: {summ}")
-    rejected = [l for l in err.splitlines() if "refused" in l]
+    rejected = [l for l in err.splitlines() if "config is refused" in l]
     check(rejected and "run2.yaml:" in rejected[0] and "bogus_key" in rejected[0],
           f"rejection log: {rejected}")
     sts = states(sub.lines(), "fan", "n2")
@@ -412,6 +412,17 @@ def run3(tmp):
     check(lost is not None and (int(said.group(1)) if said else 0) == lost,
           f"clip samples lost: metrics {lost}, stderr {m.stderr()[-300:]!r}")
     print(f"ok  a file played fast: {lost} clip sample(s) lost, said on stderr as counted")
+    # A broker that never answers is said while running and at the end
+    dead = free_port()
+    p = subprocess.run([SSAE, "monitor", "--input", os.path.join(tmp, "fault.wav"), "--realtime",
+                        "--duration", "2.5", "--no-meter", "--backend", "cpu", "--names", "pump",
+                        "--node", "n1", "--mqtt", f"mqtt://127.0.0.1:{dead}"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and f"MQTT: cannot reach mqtt://127.0.0.1:{dead}" in p.stderr
+          and f"MQTT: never connected to mqtt://127.0.0.1:{dead}" in p.stderr
+          and "nothing was delivered" in p.stderr,
+          f"unreachable broker: rc {p.returncode}, {p.stderr[-500:]!r}")
+    print("ok  an unreachable broker said while running and at the end")
     # Under systemd stdout and stderr are the journal (JOURNAL_STREAM names
     # it): one line per event with its syslog priority, no JSON flood, no
     # terminal sequences.
