@@ -236,8 +236,10 @@ ssae_io_jack *ssae_io_jack_new(const char *name, int first, int inputs, int pass
     j->alarm[c] = jack_port_register(j->client, pn, JACK_DEFAULT_AUDIO_TYPE,
                                      JackPortIsOutput, 0);
     if (!j->in[c] || !j->score[c] || !j->alarm[c] || (passthrough && !j->out[c])) {
-      ssae_err_set(err, "cannot register JACK ports for channel %d (the server's port "
-                        "limit? jackd -p)", num);
+      ssae_err_set(err, "cannot register JACK ports for channel %d: each input takes %d "
+                        "ports, and the server's limit (jackd --port-max N, before -d; jackd2 "
+                        "allows at most 4096 a server) may be reached",
+                   num, passthrough ? 4 : 3);
       ssae_io_jack_free(j);
       return NULL;
     }

@@ -227,7 +227,8 @@ static int wait_for_end(const opts *o, ssae_io_jack **jc, ssae_engine *e, ssae_e
     ssae_err serr = {{0}};
     if (!said && ssae_evsink_check(sink, &serr)) {
       said = 1;
-      ssae_cli_error(CMD, "%s; monitoring goes on, lost event lines are counted", serr.msg);
+      ssae_cli_error(CMD, "%s; monitoring goes on%s", serr.msg,
+                     strstr(serr.msg, "windows TSV") ? "" : ", lost event lines are counted");
     }
     ssae_engine_stats s;
     ssae_engine_stats_get(e, &s);
@@ -242,9 +243,10 @@ static int wait_for_end(const opts *o, ssae_io_jack **jc, ssae_engine *e, ssae_e
   return -1;
 }
 
-static void summary(ssae_engine *e, ssae_evsink *sink) {
-  ssae_engine_stats s;
-  ssae_engine_stats_get(e, &s);
+/* After the engine's final status event (s taken before it went; the
+ * backend's name is a static string), so that the lost lines include it. */
+static void summary(const ssae_engine_stats *end, ssae_evsink *sink) {
+  const ssae_engine_stats s = *end;
   fprintf(stderr,
           "ssae jack: %.1f s of audio, %llu windows, %llu scored, %llu "
           "dropped, %llu xrun(s), %llu non-finite sample(s), backend %s, latency p50 %.3f "
@@ -344,9 +346,11 @@ static int run(const opts *o) {
   if (free_clients(jc, K, &engine_ok)) rc = SSAE_EXIT_INPUT;
   jc = NULL;
   if (engine_ok) ssae_engine_drain(e);
-  summary(e, sink);
+  ssae_engine_stats end;
+  ssae_engine_stats_get(e, &end);
   ssae_cli_service_detach(svc);
-  if (engine_ok) ssae_engine_free(e);
+  if (engine_ok) ssae_engine_free(e); /* final status event */
+  summary(&end, sink);
   ssae_err cerr = {{0}};
   if (ssae_evsink_close(sink, &cerr)) {
     ssae_cli_error(CMD, "%s", cerr.msg[0] ? cerr.msg : "writing the events file failed");

@@ -146,15 +146,29 @@ static void meter_draw(ssae_engine *e, ssae_evsink *sink, int first, double t, i
   fflush(stderr);
 }
 
-static void summary(ssae_engine *e, ssae_evsink *sink, const run_totals *tot) {
+/* The engine's last numbers, taken before it is freed (its final status
+ * event goes out then): the summary follows that event, so that the lines
+ * it counts as lost include it. */
+typedef struct run_end {
   ssae_engine_stats s;
-  ssae_engine_stats_get(e, &s);
+  int channels;
+} run_end;
+
+static run_end run_end_of(ssae_engine *e) {
+  run_end r;
+  ssae_engine_stats_get(e, &r.s);
+  r.channels = ssae_engine_channels(e);
+  return r;
+}
+
+static void summary(const run_end *end, ssae_evsink *sink, const run_totals *tot) {
+  const ssae_engine_stats s = end->s;
   fprintf(stderr,
           "ssae monitor: %.1f s of audio, %d channel(s), %llu windows, "
           "%llu scored, %llu dropped, %llu xrun(s), %llu non-finite sample(s), %llu batches, "
           "backend %s, latency p50 %.3f ms p99 %.3f ms max %.3f ms, %llu alarm(s), %llu "
           "event line(s) lost\n",
-          s.audio_s, ssae_engine_channels(e), (unsigned long long)s.windows,
+          s.audio_s, end->channels, (unsigned long long)s.windows,
           (unsigned long long)s.scored, (unsigned long long)s.dropped,
           (unsigned long long)s.xruns, (unsigned long long)s.nonfinite,
           (unsigned long long)s.batches, s.backend, s.lat_p50_ms,
@@ -210,7 +224,8 @@ static void note_sink_failure(ssae_evsink *sink, int *said) {
   ssae_err err = {{0}};
   if (*said || !ssae_evsink_check(sink, &err)) return;
   *said = 1;
-  ssae_cli_error(CMD, "%s; monitoring goes on, lost event lines are counted", err.msg);
+  ssae_cli_error(CMD, "%s; monitoring goes on%s", err.msg,
+                 strstr(err.msg, "windows TSV") ? "" : ", lost event lines are counted");
 }
 
 /* The file is read in blocks through the streaming reader (memory does
@@ -339,9 +354,10 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   ssae_cli_service_keep_running(svc, &interrupted);
   if (meter) meter_draw(e, sink, first, (double)done / rate, scfg->channel_offset);
   tot->realtime = o->realtime;
-  summary(e, sink, tot);
+  const run_end end = run_end_of(e);
   ssae_cli_service_detach(svc);
   ssae_engine_free(e); /* final status event */
+  summary(&end, sink, tot);
   free(buf);
   free(ptr);
   ssae_audio_close(as);
@@ -448,9 +464,10 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   ssae_io_pa_stop(pa);
   ssae_engine_drain(e);
   run_totals tot = {0};
-  summary(e, sink, &tot);
+  const run_end end = run_end_of(e);
   ssae_cli_service_detach(svc);
-  ssae_engine_free(e);
+  ssae_engine_free(e); /* final status event */
+  summary(&end, sink, &tot);
   if (close_sink(sink)) rc = SSAE_EXIT_INPUT;
   /* The events are out; now PortAudio's own clean-up (bounded after a
    * device loss). */

@@ -75,7 +75,8 @@ int ssae_evsink_check(ssae_evsink *s, ssae_err *err) {
   pthread_mutex_lock(&s->mu);
   int rc = stream_failure(s, err);
   if (!rc && s->windows_failed)
-    rc = ssae_err_set(err, "%s: write failed", s->cfg.windows_path);
+    rc = ssae_err_set(err, "%s: write failed: the windows TSV stays incomplete",
+                      s->cfg.windows_path);
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -97,7 +98,7 @@ int ssae_evsink_close(ssae_evsink *s, ssae_err *err) {
   if (s->events_fp && fclose(s->events_fp) != 0 && !rc)
     rc = ssae_err_set(err, "%s: write failed: %s", s->cfg.events_path, strerror(errno));
   if (s->windows && ssae_outfile_commit(s->windows, &closing) && !rc)
-    rc = ssae_err_set(err, "%s", closing.msg);
+    rc = ssae_err_set(err, "%s (the windows TSV)", closing.msg);
   pthread_mutex_destroy(&s->mu);
   free(s);
   return rc;

@@ -30,6 +30,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import struct
@@ -149,6 +150,17 @@ def test_stdout(d, good, model):
     check(p.returncode == 1 and "write failed" in e and "event line(s) lost" in e
           and "0 event line(s) lost" not in e and "s of audio" in e,
           f"monitor events > /dev/full: exit {p.returncode}, stderr {e[-400:]!r}")
+    # The summary's count is the final one (the closing message's), the
+    # last status line included
+    said = re.search(r"(\d+) event line\(s\) lost", e)
+    closing = re.findall(r"\((\d+) event lines? lost\)", e)
+    check(said and closing and said.group(1) == closing[-1],
+          f"monitor: summary's lost lines {said and said.group(1)}, closing {closing}")
+    # A windows TSV that cannot be written is named as such, not as events
+    p = run(["monitor", "--backend", "cpu", "--input", good[0], "--windows", "/dev/full"])
+    check(p.returncode == 1 and "windows TSV" in err(p)
+          and "lost event lines are counted" not in err(p),
+          f"monitor --windows /dev/full: exit {p.returncode}, {err(p)[-300:]!r}")
 
 
 def test_files(d, good):

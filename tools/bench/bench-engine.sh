@@ -31,7 +31,10 @@ if [ -d .deps ] && ! pkg-config --exists kissfft-float 2>/dev/null; then
 fi
 [ -d "$build" ] || meson setup "$build" $setup >/dev/null
 ninja -C "$build" -j"$(nproc)" tools/bench/engine_bench ssae tools/ssae-gen >/dev/null
-B=$build/tools/bench/engine_bench
+# engine_bench exits 1 when a channel count dropped windows: the sweep
+# goes past the capacity on purpose, so only its other failures stop here
+bench() { "$build/tools/bench/engine_bench" "$@" || [ $? -eq 1 ]; }
+B=bench
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%FT%TZ)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader || true
 if [ "$backend" = cuda ]; then

@@ -8,6 +8,8 @@
  *                [--groups G] [--pin] [--nice N] [--no-in-place] [--no-warm]
  *                [--gpu-frontend] [--one-feeder] [--feeder-spin] [--dma-latency US]
  *
+ * Exit status: 0, 1 when a channel count dropped windows, 3 when a run
+ * could not start (its reason on stderr), 2 for a usage error.
  * --groups G: the channels in G input groups, each fed by its own thread
  * (as G sound cards or JACK clients would); the audio-thread columns are
  * then those of the busiest thread.
@@ -291,6 +293,17 @@ int main(int argc, char **argv) {
       i--; /* no value */
       continue;
     }
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      /* the comment at the top of this file */
+      printf("engine_bench [--channels N[,N...]] [--seconds S] [--block B]\n"
+             "             [--backend cpu|cuda|auto] [--batch B] [--model M]\n"
+             "             [--deadline-ms D] [--cpu-threads T] [--spin-ms S]\n"
+             "             [--groups G] [--pin] [--nice N] [--no-in-place] [--no-warm]\n"
+             "             [--gpu-frontend] [--one-feeder] [--feeder-spin] [--dma-latency US]\n"
+             "exit 0, 1 when a channel count dropped windows, 3 when a run could not start\n"
+             "(see tools/bench/engine_bench.c and BENCHMARKS.md)\n");
+      return 0;
+    }
     if (i + 1 >= argc) {
       fprintf(stderr, "engine_bench: %s needs a value\n", argv[i]);
       return 2;
@@ -348,13 +361,22 @@ int main(int argc, char **argv) {
   if (o.dma_latency >= 0) printf("# /dev/cpu_dma_latency: %d us\n", o.dma_latency);
   printf("# chans   windows  dropped  batches  p50(ms)  p99(ms)  max(ms) "
          "blk_mean  blk_max frameblk  audio%%  rss(MB) take/score/publish backend\n");
+  /* exit 1 when a channel count dropped windows, 3 when a run could not
+   * start (the rest of the list is then skipped): a script sweeping the
+   * counts sees which */
+  int worst = 0;
   char *list = strdup(chans);
   for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
     int C = atoi(tok);
     if (C < 1) continue;
-    if (run(m, C, &o, rt) < 0) break;
+    const int r = run(m, C, &o, rt);
+    if (r < 0) {
+      worst = 3;
+      break;
+    }
+    if (r > worst) worst = r;
   }
   free(list);
   ssae_model_free(m);
-  return 0;
+  return worst;
 }
