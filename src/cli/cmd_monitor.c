@@ -358,6 +358,12 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   ssae_cli_service_detach(svc);
   ssae_engine_free(e); /* final status event */
   summary(&end, sink, tot);
+  if (!interrupted && end.s.windows == 0) {
+    /* as ssae score refuses such a file: nothing was judged */
+    ssae_cli_error(CMD, "%s: too short: no window (a window needs %d frames)", o->input,
+                   m->feat.frames);
+    rc = SSAE_EXIT_INPUT;
+  }
   free(buf);
   free(ptr);
   ssae_audio_close(as);

@@ -40,6 +40,7 @@ import tempfile
 
 from ssae_testlib import start_paused
 import time
+import wave
 
 SSAE = os.environ["SSAE"]
 failures = []
@@ -156,6 +157,16 @@ def test_stdout(d, good, model):
     closing = re.findall(r"\((\d+) event lines? lost\)", e)
     check(said and closing and said.group(1) == closing[-1],
           f"monitor: summary's lost lines {said and said.group(1)}, closing {closing}")
+    # A file too short for one window: named, exit 1 (as ssae score)
+    short = os.path.join(d, "short-monitor.wav")
+    with wave.open(short, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"\x01\x00" * 2047)
+    p = run(["monitor", "--backend", "cpu", "--input", short])
+    check(p.returncode == 1 and f"{short}: too short: no window" in err(p),
+          f"monitor on a too-short file: exit {p.returncode}, {err(p)[-300:]!r}")
     # A windows TSV that cannot be written is named as such, not as events
     p = run(["monitor", "--backend", "cpu", "--input", good[0], "--windows", "/dev/full"])
     check(p.returncode == 1 and "windows TSV" in err(p)
