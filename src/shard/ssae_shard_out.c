@@ -187,6 +187,16 @@ void ssae_shard_out_free(ssae_shard_out *o) {
 ssae_shard_out *ssae_shard_out_new(const char *final_path, ssae_shard_format fmt,
                                    const ssae_shard_header *h, const char *kept,
                                    size_t kept_len, ssae_err *err) {
+  /* The part is renamed onto PATH at the end: onto a device or a FIFO
+   * that would replace it (as root, /dev/null itself). A part must be a
+   * file, which --resume and ssae merge read back. */
+  struct stat st;
+  if (stat(final_path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    ssae_err_set(err, "%s: %s: a shard's part must be a regular file (written to PATH.partial, "
+                      "then renamed to PATH)",
+                 final_path, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+    return NULL;
+  }
   ssae_shard_out *o = calloc(1, sizeof *o);
   size_t n = strlen(final_path);
   if (o) o->final = strdup(final_path);

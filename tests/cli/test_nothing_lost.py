@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -183,6 +184,19 @@ def test_files(d, good):
              "--anomaly", good[1]])
     check(p.returncode == 1 and "/dev/full" in err(p) and "No space left" in err(p),
           f"eval --scores /dev/full: exit {p.returncode}")
+    # A shard's part is renamed onto its path at the end: a path that is
+    # not a regular file (here a FIFO; /dev/null as root was replaced by a
+    # file) is refused and left as it is.
+    fifo = os.path.join(d, "part-fifo")
+    os.mkfifo(fifo)
+    for extra in ([], ["--windows", fifo]):
+        out = fifo if not extra else os.path.join(d, "part-ok.tsv")
+        p = run(["score", "-q", "--backend", "cpu", "--shard", "0/1", "-o", out, *extra,
+                 good[0]])
+        check(p.returncode != 0 and f"{fifo}: not a regular file" in err(p)
+              and stat.S_ISFIFO(os.stat(fifo).st_mode)
+              and not os.path.exists(fifo + ".partial"),
+              f"score --shard onto a FIFO {extra}: exit {p.returncode}, {err(p)[-200:]!r}")
     mnt = os.path.join(d, "small")
     if not try_tmpfs(mnt):
         print("skip: no tmpfs (not root, or mount refused): the full-disk cases")

@@ -59,7 +59,11 @@ for script in ("ssae-score.sbatch", "ssae-submit.sh"):
     check(r.returncode == 0, f"{script}: bash -n: {r.stderr}")
 r = subprocess.run(["bash", os.path.join(root, "ssae-submit.sh"), "--help"],
                    capture_output=True, text=True)
-check(r.returncode == 2 and "usage: ssae-submit.sh" in r.stderr, "ssae-submit.sh --help")
+check(r.returncode == 0 and "usage: ssae-submit.sh" in r.stdout, "ssae-submit.sh --help")
+r = subprocess.run(["bash", os.path.join(root, "ssae-submit.sh"), "--bogus"],
+                   capture_output=True, text=True)
+check(r.returncode == 2 and "unknown option '--bogus'" in r.stderr
+      and "usage: ssae-submit.sh" in r.stderr, "ssae-submit.sh --bogus")
 
 # The options the examples pass are the commands' own: every --long
 # option of ssae-score.sbatch's code (its options are all ssae score's),
