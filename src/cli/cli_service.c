@@ -89,15 +89,13 @@ void ssae_cli_engine_gpu(const ssae_engine_cfg *ec) {
 ssae_model *ssae_cli_open_model(const ssae_cli_service *s, const char *cmd, const char *model,
                                 double threshold) {
   ssae_err err;
-  /* every machine's model first, so that a bad one is named where the
-   * config says it (FILE:LINE: machines[i].model: ...), machine 0's too */
-  if (s && ssae_cli_service_check_models(s, &err)) {
-    ssae_cli_error(cmd, "%s", err.msg);
-    return NULL;
-  }
   ssae_model *m = ssae_model_open(s ? ssae_cli_service_model_path(s) : model, &err);
   if (!m) {
-    ssae_cli_error(cmd, "%s", err.msg);
+    /* a config's model is named where the config says it (FILE:LINE:
+     * machines[0].model: ...), as the start's check names the others */
+    ssae_err named;
+    ssae_cli_error(cmd, "%s",
+                   s && ssae_cli_service_check_models(s, &named) ? named.msg : err.msg);
     return NULL;
   }
   if (!s && !isfinite(threshold) && !isfinite(m->threshold))

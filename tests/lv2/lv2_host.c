@@ -409,36 +409,34 @@ int lv2h_get_backend(lv2h *h, char *buf, size_t len) {
   return lv2h_notified_backend(h, buf, len);
 }
 
-int lv2h_set_backend(lv2h *h, const char *value) {
-  char got[64];
-  lv2h_send_set_backend(h, value);
-  for (int i = 0; i < 10000; i++) {
-    lv2h_run(h, 0);
-    if (lv2h_notified_backend(h, got, sizeof(got)) && strcmp(got, value) == 0) return 1;
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
-  return 0;
-}
-
 int lv2h_get_model(lv2h *h, char *buf, size_t len) {
   lv2h_send_get(h);
   lv2h_run(h, 0);
   return lv2h_notified_model(h, buf, len);
 }
 
-int lv2h_load_model(lv2h *h, const char *path) {
+/* run(0) until the plugin announces want through notified (up to 10 s).
+ * 1 when it did. */
+static int wait_announced(lv2h *h, int (*notified)(lv2h *, char *, size_t), const char *want) {
   char got[4096];
-  lv2h_send_set_model(h, path);
   for (int i = 0; i < 10000; i++) {
-    /* The worker loads it; installed after a run, announced in the next. */
+    /* The worker does it; installed after a run, announced in the next. */
     lv2h_run(h, 0);
-    if (lv2h_notified_model(h, got, sizeof(got)) && strcmp(got, path) == 0)
-      return 1;
+    if (notified(h, got, sizeof(got)) && strcmp(got, want) == 0) return 1;
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
   }
   return 0;
+}
+
+int lv2h_load_model(lv2h *h, const char *path) {
+  lv2h_send_set_model(h, path);
+  return wait_announced(h, lv2h_notified_model, path);
+}
+
+int lv2h_set_backend(lv2h *h, const char *value) {
+  lv2h_send_set_backend(h, value);
+  return wait_announced(h, lv2h_notified_backend, value);
 }
 
 void lv2h_log_take(lv2h *h, char *buf, size_t len, int *errors) {

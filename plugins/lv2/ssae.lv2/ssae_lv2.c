@@ -111,29 +111,23 @@ static void deactivate(LV2_Handle instance) {
   ((ssae_lv2 *)instance)->activated = 0;
 }
 
-/* Writes patch:Set <model> <path>. Audio-thread safe (the forge writes into
- * the host's buffer and stops cleanly when it is full). */
-void ssae_lv2_forge_model(ssae_lv2 *self, const ssae_lv2_slot *slot) {
+/* Writes patch:Set KEY VALUE at frame time: the model (an atom:Path) or
+ * the backend (an atom:String: auto, cpu, cuda, with ":N" for a device
+ * other than 0), as the slot has them. Audio-thread safe (the forge
+ * writes into the host's buffer and stops cleanly when it is full). */
+static void forge_set(ssae_lv2 *self, const ssae_lv2_slot *slot, LV2_URID key,
+                      int64_t time) {
   LV2_Atom_Forge *f = &self->forge;
+  const int model = key == self->uris.model;
+  const char *v = model ? slot->path : slot->where_text;
   LV2_Atom_Forge_Frame frame;
+  lv2_atom_forge_frame_time(f, time);
   if (!lv2_atom_forge_object(f, &frame, 0, self->uris.patch_Set)) return;
   lv2_atom_forge_key(f, self->uris.patch_property);
-  lv2_atom_forge_urid(f, self->uris.model);
+  lv2_atom_forge_urid(f, key);
   lv2_atom_forge_key(f, self->uris.patch_value);
-  lv2_atom_forge_path(f, slot->path, slot->path_len);
-  lv2_atom_forge_pop(f, &frame);
-}
-
-/* Writes patch:Set <backend> "<where>" (auto, cpu, cuda, with ":N" for a
- * device other than 0). Audio-thread safe, as above. */
-void ssae_lv2_forge_backend(ssae_lv2 *self, const ssae_lv2_slot *slot) {
-  LV2_Atom_Forge *f = &self->forge;
-  LV2_Atom_Forge_Frame frame;
-  if (!lv2_atom_forge_object(f, &frame, 0, self->uris.patch_Set)) return;
-  lv2_atom_forge_key(f, self->uris.patch_property);
-  lv2_atom_forge_urid(f, self->uris.backend);
-  lv2_atom_forge_key(f, self->uris.patch_value);
-  lv2_atom_forge_string(f, slot->where_text, (uint32_t)strlen(slot->where_text));
+  lv2_atom_forge_typed_string(f, model ? self->uris.atom_Path : self->uris.atom_String, v,
+                              model ? slot->path_len : (uint32_t)strlen(v));
   lv2_atom_forge_pop(f, &frame);
 }
 
@@ -159,14 +153,8 @@ static void handle_event(ssae_lv2 *self, const ssae_lv2_slot *slot,
       if (key != u->model && key != u->backend) return;
     }
     if (!self->notify) return;
-    if (key != u->backend) {
-      lv2_atom_forge_frame_time(&self->forge, ev->time.frames);
-      ssae_lv2_forge_model(self, slot);
-    }
-    if (key != u->model) {
-      lv2_atom_forge_frame_time(&self->forge, ev->time.frames);
-      ssae_lv2_forge_backend(self, slot);
-    }
+    if (key != u->backend) forge_set(self, slot, u->model, ev->time.frames);
+    if (key != u->model) forge_set(self, slot, u->backend, ev->time.frames);
   }
 }
 
@@ -263,10 +251,8 @@ static void run(LV2_Handle instance, uint32_t n) {
     forging = lv2_atom_forge_sequence_head(&self->forge, &seq, 0) != 0;
   }
   if (forging && self->announce) {
-    lv2_atom_forge_frame_time(&self->forge, 0);
-    ssae_lv2_forge_model(self, slot);
-    lv2_atom_forge_frame_time(&self->forge, 0);
-    ssae_lv2_forge_backend(self, slot);
+    forge_set(self, slot, self->uris.model, 0);
+    forge_set(self, slot, self->uris.backend, 0);
     self->announce = 0;
   }
   if (self->control) {

@@ -183,9 +183,4 @@ LV2_State_Status ssae_lv2_restore(LV2_Handle instance,
                                   LV2_State_Handle handle, uint32_t flags,
                                   const LV2_Feature *const *features);
 
-/* Writes patch:Set <model> <path> (<backend> <where>) into the forge.
- * Audio-thread safe. */
-void ssae_lv2_forge_model(ssae_lv2 *self, const ssae_lv2_slot *slot);
-void ssae_lv2_forge_backend(ssae_lv2 *self, const ssae_lv2_slot *slot);
-
 #endif
