@@ -97,6 +97,27 @@ typedef struct ssae_engine_stats {
                           before it reached the engine */
 } ssae_engine_stats;
 
+/* An alarm's identity and extent (SPEC section 4), carried by its
+ * ALARM_ON and ALARM_OFF events. */
+#define SSAE_ALARM_ID_LEN 37 /* UUID text and its NUL */
+typedef struct ssae_alarm_info {
+  char id[SSAE_ALARM_ID_LEN]; /* a random (version 4) UUID, the same in the
+                                 alarm's ALARM_ON and ALARM_OFF and new for
+                                 the next alarm: unique across channels,
+                                 hosts and restarts */
+  double t_on;       /* audio time of its ALARM_ON (seconds since start) */
+  double wall_on;    /* wall clock of its ALARM_ON (Unix seconds) */
+  double wall;       /* wall clock of this event (Unix seconds) */
+  double duration_s; /* ALARM_OFF: t - t_on (seconds of audio); 0 on ALARM_ON */
+  double peak_score; /* the highest window score from the window that raised
+                        the alarm to this event's window */
+  const char *reason; /* ALARM_OFF: why it ended: "score" (the smoothed score
+                         stayed at or below the threshold off_count windows),
+                         "silence" (a window touched digital silence),
+                         "paused" (analysis paused), "no_threshold" (the
+                         threshold became unusable); NULL on ALARM_ON */
+} ssae_alarm_info;
+
 typedef struct ssae_event {
   ssae_event_type type;
   int channel;          /* -1 for engine-wide events */
@@ -107,6 +128,8 @@ typedef struct ssae_event {
   double threshold;     /* threshold in use (NAN if none) */
   const ssae_engine_stats *stats; /* STATUS, DROP: counters; else NULL */
   const char *msg;      /* BACKEND: the reason; else NULL */
+  const ssae_alarm_info *alarm; /* ALARM_ON, ALARM_OFF: the alarm (valid
+                           during the callback); else NULL */
 } ssae_event;
 
 /* Runs on the worker thread (or, for the final STATUS, on the thread calling
@@ -325,8 +348,15 @@ int ssae_engine_swap_models(ssae_engine *e, const ssae_model *const *channel_mod
 int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err);
 
 /* Formats an event as one JSON line (SPEC section 4), with "\n". Returns the
- * length, or -1 if buf is too small. Thread-safe, no allocation. */
+ * length, or -1 if buf is too small. Thread-safe, no allocation. Alarm
+ * events carry "machine" ("ch" and the channel number), and with their
+ * alarm info "id", "time" (the event's wall clock, ISO 8601 UTC with
+ * milliseconds), on ALARM_OFF also "duration_s", "peak_score" and
+ * "reason". */
 int ssae_event_json(const ssae_event *ev, char *buf, size_t len);
+/* The same with the channel's name as "machine" (every event of a
+ * channel); NULL: as ssae_event_json. */
+int ssae_event_json_named(const ssae_event *ev, const char *machine, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

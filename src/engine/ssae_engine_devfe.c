@@ -540,7 +540,8 @@ int engine_devfe_setup(ssae_engine *e, ssae_err *err) {
   }
   for (int c = 0; c < e->C; c++) ssae_silence_reset(&d->ch[c].sil);
   w->ch = calloc((size_t)e->C, sizeof *w->ch); /* the detectors */
-  if (!w->ch) return ssae_err_set(err, "engine: out of memory");
+  w->alarm = calloc((size_t)e->C, sizeof *w->alarm);
+  if (!w->ch || !w->alarm) return ssae_err_set(err, "engine: out of memory");
   for (int c = 0; c < e->C; c++) ssae_detector_reset(&w->ch[c].det);
   d->cap = (size_t)e->C * ssae_cuda_fe_max_frames(d->fe);
   w->batch_hdr[0] = calloc(d->cap, sizeof(item_hdr));

@@ -208,6 +208,7 @@ typedef struct chan_work {
   double last_t;        /* its time (seconds of audio) */
   uint64_t last_end;    /* end_sample of the last window taken (0: none):
                            the continuity the backend is told */
+  double alarm_peak;    /* while an alarm is on: its highest window score */
 } chan_work;
 
 #define LAT_FINE 10000  /* 1 us buckets up to 10 ms */
@@ -245,6 +246,9 @@ typedef struct worker_state {
   engine_scorer *sc;  /* NULL with the device front end */
   devfe *dfe;         /* NULL without it */
   chan_work *ch;
+  /* C: each channel's open (or last) alarm, for its events. Apart from
+   * ch: touched only when an alarm starts or ends. */
+  ssae_alarm_info *alarm;
   /* Two batches, so that the GPU scores one while the worker takes the
    * next out of the rings. bx[s]: where batch s is laid out: the backend's
    * own input buffer of slot s when it has one (the GPU's pinned memory: no

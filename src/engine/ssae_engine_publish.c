@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ssae_alarm_id.h"
 #include "ssae_engine_internal.h"
 
 /* Channel c's model's threshold. */
@@ -210,6 +211,32 @@ void engine_on_fallback(void *user, const char *msg) {
 /* ------------------------------------------------------------------ */
 /* the detector                                                        */
 
+/* Channel c's alarm starts (at audio time t, its window's score) or ends
+ * (why; score NAN when the window says nothing about the machine, as a
+ * silent one): its id, times, duration and peak, for the event. */
+static const ssae_alarm_info *alarm_start(ssae_engine *e, int c, double t, double score) {
+  ssae_alarm_info *a = &e->w.alarm[c];
+  ssae_alarm_new_id(a->id);
+  a->t_on = t;
+  a->wall_on = a->wall = ssae_wall_now();
+  a->duration_s = 0;
+  a->peak_score = isfinite(score) ? score : 0;
+  a->reason = NULL;
+  e->w.ch[c].alarm_peak = a->peak_score;
+  return a;
+}
+
+static const ssae_alarm_info *alarm_end(ssae_engine *e, int c, double t, double score,
+                                        const char *why) {
+  ssae_alarm_info *a = &e->w.alarm[c];
+  const double peak = e->w.ch[c].alarm_peak;
+  a->wall = ssae_wall_now();
+  a->duration_s = t > a->t_on ? t - a->t_on : 0;
+  a->peak_score = isfinite(score) && score > peak ? score : peak;
+  a->reason = why;
+  return a;
+}
+
 /* Windows ahead whose channel's state engine_publish_batch prefetches. */
 #define JUDGE_AHEAD 8
 
@@ -247,12 +274,14 @@ static void judge(ssae_engine *e, const item_hdr *h, float score, double lat) {
     w->alpha_tau = tau;
     w->have_alpha = 1;
   }
-  const int change = ssae_detector_step(&k->det, score, (h->flags & ITEM_GAP) != 0, w->alpha,
-                                        en ? thr : NAN, on, off);
+  const int silent = (h->flags & ITEM_GAP) != 0;
+  const int change = ssae_detector_step(&k->det, score, silent, w->alpha, en ? thr : NAN, on,
+                                        off);
+  if (k->det.alarm && isfinite(score) && score > k->alarm_peak) k->alarm_peak = score;
   if (k->det.have_smoothed) k->shown = k->det.smoothed;
   if (e->cfg.emit_windows) {
     ssae_event ev = {SSAE_EVENT_WINDOW, (int)h->channel, t, h->window,
-                     score, score, thr, NULL, NULL};
+                     score, score, thr, NULL, NULL, NULL};
     emit(e, &ev);
   }
   k->scored++;
@@ -262,9 +291,12 @@ static void judge(ssae_engine *e, const item_hdr *h, float score, double lat) {
                           k->scored, 0, (float)lat};
   publish(&e->pub[h->channel], &v);
   if (change != SSAE_DETECTOR_NO_CHANGE) {
+    const int c = (int)h->channel;
+    const char *why = silent ? "silence" : !en ? "paused" : !isfinite(thr) ? "no_threshold"
+                                                                         : "score";
     ssae_event ev = {k->det.alarm ? SSAE_EVENT_ALARM_ON : SSAE_EVENT_ALARM_OFF,
-                     (int)h->channel, t, h->window, k->shown, score, thr,
-                     NULL, NULL};
+                     c, t, h->window, k->shown, score, thr, NULL, NULL,
+                     k->det.alarm ? alarm_start(e, c, t, score) : alarm_end(e, c, t, silent ? NAN : score, why)};
     emit(e, &ev);
   }
 }
@@ -284,7 +316,8 @@ void engine_clear_alarms(ssae_engine *e) {
     v.alarm = 0;
     publish(&e->pub[c], &v);
     ssae_event ev = {SSAE_EVENT_ALARM_OFF, c, k->last_t, k->last_window,
-                     v.smoothed, v.score, v.threshold, NULL, NULL};
+                     v.smoothed, v.score, v.threshold, NULL, NULL,
+                     alarm_end(e, c, k->last_t, NAN, "paused")};
     emit(e, &ev);
   }
 }
@@ -298,7 +331,7 @@ void engine_publish_batch(ssae_engine *e, int b, size_t n, int rc, const ssae_er
   if (rc != 0) {
     for (size_t i = 0; i < n; i++) scores[i] = NAN;
     ssae_event ev = {SSAE_EVENT_BACKEND, -1, w->last_t, 0, NAN, NAN, NAN,
-                     NULL, err->msg};
+                     NULL, err->msg, NULL};
     emit(e, &ev);
   }
   atomic_fetch_add(&e->sh.batches, 1);

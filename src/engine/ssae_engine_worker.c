@@ -285,7 +285,8 @@ static void warm_worker(ssae_engine *e) {
 int engine_worker_setup(ssae_engine *e, ssae_err *err) {
   worker_state *w = &e->w;
   w->ch = calloc((size_t)e->C, sizeof *w->ch);
-  if (!w->ch) return ssae_err_set(err, "engine: out of memory");
+  w->alarm = calloc((size_t)e->C, sizeof *w->alarm);
+  if (!w->ch || !w->alarm) return ssae_err_set(err, "engine: out of memory");
   for (int c = 0; c < e->C; c++) { /* written now: no page faults later */
     ssae_detector_reset(&w->ch[c].det);
     w->ch[c].last_end = 0;
@@ -324,6 +325,7 @@ void engine_worker_free(ssae_engine *e) {
     free(w->spans[b]);
   }
   free(w->ch);
+  free(w->alarm);
   engine_scorer_free(w->sc);
   engine_scorer_free(atomic_load(&e->swap.pending));
 }

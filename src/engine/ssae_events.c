@@ -4,7 +4,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "ssae_alarm_id.h"
 #include "ssae_engine.h"
+#include "ssae_json.h"
 
 typedef struct jbuf {
   char *p;
@@ -33,17 +35,17 @@ static void put_num(jbuf *b, const char *key, double v) {
     put(b, ",\"%s\":null", key);
 }
 
+/* A string value escaped as the other JSON writers do (invalid UTF-8 as
+ * U+FFFD: the line stays JSON whatever a name holds). */
 static void put_str(jbuf *b, const char *key, const char *s) {
   put(b, ",\"%s\":\"", key);
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      put(b, "\\%c", c);
-    else if (c < 0x20)
-      put(b, "\\u%04x", c);
-    else
-      put(b, "%c", c);
+  if (b->overflow) return;
+  int n = ssae_json_escape(b->p, b->len, b->used, s ? s : "");
+  if (n < 0) {
+    b->overflow = 1;
+    return;
   }
+  b->used = (size_t)n;
   put(b, "\"");
 }
 
@@ -60,6 +62,10 @@ static const char *event_name(ssae_event_type t) {
 }
 
 int ssae_event_json(const ssae_event *ev, char *buf, size_t len) {
+  return ssae_event_json_named(ev, NULL, buf, len);
+}
+
+int ssae_event_json_named(const ssae_event *ev, const char *machine, char *buf, size_t len) {
   if (!buf || len == 0) return -1;
   jbuf b = {buf, len, 0, 0};
   put(&b, "{\"t\":%.6f", isfinite(ev->t) ? ev->t : 0.0);
@@ -88,6 +94,26 @@ int ssae_event_json(const ssae_event *ev, char *buf, size_t len) {
         s->lat_p50_ms, s->lat_p99_ms, s->lat_max_ms);
   }
   if (ev->msg) put_str(&b, "message", ev->msg);
+  const int alarm = ev->type == SSAE_EVENT_ALARM_ON || ev->type == SSAE_EVENT_ALARM_OFF;
+  if (machine && ev->channel >= 0) {
+    put_str(&b, "machine", machine);
+  } else if (alarm && ev->channel >= 0) {
+    char name[24];
+    snprintf(name, sizeof name, "ch%d", ev->channel);
+    put_str(&b, "machine", name);
+  }
+  if (alarm && ev->alarm) {
+    const ssae_alarm_info *a = ev->alarm;
+    char iso[SSAE_ISO_TIME_LEN];
+    ssae_iso_time(a->wall, iso);
+    put_str(&b, "id", a->id);
+    put_str(&b, "time", iso);
+    if (ev->type == SSAE_EVENT_ALARM_OFF) {
+      put_num(&b, "duration_s", a->duration_s);
+      put_num(&b, "peak_score", a->peak_score);
+      if (a->reason) put_str(&b, "reason", a->reason);
+    }
+  }
   put(&b, "}\n");
   if (b.overflow) return -1;
   return (int)b.used;

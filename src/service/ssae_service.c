@@ -54,9 +54,9 @@ static void publish_state(ssae_service *s, int c, double t) {
   if (n < 0) return;
   /* The alarm as the events said it (the engine's latch may be a window
    * ahead or behind), with the open alarm's id. */
-  const ssae_alarm_info *open = ssae_alarm_tracker_open(s->alarms, c);
+  const int open = s->m[c].alarm_open;
   if (open && (n = ssae_json_put_str(buf, sizeof buf, (size_t)n, "alarm_id",
-                                     open->id)) < 0)
+                                     s->m[c].alarm_id)) < 0)
     return;
   char num[3][32];
   const float v[3] = {st.smoothed, st.score, st.threshold};
@@ -85,8 +85,6 @@ void ssae_service_on_event(void *user, const ssae_event *ev) {
   int c = ev->channel;
   int known = c >= 0 && c < s->n;
   if (ev->type == SSAE_EVENT_WINDOW) {
-    ssae_alarm_info unused;
-    ssae_alarm_tracker_update(s->alarms, ev, &unused);
     /* The state latched for this channel is its previous window's (the
      * engine publishes after the event): every window's latency is
      * counted once. */
@@ -99,26 +97,30 @@ void ssae_service_on_event(void *user, const ssae_event *ev) {
     if (s->opts.next && s->opts.forward_windows) s->opts.next(s->opts.next_user, ev);
     return;
   }
-  ssae_alarm_info info;
-  int alarm = ssae_alarm_tracker_update(s->alarms, ev, &info) == 1 && known;
+  const ssae_alarm_info *info = ev->alarm;
+  int alarm = (ev->type == SSAE_EVENT_ALARM_ON || ev->type == SSAE_EVENT_ALARM_OFF) &&
+              info && known;
   pthread_mutex_lock(&s->names_mu); /* names and topics change on a reload */
   if (alarm && ev->type == SSAE_EVENT_ALARM_ON) {
     atomic_fetch_add(&s->n_alarms, 1);
     atomic_fetch_add(&s->m[c].alarms, 1);
+    memcpy(s->m[c].alarm_id, info->id, sizeof s->m[c].alarm_id);
+    s->m[c].alarm_open = 1;
     free(s->m[c].clip);
     s->m[c].clip = NULL;
     char path[512];
     if (s->clips &&
-        ssae_clips_alarm_on(s->clips, c, ev->t, info.id, path, sizeof path) == 0)
+        ssae_clips_alarm_on(s->clips, c, ev->t, info->id, path, sizeof path) == 0)
       s->m[c].clip = strdup(path);
   }
-  if (alarm) info.clip = s->m[c].clip;
-  if (alarm && ev->type == SSAE_EVENT_ALARM_OFF && s->clips)
-    ssae_clips_alarm_off(s->clips, c, ev->t, info.id);
+  if (alarm && ev->type == SSAE_EVENT_ALARM_OFF) {
+    s->m[c].alarm_open = 0;
+    if (s->clips) ssae_clips_alarm_off(s->clips, c, ev->t, info->id);
+  }
 
   char line[LINE_MAX_BYTES];
   int len = ssae_service_event_json(ev, s->node, known ? s->m[c].name : NULL,
-                                    alarm ? &info : NULL, ssae_wall_now(), line,
+                                    alarm ? s->m[c].clip : NULL, ssae_wall_now(), line,
                                     sizeof line);
   if (len > 0) {
     write_line(s, line, (size_t)len);
@@ -324,8 +326,6 @@ ssae_service *ssae_service_new(const ssae_config *c, const ssae_service_opts *o,
   s->file_mu_ok = pthread_mutex_init(&s->file_mu, NULL) == 0;
   s->names_mu_ok = pthread_mutex_init(&s->names_mu, NULL) == 0;
   s->eng_mu_ok = pthread_mutex_init(&s->eng_mu, NULL) == 0;
-  s->alarms = ssae_alarm_tracker_new(s->n, err);
-  if (!s->alarms) goto fail;
   if (!s->node || !s->prefix || !s->discovery_prefix || !s->m || !s->file_mu_ok ||
       !s->eng_mu_ok || !s->names_mu_ok)
     goto oom;
@@ -498,7 +498,6 @@ void ssae_service_free(ssae_service *s) {
   ssae_mqtt_free(s->mqtt);
   if (s->events && !s->events_is_stdout) fclose(s->events);
   if (s->events_is_stdout) fflush(stdout);
-  ssae_alarm_tracker_free(s->alarms);
   for (int i = 0; s->m && i < s->n; i++) {
     free(s->m[i].name);
     free(s->m[i].model_file);

@@ -23,6 +23,8 @@ typedef struct svc_machine {
   int sample_rate, n_mels, frames;
   char *state_topic, *event_topic;
   char *clip;           /* open alarm's clip path (worker thread) */
+  char alarm_id[SSAE_ALARM_ID_LEN]; /* the open (or last) alarm's id and */
+  int alarm_open;                   /* whether it is on (worker thread) */
   atomic_ullong alarms; /* alarm_on events */
 } svc_machine;
 
@@ -32,7 +34,6 @@ struct ssae_service {
   svc_machine *m;
   ssae_service_opts opts;
 
-  ssae_alarm_tracker *alarms; /* worker thread */
   FILE *events;               /* under file_mu: worker and clip writer */
   int events_is_stdout;
   pthread_mutex_t file_mu;

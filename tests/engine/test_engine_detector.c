@@ -33,6 +33,8 @@ typedef struct rec {
   float score[2][MAXW];
   int have[2][MAXW];
   ssae_event ev[MAXEV];
+  ssae_alarm_info info[MAXEV]; /* ev[k].alarm, copied (valid only during the
+                                  callback) */
   int nev;
   int bad_json;
 } rec;
@@ -47,14 +49,22 @@ static void on_event(void *user, const ssae_event *ev) {
   }
   if ((ev->type == SSAE_EVENT_ALARM_ON || ev->type == SSAE_EVENT_ALARM_OFF) &&
       r->nev < MAXEV) {
-    r->ev[r->nev++] = *ev;
-    char line[1024];
+    if (ev->alarm) r->info[r->nev] = *ev->alarm;
+    else memset(&r->info[r->nev], 0, sizeof r->info[r->nev]);
+    r->ev[r->nev] = *ev;
+    r->ev[r->nev++].alarm = NULL;
+    char line[1024], machine[16];
+    snprintf(machine, sizeof machine, "\"machine\":\"ch%d\"", ev->channel);
     int n = ssae_event_json(ev, line, sizeof line);
+    const int off = ev->type == SSAE_EVENT_ALARM_OFF;
     if (n <= 0 || line[n - 1] != '\n' || line[0] != '{' ||
         !strstr(line, "\"t\":") || !strstr(line, "\"channel\":") ||
-        !strstr(line, ev->type == SSAE_EVENT_ALARM_ON ? "\"event\":\"alarm_on\""
-                                                      : "\"event\":\"alarm_off\"") ||
-        !strstr(line, "\"score\":") || !strstr(line, "\"threshold\":"))
+        !strstr(line, off ? "\"event\":\"alarm_off\"" : "\"event\":\"alarm_on\"") ||
+        !strstr(line, "\"score\":") || !strstr(line, "\"threshold\":") ||
+        !strstr(line, machine) || !strstr(line, "\"id\":\"") || !strstr(line, "\"time\":\"") ||
+        !strstr(line, "Z\"") || !ev->alarm ||
+        (off && (!strstr(line, "\"duration_s\":") || !strstr(line, "\"peak_score\":") ||
+                 !strstr(line, "\"reason\":\""))))
       r->bad_json = 1;
   }
   pthread_mutex_unlock(&r->mu);
@@ -241,9 +251,30 @@ int main(void) {
            want[k].smoothed);
   }
   if (r->bad_json) FAIL("malformed JSON event line");
+  /* The alarm's identity and extent (SPEC section 4): one id for its on
+   * and off, a version 4 UUID; its duration in audio seconds; its peak the
+   * highest window score from the window that raised it to the one that
+   * ended it; ended by the scores. */
+  const ssae_alarm_info *a0 = &r->info[0], *a1 = &r->info[1];
+  if (strcmp(a0->id, a1->id) || strlen(a0->id) != 36 || a0->id[14] != '4')
+    FAIL("alarm ids: on %s, off %s", a0->id, a1->id);
+  if (fabs(a1->duration_s - (r->ev[1].t - r->ev[0].t)) > 1e-9 || a0->duration_s != 0)
+    FAIL("alarm duration %g s, expected %g", a1->duration_s, r->ev[1].t - r->ev[0].t);
+  double peak = 0;
+  for (uint64_t w = r->ev[0].window; w <= r->ev[1].window; w++)
+    if (r->score[0][w] > peak) peak = r->score[0][w];
+  if (a1->peak_score != peak || a0->peak_score != r->score[0][r->ev[0].window])
+    FAIL("alarm peak %g (on: %g), expected %g", a1->peak_score, a0->peak_score, peak);
+  if (a0->reason || !a1->reason || strcmp(a1->reason, "score"))
+    FAIL("alarm_off's reason %s, expected score", a1->reason ? a1->reason : "(none)");
+  if (!(a1->wall >= a0->wall && a0->wall == a0->wall_on && a1->wall_on == a0->wall_on &&
+        a0->wall > 1.7e9))
+    FAIL("alarm wall clock: on %.3f, off %.3f", a0->wall, a1->wall);
+  char first_id[SSAE_ALARM_ID_LEN];
+  memcpy(first_id, a0->id, sizeof first_id);
   printf("%zu windows x 2 channels match the offline scores; alarm on at "
-         "%.3f s, off at %.3f s as simulated\n",
-         nw, r->ev[0].t, r->ev[1].t);
+         "%.3f s, off at %.3f s as simulated; alarm %s, %.3f s, peak %.4g\n",
+         nw, r->ev[0].t, r->ev[1].t, a0->id, a1->duration_s, a1->peak_score);
 
   /* 2. a run-time threshold far above: no alarms */
   ssae_engine_params p;
@@ -281,6 +312,26 @@ int main(void) {
    * start, and the last event ends the alarm. */
   if (r->nev < 2 || r->ev[r->nev - 1].type != SSAE_EVENT_ALARM_OFF)
     FAIL("silence: expected the alarm to end, got %d events", r->nev);
+  {
+    const ssae_alarm_info *end = &r->info[r->nev - 1], *start = &r->info[r->nev - 2];
+    if (!end->reason || strcmp(end->reason, "silence"))
+      FAIL("silence: alarm_off's reason %s", end->reason ? end->reason : "(none)");
+    if (strcmp(end->id, start->id) || !strcmp(end->id, first_id))
+      FAIL("silence: alarm ids %s / %s (the first alarm's %s)", start->id, end->id, first_id);
+    /* A silent window's score says nothing about the machine: not a peak. */
+    /* A silent window's score says nothing about the machine: the peak is
+     * that of the windows before the first silent one, which ended it. */
+    const uint64_t w_on = r->ev[r->nev - 2].window, w_off = r->ev[r->nev - 1].window;
+    double loud_peak = 0;
+    for (uint64_t w = w_on; w < w_off && w < MAXW; w++)
+      if (r->have[0][w] && r->score[0][w] > loud_peak) loud_peak = r->score[0][w];
+    printf("silence: alarm %s ended after %.3f s, peak %.6g (the silent window's score "
+           "%.6g)\n",
+           end->id, end->duration_s, end->peak_score, r->ev[r->nev - 1].raw_score);
+    if (end->peak_score != loud_peak)
+      FAIL("silence: peak %.9g, expected %.9g (windows %llu to %llu)", end->peak_score,
+           loud_peak, (unsigned long long)w_on, (unsigned long long)w_off - 1);
+  }
   for (int k = 0; k < r->nev; k++)
     if (r->ev[k].type == SSAE_EVENT_ALARM_ON &&
         r->ev[k].window >= r->ev[0].window + 31 + 5)

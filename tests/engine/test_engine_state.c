@@ -37,6 +37,7 @@ typedef struct rec {
   float score[C][MAXW];
   int have[C][MAXW];
   int alarm_on, alarm_off, backend;
+  int off_paused; /* alarm_off events whose reason is "paused" */
 } rec;
 
 static void on_event(void *user, const ssae_event *ev) {
@@ -49,6 +50,9 @@ static void on_event(void *user, const ssae_event *ev) {
   }
   if (ev->type == SSAE_EVENT_ALARM_ON) r->alarm_on++;
   if (ev->type == SSAE_EVENT_ALARM_OFF) r->alarm_off++;
+  if (ev->type == SSAE_EVENT_ALARM_OFF && ev->alarm && ev->alarm->reason &&
+      !strcmp(ev->alarm->reason, "paused"))
+    r->off_paused++;
   if (ev->type == SSAE_EVENT_BACKEND) r->backend++;
   pthread_mutex_unlock(&r->mu);
 }
@@ -230,10 +234,11 @@ int main(int argc, char **argv) {
     FAIL("windows analysed while paused (%llu -> %llu)",
          (unsigned long long)windows_before, (unsigned long long)st.windows);
   pthread_mutex_lock(&r->mu);
-  int off1 = r->alarm_off;
+  int off1 = r->alarm_off, paused = r->off_paused;
   pthread_mutex_unlock(&r->mu);
   if (off1 - off0 != C)
     FAIL("%d alarm_off events on pause, expected %d", off1 - off0, C);
+  if (paused != C) FAIL("%d of %d alarm_off events on pause say reason \"paused\"", paused, C);
   /* Resume: analysis and alarms come back. */
   p.enabled = 1;
   ssae_engine_set_params(e, &p);

@@ -208,6 +208,14 @@ def main():
                 assert A0 - 0.1 <= on <= A0 + 0.6, on
                 assert A1 - 0.1 <= offe <= A1 + 1.0, offe
                 assert alarms[0]["channel"] == 0 and alarms[0]["score"] > thr
+                # SPEC section 4's alarm keys, through ssae jack's event sink.
+                a_on, a_off = alarms
+                assert a_on["id"] == a_off["id"] and len(a_on["id"]) == 36, alarms
+                assert a_on["machine"] == a_off["machine"] == "ch0", alarms
+                assert a_on["time"].endswith("Z") and a_off["time"] >= a_on["time"], alarms
+                assert abs(a_off["duration_s"] - (a_off["t"] - a_on["t"])) < 1e-6, a_off
+                assert a_off["peak_score"] >= a_on["window_score"], alarms
+                assert a_off["reason"] == "score", a_off
                 assert abs(alarms[0]["threshold"] - thr) < 1e-6 * thr
 
             # Two clients into one engine (--clients 2: an input group each, fed

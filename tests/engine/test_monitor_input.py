@@ -2,7 +2,10 @@
 window scores equal `ssae score --windows` on the same file, window for
 window (mono 16 kHz; a stereo 48 kHz file, channel 1, resampled; real-time
 pace), also through the device front end (--gpu-frontend). Also: events as
-JSON lines, usage errors, a missing file."""
+JSON lines, with an alarm's keys (SPEC section 4: machine, time, id;
+alarm_off's duration, peak score and reason), usage errors, a missing
+file."""
+import datetime
 import json
 import math
 import os
@@ -94,6 +97,55 @@ def compare(tmp, wav, extra, realtime=False, monitor_extra=()):
     return wall
 
 
+def alarm_keys(tmp, wav):
+    """A threshold far below every score raises an alarm at once; the
+    file's trailing digital silence ends it. Both events carry SPEC section
+    4's keys; alarm_off's peak is the highest window score from the window
+    that raised the alarm to the last one before the silence."""
+    ev = os.path.join(tmp, "alarm.jsonl")
+    tsv = os.path.join(tmp, "alarm.tsv")
+    r = run(["monitor", "--input", wav, "--events", ev, "--windows", tsv, "--no-meter",
+             "--threshold", "1e-6"])
+    assert r.returncode == 0, r.stderr
+    with open(ev) as f:
+        evs = [json.loads(l) for l in f if l.strip()]
+    alarms = [e for e in evs if e["event"] in ("alarm_on", "alarm_off")]
+    assert [e["event"] for e in alarms] == ["alarm_on", "alarm_off"], alarms
+    on, off = alarms
+    for e in alarms:
+        assert e["machine"] == "ch0", e
+        wall = datetime.datetime.strptime(e["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
+        assert len(e["time"]) == 24 and abs(
+            (wall - datetime.datetime.utcnow()).total_seconds()) < 600, e
+        assert len(e["id"]) == 36 and e["id"][14] == "4", e
+    assert on["id"] == off["id"], alarms
+    assert "duration_s" not in on and "peak_score" not in on, on
+    assert abs(off["duration_s"] - (off["t"] - on["t"])) < 1e-6, alarms
+    assert off["reason"] == "silence", off
+    rows = read_tsv(tsv)
+    scores = {w: s for _, w, _, s in rows}
+    peak = max(scores[w] for w in range(on["window"], off["window"]))
+    assert abs(off["peak_score"] - peak) <= 1e-6 * peak, (off, peak)
+    # A second run: a new alarm, a new id.
+    r = run(["monitor", "--input", wav, "--events", ev, "--no-meter", "--threshold", "1e-6"])
+    with open(ev) as f:
+        again = [json.loads(l) for l in f if l.strip() and '"alarm_on"' in l]
+    assert r.returncode == 0 and len(again) == 1 and again[0]["id"] != on["id"], again
+    print(f"alarm keys: {on['id']} on at {on['t']:.3f} s, off at {off['t']:.3f} s "
+          f"({off['reason']}), peak {off['peak_score']:.6g}")
+
+
+def write_wav_then_silence(path, seconds, silence_s):
+    write_wav(path, 16000, 1, seconds, 5)
+    with wave.open(path, "rb") as w:
+        frames = w.readframes(w.getnframes())
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(frames + bytes(2 * int(16000 * silence_s)))
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         mono = os.path.join(tmp, "mono16k.wav")
@@ -105,6 +157,9 @@ def main():
         # The device front end (its CPU path here): the same windows.
         compare(tmp, mono, [], monitor_extra=["--gpu-frontend"])
         compare(tmp, stereo, ["--channel", "1"], monitor_extra=["--gpu-frontend"])
+        loud_quiet = os.path.join(tmp, "loud_quiet.wav")
+        write_wav_then_silence(loud_quiet, 2.0, 1.0)
+        alarm_keys(tmp, loud_quiet)
         short = os.path.join(tmp, "short.wav")
         write_wav(short, 16000, 1, 1.5, 3)
         wall = compare(tmp, short, [], realtime=True)

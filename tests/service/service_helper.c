@@ -2,10 +2,11 @@
  * the service, a real engine (CPU) fed with quiet noise by an "audio
  * thread" at twice real time, and commands on stdin that the test scripts
  * send:
- *   on | off     inject an alarm_on / alarm_off for machine 0 into the
- *                event stream (on the engine's worker thread, between two
- *                real window events); the engine's own detector is held
- *                silent by a huge threshold, so these are the only alarms
+ *   on | off     raise / end an alarm of machine 0 through the engine's
+ *                own detector: its threshold far below its scores, then
+ *                back to the config's (a huge one, so that these are the
+ *                only alarms); prints "alarm on" / "alarm off" once the
+ *                engine's state says so
  *   flush        wait for the MQTT queue to empty and every QoS 1 message
  *                to be acknowledged; prints "flushed 0" (or -1)
  *   audio off|on stop / resume the audio (heartbeat, windows)
@@ -35,7 +36,6 @@
 typedef struct helper {
   ssae_service *svc;
   ssae_engine *eng;
-  atomic_int inject; /* 1 on, 2 off, 0 none */
   atomic_int audio_on, stop;
   double rate;
   int channels;
@@ -44,16 +44,22 @@ typedef struct helper {
 static void on_event(void *user, const ssae_event *ev) {
   helper *h = user;
   ssae_service_on_event(h->svc, ev);
-  int what = atomic_load(&h->inject);
-  if (what && ev->type == SSAE_EVENT_WINDOW && ev->channel == 0) {
-    ssae_event a = *ev;
-    a.type = what == 1 ? SSAE_EVENT_ALARM_ON : SSAE_EVENT_ALARM_OFF;
-    a.score = what == 1 ? 2.0 : 0.5;
-    a.raw_score = what == 1 ? 2.5 : 0.4;
-    a.threshold = 1.0;
-    ssae_service_on_event(h->svc, &a);
-    atomic_store(&h->inject, 0);
+}
+
+/* Machine 0's alarm on (threshold far below its scores) or off (the
+ * config's threshold again), waited for in the engine's state (5 s at
+ * most). Returns 0 once it holds. */
+static int set_alarm(helper *h, int on, const ssae_engine_params *config) {
+  ssae_engine_params p = *config;
+  if (on) p.threshold = 1e-9;
+  ssae_engine_set_channel_params(h->eng, 0, &p);
+  for (int k = 0; k < 5000; k++) {
+    ssae_channel_state st;
+    ssae_engine_channel_get(h->eng, 0, &st);
+    if (st.alarm == on) return 0;
+    usleep(1000);
   }
+  return -1;
 }
 
 static void *audio_main(void *arg) {
@@ -148,6 +154,8 @@ int main(int argc, char **argv) {
   printf("ready metrics_port=%d\n", ssae_service_metrics_port(h.svc));
 
   char line[256];
+  ssae_engine_params machine0; /* machine 0's parameters before "on" */
+  ssae_engine_get_channel_params(h.eng, 0, &machine0);
   for (;;) {
     struct pollfd p = {0, POLLIN, 0};
     if (poll(&p, 1, 200) <= 0) {
@@ -157,9 +165,11 @@ int main(int argc, char **argv) {
     if (!fgets(line, sizeof line, stdin)) break;
     line[strcspn(line, "\n")] = 0;
     if (strcmp(line, "on") == 0 || strcmp(line, "off") == 0) {
-      atomic_store(&h.inject, line[1] == 'n' ? 1 : 2);
-      while (atomic_load(&h.inject)) usleep(1000);
-      printf("injected %s\n", line);
+      const int on = line[1] == 'n';
+      ssae_engine_params config;
+      if (on) ssae_engine_get_channel_params(h.eng, 0, &machine0);
+      config = machine0;
+      printf(set_alarm(&h, on, &config) ? "alarm %s: timed out\n" : "alarm %s\n", line);
     } else if (strcmp(line, "flush") == 0) {
       printf("flushed %d\n", ssae_mqtt_flush(ssae_service_mqtt(h.svc), 30));
     } else if (strcmp(line, "audio off") == 0) {

@@ -1,9 +1,9 @@
-/* Events a plant can use: every line keeps today's JSON (ssae_event_json's
- * text is its prefix, byte for byte) and adds node, machine, a wall-clock
- * time in ISO 8601 UTC with milliseconds; an alarm's id is a UUID shared by
- * its alarm_on and alarm_off and new for the next alarm; alarm_off adds the
- * duration in audio seconds and the peak window score (window events
- * included); the clip path goes into both. */
+/* Events a plant can use: the engine's alarm keys (SPEC section 4: machine,
+ * time, id; alarm_off adds duration_s, peak_score and the reason) in every
+ * writer's line; the service's line is the engine's with node, the wall
+ * clock of other events and the clip path added, each key once; alarm ids
+ * are version 4 UUIDs. (The engine's ids, durations and peaks per alarm:
+ * tests/engine/test_engine_detector.c.) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,64 +34,91 @@ static const char *find_str(const char *json, const char *key, char *out,
   return out;
 }
 
-int main(void) {
-  ssae_err err = {{0}};
-  ssae_alarm_tracker *t = ssae_alarm_tracker_new(2, &err);
-  CHECK(t != NULL, "tracker: %s", err.msg);
-  if (!t) return 1;
-  ssae_event on = {SSAE_EVENT_ALARM_ON, 1, 12.5, 390, 3.0, 3.5, 2.0, NULL, NULL};
-  ssae_event win = {SSAE_EVENT_WINDOW, 1, 13.0, 405, 7.25, 7.25, 2.0, NULL, NULL};
-  ssae_event win0 = {SSAE_EVENT_WINDOW, 0, 13.0, 405, 99.0, 99.0, 2.0, NULL, NULL};
-  ssae_event off = {SSAE_EVENT_ALARM_OFF, 1, 15.25, 476, 1.0, 0.5, 2.0, NULL, NULL};
-  ssae_alarm_info a, b;
-  CHECK(ssae_alarm_tracker_update(t, &on, &a) == 1, "alarm_on");
-  CHECK(ssae_alarm_tracker_open(t, 1) && !ssae_alarm_tracker_open(t, 0), "open");
-  CHECK(ssae_alarm_tracker_update(t, &win, &b) == 0, "window");
-  CHECK(ssae_alarm_tracker_update(t, &win0, &b) == 0, "other channel's window");
-  CHECK(ssae_alarm_tracker_update(t, &off, &b) == 1, "alarm_off");
-  CHECK(strcmp(a.id, b.id) == 0, "one id for on and off: %s %s", a.id, b.id);
-  CHECK(strlen(a.id) == 36 && a.id[8] == '-' && a.id[14] == '4', "UUID v4: %s", a.id);
-  CHECK(fabs(b.duration_s - 2.75) < 1e-12, "duration %g", b.duration_s);
-  CHECK(b.peak_score == 7.25, "peak %g (the other channel's 99 must not count)",
-        b.peak_score);
-  CHECK(!ssae_alarm_tracker_open(t, 1), "closed");
-  ssae_alarm_info c;
-  ssae_alarm_tracker_update(t, &on, &c);
-  CHECK(strcmp(c.id, a.id) != 0, "next alarm, new id");
+static int count(const char *json, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\":", key);
+  int n = 0;
+  for (const char *p = json; (p = strstr(p, k)); p++) n++;
+  return n;
+}
 
-  /* JSON: today's line is the prefix; keys added. */
-  char today[1024], line[2048], v[128];
-  b.clip = "/var/lib/ssae/clips/ssae_pump_x.flac";
-  int n0 = ssae_event_json(&off, today, sizeof today);
-  int n = ssae_service_event_json(&off, "hall-2", "pump \"2\"", &b,
-                                  1795500000.25, line, sizeof line);
-  CHECK(n0 > 2 && n > n0, "lengths %d %d", n0, n);
-  CHECK(strncmp(line, today, (size_t)n0 - 2) == 0,
-        "today's keys are not the prefix:\n%s%s", today, line);
-  CHECK(line[n - 1] == '\n' && line[n - 2] == '}', "one line");
-  CHECK(find_str(line, "node", v, sizeof v) && strcmp(v, "hall-2") == 0, "node");
-  CHECK(strstr(line, "\"machine\":\"pump \\\"2\\\"\""), "machine escaped: %s", line);
-  CHECK(find_str(line, "time", v, sizeof v) && iso_ok(v), "time %s", v);
-  CHECK(strcmp(v, "2026-11-24T06:00:00.250Z") == 0, "wall clock: %s", v);
-  CHECK(find_str(line, "id", v, sizeof v) && strcmp(v, a.id) == 0, "id");
-  CHECK(strstr(line, "\"duration_s\":2.75") && strstr(line, "\"peak_score\":7.25"),
-        "duration and peak: %s", line);
-  CHECK(find_str(line, "clip", v, sizeof v) && strcmp(v, b.clip) == 0, "clip");
+int main(void) {
+  char id1[SSAE_ALARM_ID_LEN], id2[SSAE_ALARM_ID_LEN];
+  ssae_alarm_new_id(id1);
+  ssae_alarm_new_id(id2);
+  CHECK(strlen(id1) == 36 && id1[8] == '-' && id1[13] == '-' && id1[14] == '4' &&
+            strchr("89ab", id1[19]),
+        "UUID v4: %s", id1);
+  CHECK(strcmp(id1, id2) != 0, "two ids the same: %s", id1);
+
+  ssae_alarm_info a;
+  memset(&a, 0, sizeof a);
+  memcpy(a.id, id1, sizeof a.id);
+  a.t_on = 12.5;
+  a.wall_on = 1795500000.0;
+  a.wall = 1795500000.25;
+  a.duration_s = 2.75;
+  a.peak_score = 7.25;
+  a.reason = "score";
+  ssae_event off = {SSAE_EVENT_ALARM_OFF, 1, 15.25, 476, 1.0, 0.5, 2.0, NULL, NULL, &a};
+
+  /* The engine's line: SPEC section 4's alarm keys, machine "ch1". */
+  char line[2048], v[128];
+  int n = ssae_event_json(&off, line, sizeof line);
+  CHECK(n > 2 && line[n - 1] == '\n' && line[n - 2] == '}', "one line: %s", line);
+  CHECK(find_str(line, "machine", v, sizeof v) && !strcmp(v, "ch1"), "machine: %s", line);
+  CHECK(find_str(line, "id", v, sizeof v) && !strcmp(v, id1), "id: %s", line);
+  CHECK(find_str(line, "time", v, sizeof v) && !strcmp(v, "2026-11-24T06:00:00.250Z"),
+        "time: %s", line);
+  CHECK(strstr(line, "\"duration_s\":2.75") && strstr(line, "\"peak_score\":7.25") &&
+            strstr(line, "\"reason\":\"score\""),
+        "duration, peak, reason: %s", line);
+  CHECK(strstr(line, "\"t\":15.25") && strstr(line, "\"event\":\"alarm_off\"") &&
+            strstr(line, "\"score\":1,") && strstr(line, "\"threshold\":2"),
+        "today's keys: %s", line);
   printf("%s", line);
 
-  /* A status event: no machine (channel null), still node and time. */
+  /* alarm_on: id and time, no duration. */
+  ssae_event on = {SSAE_EVENT_ALARM_ON, 1, 12.5, 390, 3.0, 3.5, 2.0, NULL, NULL, &a};
+  a.reason = NULL;
+  n = ssae_event_json(&on, line, sizeof line);
+  CHECK(n > 0 && count(line, "id") == 1 && count(line, "time") == 1 &&
+            !count(line, "duration_s") && !count(line, "reason"),
+        "alarm_on: %s", line);
+
+  /* The service's line: the engine's with the machine's name, node and
+   * clip; the alarm's time once. */
+  a.reason = "silence";
+  const char *clip = "/var/lib/ssae/clips/ssae_pump_x.flac";
+  char named[2048];
+  int n0 = ssae_event_json_named(&off, "pump \"2\"", named, sizeof named);
+  n = ssae_service_event_json(&off, "hall-2", "pump \"2\"", clip, 0, line, sizeof line);
+  CHECK(n0 > 2 && n > n0, "lengths %d %d", n0, n);
+  CHECK(strncmp(line, named, (size_t)n0 - 2) == 0, "the engine's line is not the prefix:\n%s%s",
+        named, line);
+  CHECK(line[n - 1] == '\n' && line[n - 2] == '}', "one line");
+  CHECK(find_str(line, "node", v, sizeof v) && strcmp(v, "hall-2") == 0, "node");
+  CHECK(strstr(line, "\"machine\":\"pump \\\"2\\\"\"") && count(line, "machine") == 1,
+        "machine escaped, once: %s", line);
+  CHECK(count(line, "time") == 1 && find_str(line, "time", v, sizeof v) &&
+            !strcmp(v, "2026-11-24T06:00:00.250Z"),
+        "the alarm's time, once: %s", line);
+  CHECK(count(line, "id") == 1 && strstr(line, "\"reason\":\"silence\""), "id, reason");
+  CHECK(find_str(line, "clip", v, sizeof v) && strcmp(v, clip) == 0, "clip");
+  printf("%s", line);
+
+  /* A status event: no machine (channel null), node and the wall clock. */
   ssae_engine_stats st = {0};
   st.backend = "cpu";
-  ssae_event s = {SSAE_EVENT_STATUS, -1, 20.0, 0, NAN, NAN, NAN, &st, NULL};
-  n0 = ssae_event_json(&s, today, sizeof today);
-  n = ssae_service_event_json(&s, "hall-2", NULL, NULL, ssae_wall_now(), line,
-                              sizeof line);
-  CHECK(n > n0 && strncmp(line, today, (size_t)n0 - 2) == 0, "status prefix");
-  CHECK(!strstr(line, "\"machine\"") && !strstr(line, "\"id\""), "status keys: %s",
-        line);
+  ssae_event s = {SSAE_EVENT_STATUS, -1, 20.0, 0, NAN, NAN, NAN, &st, NULL, NULL};
+  n0 = ssae_event_json(&s, named, sizeof named);
+  n = ssae_service_event_json(&s, "hall-2", NULL, NULL, ssae_wall_now(), line, sizeof line);
+  CHECK(n > n0 && strncmp(line, named, (size_t)n0 - 2) == 0, "status prefix");
+  CHECK(!strstr(line, "\"machine\"") && !strstr(line, "\"id\""), "status keys: %s", line);
+  CHECK(find_str(line, "time", v, sizeof v) && iso_ok(v), "time %s", v);
   printf("%s", line);
   CHECK(ssae_service_event_json(&s, "hall-2", NULL, NULL, 0, line, 40) == -1,
         "a small buffer is refused");
-  ssae_alarm_tracker_free(t);
+  CHECK(ssae_event_json(&off, line, 120) == -1, "a small buffer is refused (engine)");
   return test_done("events: all checks passed");
 }
