@@ -132,6 +132,7 @@ struct ssae_cli_service {
   ssae_engine *engine;
   struct timespec last_tick;
   int mqtt_said; /* the broker's state last logged: 0 nothing yet, 1 connected, 2 not */
+  int clips_stuck_said; /* the clip writer's stall was logged (file_pace) */
   /* Under systemd (stderr is the journal) alarms are also log lines, and
    * the JSON lines stay out of the journal (MQTT and the events file carry
    * them). names: per machine, for those lines (a reload renames). */
@@ -497,6 +498,19 @@ void ssae_cli_service_audio(ssae_cli_service *s, const float *const *in, size_t 
   if (s && s->svc) ssae_service_audio(s->svc, in, n);
 }
 
+void ssae_cli_service_file_pace(ssae_cli_service *s, ssae_engine *e, size_t n) {
+  struct ssae_clips *c = s && s->svc ? ssae_service_clips(s->svc) : NULL;
+  if (!c) return;
+  /* The alarms of the audio fed so far reach the clips before more audio
+   * goes into their rings; then the writer takes what it needs. */
+  ssae_engine_drain(e);
+  if (ssae_clips_wait_room(c, n, 10.0) && !s->clips_stuck_said) {
+    ssae_cli_log(4, s->prog, "alarm clips: the writer did not keep up for 10 s (a slow or "
+                             "full disk?): samples may be lost");
+    s->clips_stuck_said = 1;
+  }
+}
+
 void ssae_cli_service_hook(void *user, int first, int count, const float *const *in,
                            size_t n) {
   ssae_cli_service *s = user;
@@ -678,7 +692,7 @@ void ssae_cli_service_free(ssae_cli_service *s) {
   if (cs.lost_samples)
     ssae_cli_log(4, s->prog,
                  "alarm clips: %llu sample(s) lost (written as silence): the clip writer fell "
-                 "behind the input (a file: play it with --realtime; live: a disk too slow)",
+                 "behind the input (a disk too slow?)",
                  (unsigned long long)cs.lost_samples);
   ssae_service_free(s->svc);
   if (s->models) ssae_config_free_models(s->models, s->cfg->n_machines);
@@ -755,6 +769,9 @@ void ssae_cli_service_audio(ssae_cli_service *s, const float *const *in, size_t 
 void ssae_cli_service_hook(void *user, int first, int count, const float *const *in,
                            size_t n) {
   (void)user, (void)first, (void)count, (void)in, (void)n;
+}
+void ssae_cli_service_file_pace(ssae_cli_service *s, ssae_engine *e, size_t n) {
+  (void)s, (void)e, (void)n;
 }
 void ssae_cli_service_poll(ssae_cli_service *s) { (void)s; }
 int ssae_cli_service_keeps_running(const ssae_cli_service *s) {

@@ -218,6 +218,13 @@ void ssae_cli_service_audio(ssae_cli_service *s, const float *const *in, size_t 
 void ssae_cli_service_hook(void *user, int first, int count, const float *const *in,
                            size_t n) SSAE_REALTIME;
 
+/* A file played faster than real time, before each block of n samples
+ * goes in (the feeding thread, which may wait): with alarm clips, drains
+ * the engine (the alarms so far reach the clips) and waits until the clip
+ * writer has room for n samples, so that no clip loses a sample.
+ * Nothing without clips. */
+void ssae_cli_service_file_pace(ssae_cli_service *s, ssae_engine *e, size_t n);
+
 /* Main thread, every few tens of ms (cheap when there is nothing to do):
  * a pending SIGHUP reload, and the service's tick once a second. */
 void ssae_cli_service_poll(ssae_cli_service *s);

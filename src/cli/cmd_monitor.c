@@ -326,6 +326,7 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
         first = 1; /* the meter starts again under the warning */
       }
     }
+    if (!o->realtime) ssae_cli_service_file_pace(svc, e, n); /* no clip sample lost */
     ssae_engine_process(e, ptr, n);
     ssae_cli_service_audio(svc, ptr, n);
     ssae_cli_service_poll(svc);

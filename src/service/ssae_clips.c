@@ -75,6 +75,14 @@ struct ssae_clips {
 
   atomic_ullong written, failed, deleted, lost;
   atomic_int open;
+
+  /* For ssae_clips_wait_room (a reader of a file, which can wait): per
+   * channel, the oldest sample an open clip still needs (UINT64_MAX:
+   * none), published by the writer under mu at the end of each round;
+   * in_round while it holds requests it has taken but not yet turned into
+   * jobs. */
+  uint64_t *need;
+  int in_round;
 };
 
 static inline int16_t to_s16(float x) {
@@ -259,6 +267,17 @@ static void run_in_background(void) {
   setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
 }
 
+/* What the open clips still need of each ring, for a waiting reader. */
+static void publish_need(ssae_clips *c) {
+  pthread_mutex_lock(&c->mu);
+  for (int ch = 0; ch < c->cfg.channels; ch++) c->need[ch] = UINT64_MAX;
+  for (const job *j = c->jobs; j; j = j->link)
+    if (j->next < c->need[j->channel]) c->need[j->channel] = j->next;
+  c->in_round = 0;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static void *writer_main(void *arg) {
   run_in_background();
   ssae_clips *c = arg;
@@ -278,6 +297,7 @@ static void *writer_main(void *arg) {
       rs = malloc(n * sizeof *rs);
       if (rs) memcpy(rs, c->reqs, n * sizeof *rs);
       c->n_reqs = 0;
+      c->in_round = 1;
     }
     pthread_mutex_unlock(&c->mu);
     for (size_t i = 0; i < n && rs; i++) {
@@ -304,6 +324,7 @@ static void *writer_main(void *arg) {
         pj = &j->link;
       }
     }
+    publish_need(c);
     if (finished) ssae_clips_retain(c, NULL);
     if (stop) break;
   }
@@ -396,7 +417,7 @@ static int push_req(ssae_clips *c, const req *r) {
     c->cap_reqs = cap;
   }
   c->reqs[c->n_reqs++] = *r;
-  pthread_cond_signal(&c->cv);
+  pthread_cond_broadcast(&c->cv); /* the writer, and a reader waiting for room */
   pthread_mutex_unlock(&c->mu);
   return 0;
 }
@@ -463,6 +484,58 @@ void ssae_clips_stats_get(ssae_clips *c, ssae_clips_stats *s) {
   s->open = atomic_load(&c->open);
 }
 
+/* ---- a reader that can wait (a file) ---- */
+
+/* The oldest sample channel ch's clips need, under mu: the writer's
+ * published need and the starts of alarms not yet taken; -1 while the
+ * writer holds requests it has not turned into clips. */
+static int needed(const ssae_clips *c, int ch, uint64_t *oldest) {
+  if (c->in_round) return -1;
+  uint64_t need = c->need[ch];
+  const uint64_t pre = (uint64_t)llround(c->cfg.pre_roll_s * c->cfg.rate);
+  for (size_t i = 0; i < c->n_reqs; i++) {
+    const req *r = &c->reqs[i];
+    if (r->on && r->channel == ch) {
+      uint64_t start = r->sample > pre ? r->sample - pre : 0;
+      if (start < need) need = start;
+    }
+  }
+  *oldest = need;
+  return 0;
+}
+
+int ssae_clips_wait_room(ssae_clips *c, size_t n, double timeout_s) {
+  if (!c || !c->thread_ok) return 0;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + timeout_s;
+  pthread_mutex_lock(&c->mu);
+  int rc = 0;
+  for (;;) {
+    int room = 1;
+    for (int ch = 0; room && ch < c->cfg.channels; ch++) {
+      uint64_t oldest;
+      const uint64_t pos = atomic_load_explicit(&c->rings[ch].pos, memory_order_acquire);
+      if (needed(c, ch, &oldest)) room = 0;
+      else if (oldest != UINT64_MAX && pos + n > oldest + c->cap) room = 0;
+    }
+    if (room || c->stop) break;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if ((double)until.tv_sec + until.tv_nsec * 1e-9 >= end) {
+      rc = -1;
+      break;
+    }
+    /* Wake the writer (it may be in its idle wait) and wait for its
+     * round's end, or a millisecond. */
+    pthread_cond_broadcast(&c->cv);
+    until.tv_nsec += 1000000;
+    if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&c->cv, &c->mu, &until);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
 /* ---- main thread ---- */
 
 ssae_clips *ssae_clips_new(const ssae_clips_cfg *cfg, ssae_err *err) {
@@ -484,9 +557,11 @@ ssae_clips *ssae_clips_new(const ssae_clips_cfg *cfg, ssae_err *err) {
   c->dir = strdup(cfg->dir);
   c->names = calloc((size_t)cfg->channels, sizeof *c->names);
   c->rings = calloc((size_t)cfg->channels, sizeof *c->rings);
+  c->need = malloc((size_t)cfg->channels * sizeof *c->need);
   c->mu_ok = pthread_mutex_init(&c->mu, NULL) == 0;
   c->cv_ok = pthread_cond_init(&c->cv, NULL) == 0;
-  if (!c->dir || !c->names || !c->rings || !c->mu_ok || !c->cv_ok) goto oom;
+  if (!c->dir || !c->names || !c->rings || !c->need || !c->mu_ok || !c->cv_ok) goto oom;
+  for (int i = 0; i < cfg->channels; i++) c->need[i] = UINT64_MAX;
   size_t dl = strlen(c->dir);
   while (dl > 1 && c->dir[dl - 1] == '/') c->dir[--dl] = 0;
   if (mkdir(c->dir, 0755) != 0 && errno != EEXIST) {
@@ -526,13 +601,14 @@ void ssae_clips_free(ssae_clips *c) {
   if (c->thread_ok) {
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
-    pthread_cond_signal(&c->cv);
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
   }
   for (int i = 0; c->rings && i < c->cfg.channels; i++) free((void *)c->rings[i].s);
   for (int i = 0; c->names && i < c->cfg.channels; i++) free(c->names[i]);
   free(c->rings);
+  free(c->need);
   free(c->names);
   free(c->reqs);
   free(c->dir);

@@ -68,6 +68,16 @@ void ssae_clips_feed_interleaved(ssae_clips *c, const float *in, size_t n)
 void ssae_clips_feed_channels(ssae_clips *c, int first, int count,
                               const float *const *in, size_t n) SSAE_REALTIME;
 
+/* ---- a reader that can wait (a file played faster than real time) ----
+ * Waits until feeding n more samples per channel overwrites nothing an
+ * open or requested clip still needs (the writer copies meanwhile), so
+ * that such a reader loses no clip sample. Call between feeds, from the
+ * feeding thread, after the alarms of the audio fed so far have been
+ * given (the engine drained). Not for the audio thread of a live input:
+ * it may block. 0, or -1 after timeout_s (the writer is stuck: the
+ * samples it misses are counted as lost). */
+int ssae_clips_wait_room(ssae_clips *c, size_t n, double timeout_s);
+
 /* ---- worker thread ---- */
 /* Starts the clip of alarm `id` (its alarm_on at audio time t); writes the
  * path the clip will have into path. 0, or -1 (bad channel, no memory). */
