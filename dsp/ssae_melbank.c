@@ -45,6 +45,7 @@ int ssae_melbank_init(ssae_melbank *b, const ssae_feat_cfg *cfg, ssae_err *err) 
   const int n_mels = cfg->n_mels, n_bins = cfg->n_fft / 2 + 1;
   b->n_mels = n_mels;
   b->n_bins = n_bins;
+  b->n_empty = 0;
   b->w = NULL;
   b->start = calloc((size_t)n_mels, sizeof *b->start);
   b->len = calloc((size_t)n_mels, sizeof *b->len);
@@ -104,7 +105,7 @@ int ssae_melbank_init(ssae_melbank *b, const ssae_feat_cfg *cfg, ssae_err *err) 
       }
     /* A band narrower than a bin has no weights and stays at the floor,
      * as in torchaudio: one zero weight at bin 0. */
-    if (first < 0) first = last = 0, v[0] = 0.0;
+    if (first < 0) first = last = 0, v[0] = 0.0, b->n_empty++;
     b->start[m] = first;
     b->len[m] = last - first + 1;
     b->off[m] = off;

@@ -19,6 +19,8 @@ typedef struct ssae_melbank {
   int *start, *len; /* first bin and bin count of each band */
   size_t *off;      /* offset of each band's weights in w */
   double *w;
+  int n_empty; /* bands narrower than an FFT bin: no weight, always at the
+                  floor (torchaudio warns of them too) */
 } ssae_melbank;
 
 double ssae_hz_to_mel(double hz, ssae_mel_scale scale);

@@ -59,6 +59,12 @@ void ssae_cli_test_pause(const char *cmd, const char *phase, volatile sig_atomic
  * which the commands overlap with other work. */
 int ssae_cli_use_device(const char *cmd, int device, const char *backend);
 
+struct ssae_feat_cfg;
+/* Feature settings with mel bands narrower than one FFT bin (always at the
+ * floor: --n-mels too large for --n-fft): a warning on stderr with their
+ * count and the most bands these settings allow. Nothing otherwise. */
+void ssae_cli_warn_empty_bands(const char *cmd, const struct ssae_feat_cfg *cfg);
+
 /* A GPU named on the command line (flag: "--device", "--gpu"): SSAE_EXIT_OK
  * when this host has it and the backend is not cpu, else says why (with
  * --backend cpu, a device this host lacks, a build without CUDA) and

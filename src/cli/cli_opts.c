@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ssae_config.h"
 #include "ssae_audio.h"
 #include "ssae_features.h"
 
@@ -170,6 +171,15 @@ static int store(const ssae_cli_cmd *cmd, const ssae_cli_opt *o, const char *v, 
     }
     case SSAE_CLI_STRING: *(const char **)d = v; return 0;
     case SSAE_CLI_CHOICE:
+#if !SSAE_HAVE_CUDA
+      /* Asking a build without CUDA for it cannot work however often it
+       * runs: a usage error, as --gpu N is, before any input is read. */
+      if (o->choices == ssae_cli_backends && !strcmp(v, "cuda")) {
+        ssae_cli_error(cmd->name, "%s cuda: this ssae was built without CUDA (auto or cpu "
+                                  "here; README: The GPU backend)", o->name);
+        return -1;
+      }
+#endif
       for (int i = 0; o->choices[i]; i++)
         if (!strcmp(v, o->choices[i])) {
           *(const char **)d = o->choices[i];

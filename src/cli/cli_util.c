@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "ssae_config.h"
 #include "ssae_cuda.h"
+#include "ssae_features.h"
 #include "ssae_json.h"
 #include "ssae_shard.h"
 
@@ -74,6 +75,17 @@ int ssae_cli_check_device(const char *cmd, const char *flag, int device,
     return SSAE_EXIT_USAGE;
   }
   return SSAE_EXIT_OK;
+}
+
+void ssae_cli_warn_empty_bands(const char *cmd, const ssae_feat_cfg *cfg) {
+  int most = 0;
+  ssae_err err = {{0}};
+  const int n = ssae_feat_cfg_empty_bands(cfg, &most, &err);
+  if (n > 0)
+    ssae_cli_error(cmd, "warning: %d of the %d mel bands are narrower than one FFT bin (n_fft "
+                        "%d) and stay at the floor in every frame; with %d bands or fewer none "
+                        "is (fewer --n-mels, or a larger --n-fft)",
+                   n, cfg->n_mels, cfg->n_fft, most);
 }
 
 int ssae_cli_use_device(const char *cmd, int device, const char *backend) {

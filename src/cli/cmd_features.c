@@ -128,6 +128,7 @@ static int run(const opts *o, char **inputs, int n_in) {
     ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_USAGE;
   }
+  ssae_cli_warn_empty_bands(CMD, cfg);
   char **paths = NULL;
   size_t n_paths = 0;
   if (ssae_cli_collect(inputs, n_in, &paths, &n_paths, &err)) {

@@ -94,6 +94,13 @@ static int check(const opts *o) {
                    strlen(o->name) + suffix);
     return SSAE_EXIT_USAGE;
   }
+  /* JACK names ports CLIENT:PORT: a colon in the client's name would make
+   * its ports' names ambiguous to every other client. */
+  if (strchr(o->name, ':')) {
+    ssae_cli_error(CMD, "--name '%s': a JACK client name cannot contain ':' (it separates the "
+                        "client from the port in port names)", o->name);
+    return SSAE_EXIT_USAGE;
+  }
 #endif
   if (o->clients > o->inputs) {
     ssae_cli_error(CMD, "--clients %d needs at least %d inputs (--inputs %d)", o->clients,

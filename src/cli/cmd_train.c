@@ -781,6 +781,7 @@ int ssae_cmd_train(int argc, char **argv) {
   } else if ((rc = ssae_cli_use_device(CMD, o.device, o.backend)) != SSAE_EXIT_OK) {
     /* before the features are computed; the trainer is made on this thread */
   } else {
+    ssae_cli_warn_empty_bands(CMD, &o.feat);
     rc = run(&o, args.pos, args.n_pos);
   }
   ssae_cli_args_free(&args);

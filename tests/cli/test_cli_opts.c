@@ -17,7 +17,7 @@
 #include "ssae_features.h"
 
 typedef struct opts {
-  const char *out, *fmt;
+  const char *out, *fmt, *backend;
   int n, flag, channel;
   double x;
   ssae_cli_list list;
@@ -35,6 +35,8 @@ static const ssae_cli_opt table[] = {
      .min = 0, .max = 1, .help = "a fraction"},
     {.kind = SSAE_CLI_CHOICE, .name = "--format", .offset = offsetof(opts, fmt),
      .choices = fmts, .help = "output format"},
+    {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(opts, backend),
+     .choices = ssae_cli_backends, .help = "where the model runs"},
     {.kind = SSAE_CLI_FLAG, .name = "--quiet", .short_name = 'q', .offset = offsetof(opts, flag),
      .help = "say less"},
     {.kind = SSAE_CLI_LIST, .name = "--connect", .offset = offsetof(opts, list),
@@ -162,6 +164,21 @@ int main(void) {
   /* Choices. */
   USAGE("--format", "xml");
   SAYS("--format wants tsv or json, not 'xml'");
+  /* --backend cuda: in a build without CUDA a usage error naming why,
+   * before any input is read; with CUDA the choice (whether a device is
+   * there is the run's question). */
+#if SSAE_HAVE_CUDA
+  rc = P(&cmd, "--backend", "cuda");
+  CHECK(rc == SSAE_CLI_CONTINUE && !strcmp(o.backend, "cuda"), "--backend cuda: %d %s", rc,
+        err_text);
+  if (rc == SSAE_CLI_CONTINUE) ssae_cli_args_free(&args);
+#else
+  USAGE("--backend", "cuda");
+  SAYS("--backend cuda: this ssae was built without CUDA");
+#endif
+  rc = P(&cmd, "--backend", "cpu");
+  CHECK(rc == SSAE_CLI_CONTINUE && !strcmp(o.backend, "cpu"), "--backend cpu: %d", rc);
+  if (rc == SSAE_CLI_CONTINUE) ssae_cli_args_free(&args);
   /* Custom kinds name the option and the reason. */
   USAGE("--channel", "all");
   SAYS("--channel: 'all' is not supported here");

@@ -476,6 +476,14 @@ def test_small(d, good):
     p = run(["jack", "--name", "n" * 300])
     check(p.returncode == 2 and "--name" in err(p) and "no server" not in err(p)
           or "without JACK" in err(p), f"jack --name of 300 bytes: {p.returncode} {err(p)!r}")
+    p = run(["jack", "--name", "plant:line1"])
+    check(p.returncode == 2 and "cannot contain ':'" in err(p) and "no server" not in err(p)
+          or "without JACK" in err(p), f"jack --name with a colon: {p.returncode} {err(p)!r}")
+    # --backend cuda in a build without CUDA: a usage error, as --gpu N is.
+    p = run(["score", "--backend", "cuda", good[0]])
+    check(p.returncode == 2 and "built without CUDA" in err(p) or
+          p.returncode in (0, 1) and "built without CUDA" not in err(p),
+          f"score --backend cuda: {p.returncode} {err(p)!r}")
     # monitor --channel 1 of a two-channel file: events say channel 1.
     st = os.path.join(d, "stereo.wav")
     t = tone(2)

@@ -104,6 +104,41 @@ with tempfile.TemporaryDirectory() as tmp:
             run([SSAE, "features", "--pad-mode", pad, wav, "-o", out])
             compare(f"48k->16k {name} {pad}", np.load(out), oracle(y, pad))
 
+    # Bands narrower than an FFT bin (all-zero filters, which torchaudio
+    # warns of): `ssae features` names as many as torchaudio has, and the
+    # most bands that have none.
+    import re
+    import warnings
+    import torchaudio.functional as AF
+    wav = os.path.join(tmp, "in16.wav")
+    write_wav16(wav, signals(16000)["chirp"], 16000)
+
+    def zero_filters(n_mels, n_fft):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fb = AF.melscale_fbanks(n_fft // 2 + 1, 0.0, 8000.0, n_mels, 16000, norm="slaney",
+                                    mel_scale="slaney")
+        return int((fb.sum(0) == 0).sum())
+
+    for n_mels, n_fft in ((2000, 1024), (386, 1024), (385, 1024), (64, 1024), (200, 256)):
+        p = subprocess.run([SSAE, "features", "--n-mels", str(n_mels), "--n-fft", str(n_fft),
+                            "--hop", str(n_fft // 2), wav, "-o", out],
+                           capture_output=True, text=True)
+        want = zero_filters(n_mels, n_fft)
+        said = re.search(r"warning: (\d+) of the (\d+) mel bands .* with (\d+) bands or fewer",
+                         p.stderr)
+        got = int(said.group(1)) if said else 0
+        if p.returncode != 0 or got != want:
+            failures.append(f"{n_mels} mels, n_fft {n_fft}: ssae says {got} empty band(s), "
+                            f"torchaudio has {want}; rc {p.returncode}: {p.stderr!r}")
+        elif said:
+            most = int(said.group(3))
+            if zero_filters(most, n_fft) or not zero_filters(most + 1, n_fft):
+                failures.append(f"{n_mels} mels, n_fft {n_fft}: {most} is not the most bands "
+                                f"without an empty one")
+            print(f"ok  {n_mels} mels, n_fft {n_fft}: {got} empty bands as torchaudio; "
+                  f"{most} is the most without one")
+
 if failures:
     print("\n".join(["FAILED:"] + failures))
     sys.exit(1)

@@ -64,6 +64,18 @@ int main(int argc, char **argv) {
   int ahead[VMAX] = {0, 0};
   char names[VMAX][24] = {"cached", "stream"};
   const char *list = "4,8,16";
+  static const char usage[] =
+      "usage: copy_bench [--channels C (8192)] [--block B (256)] [--blocks N (300)] [--cpu K "
+      "(1)]\n                  [--ahead K[,K...] (4,8,16)] [--period-us P (0)]\n";
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(usage, stdout);
+      return 0;
+    }
+  if (argc % 2 == 0) {
+    fprintf(stderr, "copy_bench: %s needs a value\n%s", argv[argc - 1], usage);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--channels")) C = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--ahead")) list = argv[i + 1];
@@ -72,7 +84,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--cpu")) cpu = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--period-us")) period_us = atoi(argv[i + 1]);
     else {
-      fprintf(stderr, "copy_bench: unknown option %s\n", argv[i]);
+      fprintf(stderr, "copy_bench: unknown option %s\n%s", argv[i], usage);
       return 2;
     }
   }

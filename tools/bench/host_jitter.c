@@ -153,11 +153,24 @@ static int mem_probe(double seconds, const char *file) {
   return 0;
 }
 
+static const char usage[] =
+    "usage: host_jitter [THREADS (1-1024) [SECONDS]]     gaps in threads' time (default: "
+    "every CPU but the first, 8 s)\n"
+    "       host_jitter --mem [SECONDS (up to 3600) [FILE]]  DRAM load latency per ms\n";
+
 int main(int argc, char **argv) {
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (argc > 1 && argv[1][0] == '-' && strcmp(argv[1], "--mem")) {
+    fprintf(stderr, "host_jitter: unknown option %s\n%s", argv[1], usage);
+    return 2;
+  }
   if (argc > 1 && !strcmp(argv[1], "--mem")) {
     const double seconds = argc > 2 ? atof(argv[2]) : 8.0;
     if (!(seconds > 0) || seconds > 3600) {
-      fprintf(stderr, "usage: host_jitter --mem [SECONDS (up to 3600) [FILE]]\n");
+      fputs(usage, stderr);
       return 2;
     }
     return mem_probe(seconds, argc > 3 ? argv[3] : NULL);
@@ -166,7 +179,7 @@ int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : (int)(ncpu > 1 ? ncpu - 1 : 1);
   const double seconds = argc > 2 ? atof(argv[2]) : 8.0;
   if (n < 1 || n > 1024 || !(seconds > 0)) {
-    fprintf(stderr, "usage: host_jitter [THREADS (1-1024)] [SECONDS]\n");
+    fputs(usage, stderr);
     return 2;
   }
   probe *p = calloc((size_t)n, sizeof *p);
