@@ -1,5 +1,4 @@
 #include "ssae_features.h"
-#include "ssae_melbank.h"
 
 #include <errno.h>
 #include <math.h>
@@ -63,33 +62,6 @@ int ssae_feat_cfg_validate(const ssae_feat_cfg *cfg, ssae_err *err) {
   if (cfg->frames < 1 || cfg->frames > 256)
     return ssae_err_set(err, "frames %d is out of range (1 to 256)", cfg->frames);
   return 0;
-}
-
-static int empty_bands(const ssae_feat_cfg *cfg, ssae_err *err) {
-  ssae_melbank b;
-  if (ssae_melbank_init(&b, cfg, err)) return -1;
-  const int n = b.n_empty;
-  ssae_melbank_release(&b);
-  return n;
-}
-
-int ssae_feat_cfg_empty_bands(const ssae_feat_cfg *cfg, int *most, ssae_err *err) {
-  const int n = empty_bands(cfg, err);
-  if (most) *most = cfg->n_mels;
-  if (n <= 0 || !most) return n;
-  /* Fewer bands are wider: the largest count without an empty one, by
-   * bisection (a dozen filterbanks at most). */
-  ssae_feat_cfg c = *cfg;
-  int lo = 1, hi = cfg->n_mels - 1;
-  *most = 0;
-  while (lo <= hi) {
-    c.n_mels = lo + (hi - lo) / 2;
-    const int e = empty_bands(&c, err);
-    if (e < 0) return -1;
-    if (e == 0) *most = c.n_mels, lo = c.n_mels + 1;
-    else hi = c.n_mels - 1;
-  }
-  return n;
 }
 
 static int parse_long(const char *key, const char *v, long min, long max, int *out,

@@ -37,13 +37,6 @@ void ssae_feat_cfg_default(ssae_feat_cfg *cfg);
 /* Checks ranges and consistency; names the offending key. */
 int ssae_feat_cfg_validate(const ssae_feat_cfg *cfg, ssae_err *err);
 
-/* Mel bands narrower than one FFT bin under valid settings: they get no
- * weight and stay at the floor in every frame (too many bands for n_fft).
- * Returns their count (0: none) and, in *most (may be NULL), the largest
- * n_mels below the given one that has none; -1 with a message when the
- * filterbank cannot be made. */
-int ssae_feat_cfg_empty_bands(const ssae_feat_cfg *cfg, int *most, ssae_err *err);
-
 /* Metadata keys, in the order they are written: sample_rate, n_fft,
  * hop_length, window, center, pad_mode, n_mels, fmin, fmax, mel_scale,
  * mel_norm, power, log, frames. NULL-terminated. */

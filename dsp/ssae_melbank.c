@@ -132,3 +132,30 @@ void ssae_melbank_apply(const ssae_melbank *b, const double *power, float *out, 
     out[m] = (float)(4.3429448190325182 * log(s + eps));
   }
 }
+
+static int empty_bands(const ssae_feat_cfg *cfg, ssae_err *err) {
+  ssae_melbank b;
+  if (ssae_melbank_init(&b, cfg, err)) return -1;
+  const int n = b.n_empty;
+  ssae_melbank_release(&b);
+  return n;
+}
+
+int ssae_feat_cfg_empty_bands(const ssae_feat_cfg *cfg, int *most, ssae_err *err) {
+  const int n = empty_bands(cfg, err);
+  if (most) *most = cfg->n_mels;
+  if (n <= 0 || !most) return n;
+  /* Fewer bands are wider: the largest count without an empty one, by
+   * bisection (a dozen filterbanks at most). */
+  ssae_feat_cfg c = *cfg;
+  int lo = 1, hi = cfg->n_mels - 1;
+  *most = 0;
+  while (lo <= hi) {
+    c.n_mels = lo + (hi - lo) / 2;
+    const int e = empty_bands(&c, err);
+    if (e < 0) return -1;
+    if (e == 0) *most = c.n_mels, lo = c.n_mels + 1;
+    else hi = c.n_mels - 1;
+  }
+  return n;
+}

@@ -35,6 +35,13 @@ double ssae_melbank_weight(const ssae_melbank *b, int m, int k);
 /* out[m] = 10*log10(sum_k w[m][k] * power[k] + eps). Audio-thread safe. */
 void ssae_melbank_apply(const ssae_melbank *b, const double *power, float *out, double eps);
 
+/* Mel bands narrower than one FFT bin under valid settings: they get no
+ * weight and stay at the floor in every frame (too many bands for n_fft).
+ * Returns their count (0: none) and, in *most (may be NULL), the largest
+ * n_mels below the given one that has none; -1 with a message when the
+ * filterbank cannot be made. */
+int ssae_feat_cfg_empty_bands(const ssae_feat_cfg *cfg, int *most, ssae_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,6 +10,7 @@
 #include "ssae_cuda.h"
 #include "ssae_features.h"
 #include "ssae_json.h"
+#include "ssae_melbank.h"
 #include "ssae_shard.h"
 
 /* One expansion for every command and for the shard list (ssae_shard.h), so
