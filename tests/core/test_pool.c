@@ -69,8 +69,10 @@ static void check_pool(int helpers_asked) {
   s->round = 1000;
   for (int r = 0; r < 100; r++) {
     ssae_pool_start(p, each_slot, s);
+    /* The owner busy meanwhile (read back so that no compiler drops it). */
     volatile int owner_work = 0;
     for (int i = 0; i < 1000; i++) owner_work += i;
+    CHECK(owner_work == 499500, "the owner's own work: %d", owner_work);
     ssae_pool_wait(p);
   }
   const int per = h ? h : 1;
