@@ -173,10 +173,20 @@ static int store(const ssae_cli_cmd *cmd, const ssae_cli_opt *o, const char *v, 
     case SSAE_CLI_CHOICE:
 #if !SSAE_HAVE_CUDA
       /* Asking a build without CUDA for it cannot work however often it
-       * runs: a usage error, as --gpu N is, before any input is read. */
-      if (o->choices == ssae_cli_backends && !strcmp(v, "cuda")) {
-        ssae_cli_error(cmd->name, "%s cuda: this ssae was built without CUDA (auto or cpu "
-                                  "here; README: The GPU backend)", o->name);
+       * runs: a usage error, as --gpu N is, before any input is read. By
+       * the option's name, not its list: ssae bench's --backend has its
+       * own choices (all, cpu, cuda) and got exit 1 after printing its
+       * table's header. The choices left are the ones offered. */
+      if (!strcmp(o->name, "--backend") && !strcmp(v, "cuda")) {
+        const char *rest[8];
+        size_t n = 0;
+        for (int i = 0; o->choices[i] && n + 1 < sizeof rest / sizeof *rest; i++)
+          if (strcmp(o->choices[i], "cuda")) rest[n++] = o->choices[i];
+        rest[n] = NULL;
+        char c[128];
+        choice_text(rest, c, sizeof c);
+        ssae_cli_error(cmd->name, "%s cuda: this ssae was built without CUDA (%s here; "
+                                  "README: The GPU backend)", o->name, c);
         return -1;
       }
 #endif

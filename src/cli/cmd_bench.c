@@ -136,7 +136,9 @@ static int bench_backend(const opts *o, const ssae_model *m, const char *name, c
   ssae_err err = {{0}};
   ssae_backend *b = ssae_backend_new(m, name, 0, &err);
   if (!b) {
-    ssae_cli_error(CMD, "%s: %s", name, err.msg);
+    /* the registry's message names the backend ("cuda: not available on
+     * this machine"), as score, eval and report print it */
+    ssae_cli_error(CMD, "%s", err.msg);
     return SSAE_EXIT_INPUT;
   }
   /* A fall back to the CPU would time the CPU under this backend's name. */

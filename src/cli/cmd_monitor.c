@@ -293,6 +293,19 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
   int first = 1, rc = SSAE_EXIT_OK, said = 0;
   double last_warn = -1e9;
   unsigned long long done = 0;
+  /* As fast as possible, the worker scores what the rings hold in one
+   * batch and looks at the status period once per batch, at its last
+   * window: the first batch (all that was fed while the backend started,
+   * up to the 256 windows below, some 8 s of one channel) put the first
+   * STATUS event seconds of audio late, and a short --status lost periods
+   * to large batches later on. Draining once the audio fed passes a
+   * period's end ends a batch there; each block is drained until a window
+   * timed after that end has surely been made (windows are a hop apart;
+   * a second hop covers the resampler's delay). The period is the one at
+   * start (a SIGHUP's new one only moves these drains). */
+  const double status_every = ecfg->status_every_s;
+  const double status_reach = 2.0 * m->feat.hop_length / m->feat.sample_rate;
+  double next_status = status_every;
   while (done < total && !interrupted) {
     /* Whole blocks (the planar layout's stride is the size asked for);
      * --duration trims the last one. */
@@ -338,7 +351,12 @@ static int run_file(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
        * is taken before the next goes in. */
       ssae_engine_stats s;
       ssae_engine_stats_get(e, &s);
-      if (ecfg->gpu_frontend || s.windows - s.scored - s.dropped > 256) ssae_engine_drain(e);
+      const double fed = (double)done / rate;
+      const int at_status = status_every > 0 && fed >= next_status;
+      if (ecfg->gpu_frontend || at_status || s.windows - s.scored - s.dropped > 256)
+        ssae_engine_drain(e);
+      if (at_status)
+        while (next_status + status_reach <= fed) next_status += status_every;
     }
     if (meter) {
       struct timespec now;

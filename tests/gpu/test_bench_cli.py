@@ -46,6 +46,21 @@ for bad in (["--batches", "0"], ["--batches", "1,x"], ["--seconds", "-1"],
     if p.returncode != 2 or "ssae bench:" not in p.stderr:
         print(f"FAIL: {bad}: rc={p.returncode} {p.stderr}")
         fails += 1
+# --backend cuda in a build without CUDA: a usage error before any work (no
+# table), as every other command's --backend cuda there; with CUDA it runs or
+# says the device is missing, never that the build lacks it.
+cfg = os.path.join(os.environ.get("SSAE_BUILD_ROOT", ""), "ssae_config.h")
+have_cuda = os.path.exists(cfg) and "#define SSAE_HAVE_CUDA 1" in open(cfg).read()
+p = run("--backend", "cuda", "--batches", "1", "--seconds", "0.01")
+if have_cuda:
+    ok = p.returncode in (0, 1) and "built without" not in p.stderr
+else:
+    ok = (p.returncode == 2 and not p.stdout and
+          "--backend cuda: this ssae was built without CUDA (all or cpu here" in p.stderr)
+if not ok:
+    print(f"FAIL: --backend cuda (CUDA built in: {have_cuda}): rc={p.returncode}\n"
+          f"{p.stdout}{p.stderr}")
+    fails += 1
 p = run("--model", "/nonexistent/model.safetensors", "--backend", "cpu")
 if p.returncode != 1 or "nonexistent" not in p.stderr:
     print(f"FAIL: missing model: rc={p.returncode} {p.stderr}")
