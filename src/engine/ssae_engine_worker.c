@@ -24,7 +24,10 @@
 /* A model swap (ssae_engine_swap_model[s]) takes effect: between
  * batches, none in flight (the pending windows may sit in the old
  * backends' buffers). The new backends' streams start every channel
- * afresh. */
+ * afresh, and so does each detector's smoothing: the old model's scores
+ * (another scale) averaged with the new one's against the new threshold
+ * raised false alarms. An alarm on stays on until the new scores end it
+ * (off_count windows at or below the threshold). */
 static void take_swap(ssae_engine *e) {
   engine_scorer *nsc = atomic_load(&e->swap.pending);
   if (!nsc) return;
@@ -37,6 +40,11 @@ static void take_swap(ssae_engine *e) {
   pthread_cond_broadcast(&e->swap.cv);
   pthread_mutex_unlock(&e->swap.mu);
   engine_scorer_free(old);
+  for (int c = 0; c < e->C; c++) {
+    ssae_detector *d = &e->w.ch[c].det;
+    d->have_smoothed = 0;
+    d->above = d->below = 0;
+  }
 }
 
 /* Whether the window follows its channel's previous one by one frame

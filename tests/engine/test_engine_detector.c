@@ -379,6 +379,37 @@ int main(void) {
     }
   }
 
+  /* A swap restarts the smoothing: a model whose scores run far above the
+   * next one's threshold, then that model on normal audio (its scores
+   * below its threshold) raises no alarm from the old model's average. */
+  {
+    ssae_model *big = level_model(c + 400, 1e30), *calm = level_model(c, thr);
+    if (ssae_engine_swap_model(e, big, &err)) FAIL("swap to the loud model: %s", err.msg);
+    ssae_model_free(m3);
+    m3 = NULL;
+    feed(e, x, x, 40000); /* the normal part */
+    ssae_engine_channel_get(e, 0, &cs);
+    const double big_smoothed = cs.smoothed;
+    pthread_mutex_lock(&r->mu);
+    r->nev = 0;
+    pthread_mutex_unlock(&r->mu);
+    if (ssae_engine_swap_model(e, calm, &err)) FAIL("swap to the calm model: %s", err.msg);
+    ssae_model_free(big);
+    feed(e, x, x, 40000);
+    pthread_mutex_lock(&r->mu);
+    int nev = r->nev;
+    pthread_mutex_unlock(&r->mu);
+    if (!(big_smoothed > 10 * thr))
+      FAIL("swap test: the loud model's smoothed score %g is not far above %g", big_smoothed,
+           thr);
+    if (nev) FAIL("swap: %d alarm event(s) on normal audio after a swap (the old model's "
+                  "smoothed score %g against the new threshold %g)", nev, big_smoothed, thr);
+    printf("swap: the smoothing restarts (the old model's %.4g against the new threshold "
+           "%.4g): no alarm\n", big_smoothed, thr);
+    m3 = calm;
+    ssae_engine_channel_get(e, 0, &cs);
+  }
+
   ssae_dims d;
   ssae_dims_default(&d);
   d.n_mels = 32;
