@@ -670,8 +670,8 @@ void ssae_cli_service_detach(ssae_cli_service *s) {
   if (s && s->svc) ssae_service_detach(s->svc);
 }
 
-void ssae_cli_service_free(ssae_cli_service *s) {
-  if (!s) return;
+int ssae_cli_service_free(ssae_cli_service *s) {
+  if (!s) return 0;
   /* No audio comes any more: what the clip writer lost to the input is
    * final. Said, not only counted in /metrics (a file played faster than
    * real time outruns the writer's ring). */
@@ -687,14 +687,24 @@ void ssae_cli_service_free(ssae_cli_service *s) {
                    ms.last_error[0] ? ms.last_error : "no answer",
                    (unsigned long long)ms.queued, (unsigned long long)ms.dropped);
   }
-  ssae_clips_stats cs;
-  ssae_clips_stats_get(s->svc ? ssae_service_clips(s->svc) : NULL, &cs);
-  if (cs.lost_samples)
+  ssae_service_end end;
+  ssae_service_close(s->svc, &end); /* the open clips finish here */
+  if (end.clip_samples_lost)
     ssae_cli_log(4, s->prog,
                  "alarm clips: %llu sample(s) lost (written as silence): the clip writer fell "
                  "behind the input (a disk too slow?)",
-                 (unsigned long long)cs.lost_samples);
-  ssae_service_free(s->svc);
+                 (unsigned long long)end.clip_samples_lost);
+  if (end.clips_failed)
+    ssae_cli_log(3, s->prog,
+                 "alarm clips: %llu of %llu not written (the clip_failed events say why: a "
+                 "full disk?)",
+                 (unsigned long long)end.clips_failed,
+                 (unsigned long long)(end.clips_failed + end.clips_written));
+  if (end.event_write_errors)
+    ssae_cli_log(3, s->prog, "events: %llu line(s) could not be written to %s",
+                 (unsigned long long)end.event_write_errors,
+                 s->cfg->events ? s->cfg->events : "the events file");
+  const int failed = end.clips_failed || end.event_write_errors;
   if (s->models) ssae_config_free_models(s->models, s->cfg->n_machines);
   free(s->models);
   if (s->cfg != s->loaded) ssae_config_free(s->cfg);
@@ -705,6 +715,7 @@ void ssae_cli_service_free(ssae_cli_service *s) {
   free(s->have_model_st);
   if (s->names_mu_ok) pthread_mutex_destroy(&s->names_mu);
   free(s);
+  return failed;
 }
 
 #else /* without the service's libraries */
@@ -782,6 +793,9 @@ void ssae_cli_service_keep_running(ssae_cli_service *s, volatile sig_atomic_t *s
   (void)s, (void)stop;
 }
 void ssae_cli_service_detach(ssae_cli_service *s) { (void)s; }
-void ssae_cli_service_free(ssae_cli_service *s) { free(s); }
+int ssae_cli_service_free(ssae_cli_service *s) {
+  free(s);
+  return 0;
+}
 
 #endif

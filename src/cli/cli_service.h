@@ -235,8 +235,11 @@ int ssae_cli_service_keeps_running(const ssae_cli_service *s);
 
 /* Before ssae_engine_free. */
 void ssae_cli_service_detach(ssae_cli_service *s);
-/* After ssae_engine_free: the outputs finish (clips, MQTT offline). */
-void ssae_cli_service_free(ssae_cli_service *s);
+/* After ssae_engine_free: the outputs finish (clips, MQTT offline). 1
+ * when an output failed (a clip not written, event lines the events file
+ * did not take: said on stderr; the command's exit status is then 1),
+ * else 0. */
+int ssae_cli_service_free(ssae_cli_service *s);
 
 /* A log line on stderr: "PROG: msg", with the syslog priority prefix
  * "<N>" when stderr is the journal (JOURNAL_STREAM), so journald keeps

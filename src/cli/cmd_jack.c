@@ -399,7 +399,7 @@ int ssae_cmd_jack(int argc, char **argv) {
   rc = check(&o);
 #if SSAE_HAVE_JACK
   if (!rc) rc = run(&o);
-  ssae_cli_service_free(svc);
+  if (ssae_cli_service_free(svc) && rc == SSAE_EXIT_OK) rc = SSAE_EXIT_INPUT;
   svc = NULL;
 #else
   if (!rc) {

@@ -602,7 +602,7 @@ int ssae_cmd_monitor(int argc, char **argv) {
 #endif
     rc = run(&o);
   }
-  ssae_cli_service_free(svc);
+  if (ssae_cli_service_free(svc) && rc == SSAE_EXIT_OK) rc = SSAE_EXIT_INPUT;
   svc = NULL;
   return rc;
 }

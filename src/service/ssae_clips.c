@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +52,7 @@ typedef struct job {
   int fd;
   SNDFILE *sf;
   uint64_t start, next, end, cap_end; /* end UINT64_MAX until alarm_off */
+  char failed[300]; /* why writing failed ("" while it goes well) */
   struct job *link;
 } job;
 
@@ -157,6 +159,23 @@ static void job_start(ssae_clips *c, const req *r) {
   j->end = UINT64_MAX;
   j->cap_end = j->start + (uint64_t)llround(c->cfg.max_length_s * c->cfg.rate);
   snprintf(j->tmp, sizeof j->tmp, "%s/.ssae_clip_XXXXXX", c->dir);
+  /* A clip that cannot hold even its pre- and post-roll is refused before
+   * the encoder starts: on a full disk libsndfile's FLAC writer prints its
+   * failures on stdout, where the JSON events go. */
+  struct statvfs vfs;
+  const unsigned long long need =
+      (unsigned long long)((c->cfg.pre_roll_s + c->cfg.post_roll_s) * c->cfg.rate) * 2 + 65536;
+  if (statvfs(c->dir, &vfs) == 0 &&
+      (unsigned long long)vfs.f_bavail * vfs.f_frsize < need) {
+    char msg[700];
+    snprintf(msg, sizeof msg, "no room for a clip in %s: %llu bytes free, a clip needs at "
+                              "least %llu", c->dir,
+             (unsigned long long)vfs.f_bavail * vfs.f_frsize, need);
+    report(c, j, 0, msg);
+    atomic_fetch_add(&c->failed, 1);
+    free(j);
+    return;
+  }
   j->fd = mkstemp(j->tmp);
   SF_INFO info = {0};
   info.samplerate = (int)lround(c->cfg.rate);
@@ -192,9 +211,10 @@ static void job_start(ssae_clips *c, const req *r) {
 }
 
 static void job_finish(ssae_clips *c, job *j) {
-  int ok = sf_error(j->sf) == SF_ERR_NO_ERROR;
+  int ok = !j->failed[0] && sf_error(j->sf) == SF_ERR_NO_ERROR;
   char msg[700] = "";
-  if (!ok) snprintf(msg, sizeof msg, "%s", sf_strerror(j->sf));
+  if (j->failed[0]) snprintf(msg, sizeof msg, "%s", j->failed);
+  else if (!ok) snprintf(msg, sizeof msg, "%s", sf_strerror(j->sf));
   sf_write_sync(j->sf);
   if (sf_close(j->sf) != 0 && ok) {
     ok = 0;
@@ -217,6 +237,19 @@ static void job_finish(ssae_clips *c, job *j) {
   free(j);
 }
 
+/* k samples into the clip; the first failure (a full disk, an I/O error)
+ * is kept, and nothing more is written: the clip is reported failed. */
+static void write_checked(job *j, const int16_t *x, uint64_t k) {
+  if (j->failed[0]) return;
+  errno = 0;
+  if (sf_write_short(j->sf, x, (sf_count_t)k) != (sf_count_t)k) {
+    const char *sys = errno ? strerror(errno) : "", *why = sf_strerror(j->sf);
+    /* libsndfile's text names a system error itself ("System error : ...") */
+    snprintf(j->failed, sizeof j->failed, "writing the clip failed: %s%s%s", why,
+             *sys && !strstr(why, sys) ? ": " : "", *sys && !strstr(why, sys) ? sys : "");
+  }
+}
+
 /* Copies what has arrived into the clip; 1 when the clip is complete. */
 static int job_copy(ssae_clips *c, job *j, int final) {
   ring *r = &c->rings[j->channel];
@@ -235,7 +268,7 @@ static int job_copy(ssae_clips *c, job *j, int final) {
         while (j->next < oldest) {
           uint64_t k = oldest - j->next < CHUNK ? oldest - j->next : CHUNK;
           memset(c->buf, 0, k * sizeof c->buf[0]);
-          sf_write_short(j->sf, c->buf, (sf_count_t)k);
+          write_checked(j, c->buf, k);
           j->next += k;
         }
       }
@@ -254,7 +287,7 @@ static int job_copy(ssae_clips *c, job *j, int final) {
       memset(c->buf, 0, bad * sizeof c->buf[0]);
       atomic_fetch_add(&c->lost, bad);
     }
-    sf_write_short(j->sf, c->buf, (sf_count_t)k);
+    write_checked(j, c->buf, k);
     j->next += k;
   }
   return j->next >= stop || final;
@@ -359,7 +392,18 @@ int ssae_clips_retain(ssae_clips *c, ssae_err *err) {
   size_t n = 0, cap = 0;
   uint64_t total = 0;
   struct dirent *de;
+  /* A clip being written is touched at every chunk and lasts max_length_s
+   * at most: a temporary file idle far longer is a killed process's (a
+   * watchdog restart), which nothing else would ever remove. */
+  const double stale_s = c->cfg.max_length_s + c->cfg.post_roll_s + 600;
   while ((de = readdir(d))) {
+    if (!strncmp(de->d_name, ".ssae_clip_", 11)) {
+      struct stat st;
+      if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+          difftime(time(NULL), st.st_mtime) > stale_s)
+        unlinkat(dirfd(d), de->d_name, 0);
+      continue;
+    }
     if (!is_clip(de->d_name)) continue;
     struct stat st;
     if (fstatat(dirfd(d), de->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode))
@@ -596,7 +640,10 @@ fail:
   return NULL;
 }
 
-void ssae_clips_free(ssae_clips *c) {
+void ssae_clips_free(ssae_clips *c) { ssae_clips_close(c, NULL); }
+
+void ssae_clips_close(ssae_clips *c, ssae_clips_stats *final) {
+  if (final) memset(final, 0, sizeof *final);
   if (!c) return;
   if (c->thread_ok) {
     pthread_mutex_lock(&c->mu);
@@ -605,6 +652,7 @@ void ssae_clips_free(ssae_clips *c) {
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
   }
+  if (final) ssae_clips_stats_get(c, final);
   for (int i = 0; c->rings && i < c->cfg.channels; i++) free((void *)c->rings[i].s);
   for (int i = 0; c->names && i < c->cfg.channels; i++) free(c->names[i]);
   free(c->rings);

@@ -97,6 +97,8 @@ typedef struct ssae_clips_stats {
   int open;              /* clips being written */
 } ssae_clips_stats;
 void ssae_clips_stats_get(ssae_clips *c, ssae_clips_stats *s);
+/* ssae_clips_free, with the final counts (the open clips finished). */
+void ssae_clips_close(ssae_clips *c, ssae_clips_stats *final);
 
 /* Applies the retention limits now (also done after each clip). */
 int ssae_clips_retain(ssae_clips *c, ssae_err *err);

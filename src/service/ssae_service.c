@@ -390,6 +390,9 @@ ssae_service *ssae_service_new(const ssae_config *c, const ssae_service_opts *o,
     s->clips = ssae_clips_new(&cc, err);
     free(names);
     if (!s->clips) goto fail;
+    /* The limits, and a killed run's unfinished clips, from the start (not
+     * only after the next clip). */
+    ssae_clips_retain(s->clips, NULL);
     if (c->clips.picture) {
       ssae_clip_pictures_cfg pc = {.machine = picture_machine, .done = on_picture, .user = s};
       if (!(s->pictures = ssae_clip_pictures_new(&pc, err))) goto fail;
@@ -486,13 +489,23 @@ struct ssae_clips *ssae_service_clips(ssae_service *s) {
   return s ? s->clips : NULL;
 }
 
-void ssae_service_free(ssae_service *s) {
+void ssae_service_free(ssae_service *s) { ssae_service_close(s, NULL); }
+
+void ssae_service_close(ssae_service *s, ssae_service_end *end) {
+  if (end) memset(end, 0, sizeof *end);
   if (!s) return;
   /* HTTP first (it reads the rest), clips next (their reports go to the
    * file and MQTT), then the pictures of the last clips, MQTT last but one
    * (drains, says offline). */
   ssae_metrics_http_free(s->http);
-  ssae_clips_free(s->clips);
+  ssae_clips_stats cs;
+  ssae_clips_close(s->clips, &cs);
+  if (end) {
+    end->clips_written = cs.written;
+    end->clips_failed = cs.failed;
+    end->clip_samples_lost = cs.lost_samples;
+    end->event_write_errors = atomic_load(&s->write_errors);
+  }
   ssae_clip_pictures_free(s->pictures); /* after the clips: it draws their last */
   free(s->params);
   ssae_mqtt_free(s->mqtt);

@@ -74,6 +74,15 @@ ssae_service *ssae_service_new(const ssae_config *c, const ssae_service_opts *o,
  * stops the HTTP server, closes the events file. Accepts NULL. */
 void ssae_service_free(ssae_service *s);
 
+/* What the outputs did, final once the service is closed. */
+typedef struct ssae_service_end {
+  uint64_t clips_written, clips_failed; /* failed: not written (a full disk, ...) */
+  uint64_t clip_samples_lost;           /* written as silence: the writer fell behind */
+  uint64_t event_write_errors;          /* event lines the events file did not take */
+} ssae_service_end;
+/* ssae_service_free, with what the outputs did (end may be NULL). */
+void ssae_service_close(ssae_service *s, ssae_service_end *end);
+
 /* Fills the engine config's callback, window events, status period and
  * detector parameters from the config. The engine has one set of detector
  * parameters for all channels: -1 with a message when the machines'

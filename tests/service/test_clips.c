@@ -195,6 +195,10 @@ static void retention(const char *base) {
     make(dir, "ssae_m_4.flac", 10, 1000);
     make(dir, "notes.txt", 9000, 10);     /* not a clip */
     make(dir, "ssae_m_0.txt", 9000, 10);  /* not a clip either */
+    /* a killed process's unfinished clip (idle for a day) goes; one
+     * being written (touched a second ago) stays */
+    make(dir, ".ssae_clip_dead01", 86400, 100);
+    make(dir, ".ssae_clip_live01", 1, 100);
     ssae_clips_cfg cfg = {0};
     cfg.dir = dir;
     cfg.channels = 1;
@@ -216,8 +220,13 @@ static void retention(const char *base) {
     }
     CHECK(exists(dir, "notes.txt") && exists(dir, "ssae_m_0.txt"),
           "mode %d: a file that is not a clip was deleted", mode);
+    CHECK(!exists(dir, ".ssae_clip_dead01") && exists(dir, ".ssae_clip_live01"),
+          "mode %d: temporary clips: a dead one %s, a live one %s", mode,
+          exists(dir, ".ssae_clip_dead01") ? "kept" : "removed",
+          exists(dir, ".ssae_clip_live01") ? "kept" : "removed");
   }
-  printf("ok  retention by count, age, size: the oldest go, others stay\n");
+  printf("ok  retention by count, age, size: the oldest go, others stay; a dead process's "
+         "temporary clip goes\n");
 }
 
 int main(void) {

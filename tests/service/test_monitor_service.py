@@ -429,6 +429,33 @@ def run3(tmp):
         check_clip(tmp, late, ev[0], ev[1], 2.048, 1.024)
     print(f"ok  a file played fast ({wall:.2f} s wall): no clip sample lost, the clip is "
           f"the input's span")
+    # A clip the disk cannot take (here a file-size limit of 100 kB, as a
+    # full disk fails a write): clip_failed names why, stderr says it, the
+    # exit status is 1 and no temporary file is left; the rest goes on.
+    import resource
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    full_dir = os.path.join(tmp, "fullclips")
+    full_ev = os.path.join(tmp, "fullclips.jsonl")
+    p = subprocess.run([SSAE, "monitor", "--backend", "cpu", "--no-meter", "--config", fast_cfg,
+                        "--clips", full_dir, "--input", late, "--names", "pump",
+                        "--events", full_ev], capture_output=True, text=True, timeout=120,
+                       preexec_fn=small_files)
+    with open(full_ev) as f:
+        lines = [json.loads(l) for l in f]
+    failed = [e for e in lines if e["event"] == "clip_failed"]
+    check(p.returncode == 1 and len(failed) == 1 and "writing the clip failed" in
+          failed[0].get("message", "") and "alarm clips: 1 of 1 not written" in p.stderr and
+          not os.listdir(full_dir) and
+          [e["event"] for e in lines if e["event"].startswith("alarm")] ==
+          ["alarm_on", "alarm_off"],
+          f"a clip the disk cannot take: rc {p.returncode}, {failed}, {os.listdir(full_dir)}, "
+          f"stderr {p.stderr[-400:]!r}")
+    print(f"ok  a clip the disk cannot take: clip_failed ({failed[0]['message'] if failed else ''})"
+          f", said on stderr, exit status 1")
     # A broker that never answers is said while running and at the end
     dead = free_port()
     p = subprocess.run([SSAE, "monitor", "--input", os.path.join(tmp, "fault.wav"), "--realtime",
