@@ -146,7 +146,12 @@ static void clip_line(ssae_service *s, int channel, const char *event, const cha
                       const char *msg) {
   char iso[SSAE_ISO_TIME_LEN], line[LINE_MAX_BYTES];
   ssae_iso_time(ssae_wall_now(), iso);
-  int n = snprintf(line, sizeof line, "{\"event\":\"%s\",\"channel\":%d", event, channel);
+  /* SPEC section 4's keys first (no audio time, score or threshold of
+   * its own: a clip is reported by the writer, seconds after its alarm). */
+  int n = snprintf(line, sizeof line,
+                   "{\"t\":null,\"channel\":%d,\"event\":\"%s\",\"score\":null,"
+                   "\"threshold\":null",
+                   channel, event);
   if ((n = ssae_json_put_str(line, sizeof line, (size_t)n, "node", s->node)) < 0 ||
       (n = ssae_json_put_str(line, sizeof line, (size_t)n, "machine",
                              s->m[channel].name)) < 0 ||

@@ -95,6 +95,8 @@ void ssae_service_note(ssae_service *s, const char *event, const char *msg) {
   ssae_iso_time(ssae_wall_now(), iso);
   int n = snprintf(line, sizeof line, "{\"t\":null,\"channel\":null");
   if ((n = ssae_json_put_str(line, sizeof line, (size_t)n, "event", event)) < 0 ||
+      (n += snprintf(line + n, sizeof line - (size_t)n, ",\"score\":null,\"threshold\":null"),
+       n >= (int)sizeof line) ||
       (n = ssae_json_put_str(line, sizeof line, (size_t)n, "node", s->node)) < 0 ||
       (n = ssae_json_put_str(line, sizeof line, (size_t)n, "time", iso)) < 0 ||
       (msg && (n = ssae_json_put_str(line, sizeof line, (size_t)n, "message", msg)) < 0) ||

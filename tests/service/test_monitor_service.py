@@ -210,6 +210,7 @@ def run1(tmp, port, sub):
               f"(report: {spans})")
         check_clip(tmp, wav, on, off, 2.048, 1.024)
         check_picture(on, evf)
+    check_spec_keys(evf)
     print(f"ok  status online/offline, {len(disc)} discovery configs, {len(st)} states")
 
 
@@ -224,6 +225,18 @@ def check_picture(on, evf):
           f"no PNG picture at {png}")
     print(f"ok  the clip's picture {os.path.basename(png)} "
           f"({os.path.getsize(png) if os.path.exists(png) else 0} bytes)")
+
+
+def check_spec_keys(path):
+    """SPEC section 4: every event line has at least t, channel, event, score
+    and threshold (null where it has none), clip and config lines included."""
+    with open(path) as f:
+        lines = [json.loads(l) for l in f if l.strip()]
+    keys = ("t", "channel", "event", "score", "threshold")
+    missing = [e for e in lines if not all(k in e for k in keys)]
+    check(lines and not missing, f"{path}: lines without SPEC section 4's keys: {missing[:3]}")
+    print(f"ok  {len(lines)} event lines ({', '.join(sorted({e['event'] for e in lines}))}): "
+          f"each has {', '.join(keys)}")
 
 
 def check_clip(tmp, wav, on, off, pre, post):
@@ -454,6 +467,7 @@ def run3(tmp):
           ["alarm_on", "alarm_off"],
           f"a clip the disk cannot take: rc {p.returncode}, {failed}, {os.listdir(full_dir)}, "
           f"stderr {p.stderr[-400:]!r}")
+    check_spec_keys(full_ev)
     print(f"ok  a clip the disk cannot take: clip_failed ({failed[0]['message'] if failed else ''})"
           f", said on stderr, exit status 1")
     # A broker that never answers is said while running and at the end

@@ -211,6 +211,10 @@ def main():
         assert [e["event"] for e in lines if e["event"].startswith("config_")] == \
             ["config_reloaded", "config_rejected", "config_rejected"]
         assert any(e["event"] == "clip" for e in lines), "no clip event"
+        # SPEC section 4's keys on every line, clip and config lines included
+        keys = ("t", "channel", "event", "score", "threshold")
+        assert all(all(k in e for k in keys) for e in lines), \
+            [e for e in lines if not all(k in e for k in keys)][:3]
         print("ok  events file and clips")
 
         # The last will: a killed service is "offline" too.
