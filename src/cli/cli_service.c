@@ -670,6 +670,16 @@ void ssae_cli_service_detach(ssae_cli_service *s) {
   if (s && s->svc) ssae_service_detach(s->svc);
 }
 
+const char *ssae_cli_service_machine(void *user, int channel, char *buf, size_t len) {
+  ssae_cli_service *s = user;
+  if (!s || channel < 0 || len == 0) return NULL;
+  pthread_mutex_lock(&s->names_mu); /* a reload renames */
+  const int known = channel < s->n_names && s->names[channel];
+  if (known) snprintf(buf, len, "%s", s->names[channel]);
+  pthread_mutex_unlock(&s->names_mu);
+  return known ? buf : NULL;
+}
+
 int ssae_cli_service_free(ssae_cli_service *s) {
   if (!s) return 0;
   /* No audio comes any more: what the clip writer lost to the input is
@@ -796,6 +806,10 @@ void ssae_cli_service_detach(ssae_cli_service *s) { (void)s; }
 int ssae_cli_service_free(ssae_cli_service *s) {
   free(s);
   return 0;
+}
+const char *ssae_cli_service_machine(void *user, int channel, char *buf, size_t len) {
+  (void)user, (void)channel, (void)buf, (void)len;
+  return NULL;
 }
 
 #endif

@@ -241,6 +241,12 @@ void ssae_cli_service_detach(ssae_cli_service *s);
  * else 0. */
 int ssae_cli_service_free(ssae_cli_service *s);
 
+/* Machine `channel`'s name now (user: the ssae_cli_service), copied into
+ * buf: for the command's evsink (ssae_evsink_cfg.machine), so that its
+ * stdout lines name machines as MQTT and the events file do. NULL
+ * without a service or name. Any thread. */
+const char *ssae_cli_service_machine(void *user, int channel, char *buf, size_t len);
+
 /* A log line on stderr: "PROG: msg", with the syslog priority prefix
  * "<N>" when stderr is the journal (JOURNAL_STREAM), so journald keeps
  * the level. prio: 3 error, 4 warning, 6 info. */

@@ -284,6 +284,10 @@ static int run(const opts *o) {
     memset(&scfg, 0, sizeof scfg);
     scfg.events_path = ssae_cli_service_owns_events(svc) ? NULL : o->events;
     scfg.events_stdout = !ssae_cli_stdout_tty() && !ssae_cli_service_owns_stdout(svc);
+    if (svc) {
+      scfg.machine = ssae_cli_service_machine;
+      scfg.machine_user = svc;
+    }
     scfg.prog = "ssae jack";
     sink = ssae_evsink_new(&scfg, &err);
   }

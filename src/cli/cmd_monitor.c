@@ -542,6 +542,10 @@ static int run(const opts *o) {
   memset(&scfg, 0, sizeof scfg);
   scfg.events_path = ssae_cli_service_owns_events(svc) ? NULL : o->events;
   scfg.events_stdout = !ssae_cli_stdout_tty() && !ssae_cli_service_owns_stdout(svc);
+  if (svc) {
+    scfg.machine = ssae_cli_service_machine;
+    scfg.machine_user = svc;
+  }
   scfg.windows_path = o->windows;
   scfg.hop_length = m->feat.hop_length;
   scfg.sample_rate = m->feat.sample_rate;

@@ -140,7 +140,11 @@ void ssae_evsink_on_event(void *user, const ssae_event *ev) {
     fprintf(stderr, "%s: backend: %s\n", s->cfg.prog, ev->msg);
   ssae_event shown = *ev;
   if (shown.channel >= 0) shown.channel += s->cfg.channel_offset;
-  int n = ssae_event_json(&shown, line, sizeof line);
+  char name[256];
+  const char *machine = s->cfg.machine && ev->channel >= 0
+                            ? s->cfg.machine(s->cfg.machine_user, ev->channel, name, sizeof name)
+                            : NULL;
+  int n = ssae_event_json_named(&shown, machine, line, sizeof line);
   if (n > 0) out_line(s, line, n);
   pthread_mutex_unlock(&s->mu);
 }

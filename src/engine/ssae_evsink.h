@@ -32,6 +32,11 @@ typedef struct ssae_evsink_cfg {
   int channel_offset;       /* added to the events' channel numbers: the
                                input's channel when the engine runs on one
                                channel picked from a file (--channel 7) */
+  /* The channel's machine name for the JSON lines (engine channel c, with
+   * no offset; writes a NUL-terminated name into buf and returns it, or
+   * NULL: "chN"). NULL: every channel "chN". Called on the worker. */
+  const char *(*machine)(void *user, int channel, char *buf, size_t len);
+  void *machine_user;
   int channels;             /* the engine's channels: above 1, the TSV gets
                                a fifth column, the window's channel (with
                                channel_offset added); with one it is the

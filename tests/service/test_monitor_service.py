@@ -211,6 +211,11 @@ def run1(tmp, port, sub):
         check_clip(tmp, wav, on, off, 2.048, 1.024)
         check_picture(on, evf)
     check_spec_keys(evf)
+    # stdout (not a terminal here) names the machine as MQTT and the file do
+    with open(os.path.join(tmp, "run1.out")) as f:
+        out = [json.loads(l) for l in f if l.startswith("{")]
+    names = {e.get("machine") for e in out if e["event"].startswith("alarm")}
+    check(names == {"pump"}, f"stdout's alarm lines name {names}, not the machine pump")
     print(f"ok  status online/offline, {len(disc)} discovery configs, {len(st)} states")
 
 
