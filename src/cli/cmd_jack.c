@@ -85,6 +85,10 @@ static const ssae_cli_cmd command = {
 
 /* Checks the table cannot make; 0 when the options fit together. */
 static int check(const opts *o) {
+  if (o->events && !*o->events) {
+    ssae_cli_error(CMD, "--events: an empty path (a file, or - for stdout)");
+    return SSAE_EXIT_USAGE;
+  }
 #if SSAE_HAVE_JACK
   /* With several clients the names get "-K" appended. */
   size_t suffix = o->clients > 1 ? (o->clients >= 10 ? 3 : 2) : 0;

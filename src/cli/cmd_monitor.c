@@ -504,6 +504,10 @@ static int run_live(const opts *o, const ssae_model *m, ssae_engine_cfg *ecfg,
 /* Usage errors the table cannot express, and what this build lacks; -1
  * to go on. */
 static int check(const opts *o, int channels_set) {
+  if (o->events && !*o->events) {
+    ssae_cli_error(CMD, "--events: an empty path (a file, or - for stdout)");
+    return SSAE_EXIT_USAGE;
+  }
   if (o->realtime && !o->input) {
     ssae_cli_error(CMD, "--realtime needs --input FILE");
     return SSAE_EXIT_USAGE;

@@ -557,11 +557,14 @@ ssae_config *ssae_config_load(const char *path, ssae_err *err) {
     len += n;
     if (n == 0 || len > (1u << 24)) break;
   }
-  int bad_read = ferror(f) || !buf || len > (1u << 24);
+  const int read_errno = ferror(f) ? errno : 0;
+  const int bad_read = ferror(f) || !buf || len > (1u << 24);
   fclose(f);
   if (bad_read) {
     free(buf);
-    ssae_err_set(err, "%s: cannot read (or larger than 16 MiB)", path);
+    if (!buf) ssae_err_set(err, "%s: out of memory", path);
+    else if (len > (1u << 24)) ssae_err_set(err, "%s: larger than 16 MiB, not a config", path);
+    else ssae_err_set(err, "%s: cannot read: %s", path, strerror(read_errno ? read_errno : EIO));
     return NULL;
   }
   ssae_config *c = ssae_config_load_mem(buf, len, path, err);

@@ -479,6 +479,13 @@ def test_small(d, good):
     p = run(["jack", "--name", "n" * 300])
     check(p.returncode == 2 and "--name" in err(p) and "no server" not in err(p)
           or "without JACK" in err(p), f"jack --name of 300 bytes: {p.returncode} {err(p)!r}")
+    for cmd in (["monitor", "--input", good[0]], ["jack"]):
+        p = run(cmd + ["--events", ""])
+        check(p.returncode == 2 and "--events: an empty path" in err(p),
+              f"{cmd[0]} --events '': {p.returncode} {err(p)!r}")
+    p = run(["monitor", "--config", d, "--input", good[0]])
+    check(p.returncode == 1 and f"{d}: cannot read: Is a directory" in err(p) or
+          "without the plant service" in err(p), f"--config DIR: {p.returncode} {err(p)!r}")
     p = run(["jack", "--name", "plant:line1"])
     check(p.returncode == 2 and "cannot contain ':'" in err(p) and "no server" not in err(p)
           or "without JACK" in err(p), f"jack --name with a colon: {p.returncode} {err(p)!r}")
