@@ -133,6 +133,7 @@ struct ssae_cli_service {
   struct timespec last_tick;
   int mqtt_said; /* the broker's state last logged: 0 nothing yet, 1 connected, 2 not */
   int clips_stuck_said; /* the clip writer's stall was logged (file_pace) */
+  int mqtt_silent_s;    /* seconds without a connection or an error, at start */
   /* Under systemd (stderr is the journal) alarms are also log lines, and
    * the JSON lines stay out of the journal (MQTT and the events file carry
    * them). names: per machine, for those lines (a reload renames). */
@@ -630,6 +631,15 @@ static void mqtt_watch(ssae_cli_service *s) {
   } else if (!ms.connected && s->mqtt_said != 2 && ms.last_error[0]) {
     ssae_cli_log(4, s->prog, "MQTT: %s %s (%s): retrying; messages wait in the queue (%llu now)",
                  s->mqtt_said == 1 ? "lost" : "cannot reach", url, ms.last_error,
+                 (unsigned long long)ms.queued);
+    s->mqtt_said = 2;
+  } else if (!ms.connected && s->mqtt_said == 0 && ++s->mqtt_silent_s == 5) {
+    /* No error and no connection: a handshake that never ends (mqtts:// on a
+     * plain port, or mqtt:// on a TLS one), a firewall that drops packets. */
+    ssae_cli_log(4, s->prog, "MQTT: no answer from %s after 5 s (%s?): retrying; messages "
+                             "wait in the queue (%llu now)",
+                 url, strncmp(url, "mqtts://", 8) ? "a TLS port, or a firewall dropping packets"
+                                                  : "a port without TLS, or a firewall",
                  (unsigned long long)ms.queued);
     s->mqtt_said = 2;
   }

@@ -486,6 +486,24 @@ def run3(tmp):
           and "nothing was delivered" in p.stderr,
           f"unreachable broker: rc {p.returncode}, {p.stderr[-500:]!r}")
     print("ok  an unreachable broker said while running and at the end")
+    # A peer that takes the connection and never answers (mqtts:// to a port
+    # without TLS hangs in the handshake so): said while running too.
+    import socket
+    import threading
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(4)
+    held = []
+    threading.Thread(target=lambda: [held.append(hole.accept()) for _ in range(4)],
+                     daemon=True).start()
+    url = f"mqtts://127.0.0.1:{hole.getsockname()[1]}"
+    p = subprocess.run([SSAE, "monitor", "--input", os.path.join(tmp, "fault.wav"), "--realtime",
+                        "--duration", "6.5", "--no-meter", "--backend", "cpu", "--names", "pump",
+                        "--node", "n1", "--mqtt", url], capture_output=True, text=True, timeout=60)
+    hole.close()
+    check(p.returncode == 0 and f"MQTT: no answer from {url} after 5 s (a port without TLS"
+          in p.stderr, f"a silent peer: rc {p.returncode}, {p.stderr[-500:]!r}")
+    print("ok  a peer that never answers said while running")
     # Under systemd stdout and stderr are the journal (JOURNAL_STREAM names
     # it): one line per event with its syslog priority, no JSON flood, no
     # terminal sequences.
