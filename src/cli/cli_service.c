@@ -696,9 +696,11 @@ int ssae_cli_service_free(ssae_cli_service *s) {
    * final. Said, not only counted in /metrics (a file played faster than
    * real time outruns the writer's ring). */
   struct ssae_mqtt *mq = s->svc ? ssae_service_mqtt(s->svc) : NULL;
+  uint64_t ms_connects = 0; /* whether the broker was ever reached */
   if (mq) {
     ssae_mqtt_stats ms;
     ssae_mqtt_stats_get(mq, &ms);
+    ms_connects = ms.connects;
     if (!ms.connects)
       ssae_cli_log(4, s->prog,
                    "MQTT: never connected to %s (%s): nothing was delivered (%llu event "
@@ -724,7 +726,12 @@ int ssae_cli_service_free(ssae_cli_service *s) {
     ssae_cli_log(3, s->prog, "events: %llu line(s) could not be written to %s",
                  (unsigned long long)end.event_write_errors,
                  s->cfg->events ? s->cfg->events : "the events file");
-  const int failed = end.clips_failed || end.event_write_errors;
+  if (end.mqtt_undelivered && ms_connects)
+    ssae_cli_log(3, s->prog, "MQTT: %llu message(s) not delivered to %s (the broker was away "
+                             "at the end, or the queue overflowed)",
+                 (unsigned long long)end.mqtt_undelivered,
+                 s->cfg->mqtt.url ? s->cfg->mqtt.url : "the broker");
+  const int failed = end.clips_failed || end.event_write_errors || end.mqtt_undelivered;
   if (s->models) ssae_config_free_models(s->models, s->cfg->n_machines);
   free(s->models);
   if (s->cfg != s->loaded) ssae_config_free(s->cfg);

@@ -421,7 +421,7 @@ int ssae_clips_retain(ssae_clips *c, ssae_err *err) {
     total += e[n].size;
     n++;
   }
-  qsort(e, n, sizeof *e, by_age);
+  if (n) qsort(e, n, sizeof *e, by_age); /* (NULL when the folder has none) */
   time_t now = time(NULL);
   /* Oldest first; the newest clip always stays. */
   size_t left = n;

@@ -412,7 +412,10 @@ fail:
   return NULL;
 }
 
-void ssae_mqtt_free(ssae_mqtt *m) {
+void ssae_mqtt_free(ssae_mqtt *m) { ssae_mqtt_close(m, NULL); }
+
+void ssae_mqtt_close(ssae_mqtt *m, ssae_mqtt_stats *final) {
+  if (final) memset(final, 0, sizeof *final);
   if (!m) return;
   if (m->thread_ok) {
     pthread_mutex_lock(&m->mu);
@@ -420,6 +423,7 @@ void ssae_mqtt_free(ssae_mqtt *m) {
     pthread_mutex_unlock(&m->mu);
     pthread_join(m->thread, NULL);
   }
+  if (final) ssae_mqtt_stats_get(m, final);
   if (m->mosq) mosquitto_destroy(m->mosq);
   if (m->q)
     for (size_t i = 0; i < m->len; i++) msg_clear(&m->q[(m->head + i) % m->cap]);

@@ -66,6 +66,10 @@ ssae_mqtt *ssae_mqtt_new(const ssae_mqtt_cfg *cfg, ssae_err *err);
  * "offline" status, disconnects cleanly, stops the thread. Accepts NULL. */
 void ssae_mqtt_free(ssae_mqtt *m);
 
+/* ssae_mqtt_free, with the final counts once the thread has stopped
+ * (queued: messages never delivered). */
+void ssae_mqtt_close(ssae_mqtt *m, ssae_mqtt_stats *final);
+
 /* Queues a message (copied). 0, or -1 when the queue is full (dropped and
  * counted). Never waits for the network. */
 int ssae_mqtt_publish(ssae_mqtt *m, const char *topic, const char *payload,

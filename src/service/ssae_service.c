@@ -513,7 +513,9 @@ void ssae_service_close(ssae_service *s, ssae_service_end *end) {
   }
   ssae_clip_pictures_free(s->pictures); /* after the clips: it draws their last */
   free(s->params);
-  ssae_mqtt_free(s->mqtt);
+  ssae_mqtt_stats ms;
+  ssae_mqtt_close(s->mqtt, &ms);
+  if (end) end->mqtt_undelivered = ms.queued + ms.dropped;
   if (s->events && !s->events_is_stdout) fclose(s->events);
   if (s->events_is_stdout) fflush(stdout);
   for (int i = 0; s->m && i < s->n; i++) {

@@ -79,6 +79,8 @@ typedef struct ssae_service_end {
   uint64_t clips_written, clips_failed; /* failed: not written (a full disk, ...) */
   uint64_t clip_samples_lost;           /* written as silence: the writer fell behind */
   uint64_t event_write_errors;          /* event lines the events file did not take */
+  uint64_t mqtt_undelivered;            /* MQTT messages never delivered (still queued
+                                           at the end, or dropped from a full queue) */
 } ssae_service_end;
 /* ssae_service_free, with what the outputs did (end may be NULL). */
 void ssae_service_close(ssae_service *s, ssae_service_end *end);
