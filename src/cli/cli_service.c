@@ -690,6 +690,12 @@ const char *ssae_cli_service_machine(void *user, int channel, char *buf, size_t 
   return known ? buf : NULL;
 }
 
+const char *ssae_cli_service_clip(void *user, int channel, const char *id, char *buf,
+                                  size_t len) {
+  ssae_cli_service *s = user;
+  return s && s->svc ? ssae_service_alarm_clip(s->svc, channel, id, buf, len) : NULL;
+}
+
 int ssae_cli_service_free(ssae_cli_service *s) {
   if (!s) return 0;
   /* No audio comes any more: what the clip writer lost to the input is
@@ -826,6 +832,11 @@ int ssae_cli_service_free(ssae_cli_service *s) {
 }
 const char *ssae_cli_service_machine(void *user, int channel, char *buf, size_t len) {
   (void)user, (void)channel, (void)buf, (void)len;
+  return NULL;
+}
+const char *ssae_cli_service_clip(void *user, int channel, const char *id, char *buf,
+                                  size_t len) {
+  (void)user, (void)channel, (void)id, (void)buf, (void)len;
   return NULL;
 }
 

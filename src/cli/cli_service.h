@@ -246,6 +246,10 @@ int ssae_cli_service_free(ssae_cli_service *s);
  * stdout lines name machines as MQTT and the events file do. NULL
  * without a service or name. Any thread. */
 const char *ssae_cli_service_machine(void *user, int channel, char *buf, size_t len);
+/* The clip path of machine `channel`'s alarm `id` (ssae_evsink_cfg.clip):
+ * the evsink's alarm lines carry it as the service's do. NULL: none. */
+const char *ssae_cli_service_clip(void *user, int channel, const char *id, char *buf,
+                                  size_t len);
 
 /* A log line on stderr: "PROG: msg", with the syslog priority prefix
  * "<N>" when stderr is the journal (JOURNAL_STREAM), so journald keeps

@@ -290,6 +290,7 @@ static int run(const opts *o) {
     scfg.events_stdout = !ssae_cli_stdout_tty() && !ssae_cli_service_owns_stdout(svc);
     if (svc) {
       scfg.machine = ssae_cli_service_machine;
+      scfg.clip = ssae_cli_service_clip;
       scfg.machine_user = svc;
     }
     scfg.prog = "ssae jack";

@@ -36,6 +36,9 @@ typedef struct ssae_evsink_cfg {
    * no offset; writes a NUL-terminated name into buf and returns it, or
    * NULL: "chN"). NULL: every channel "chN". Called on the worker. */
   const char *(*machine)(void *user, int channel, char *buf, size_t len);
+  /* The clip path of engine channel c's alarm `id`, for its alarm lines'
+   * "clip" (NULL: none). May be NULL. Same user. */
+  const char *(*clip)(void *user, int channel, const char *id, char *buf, size_t len);
   void *machine_user;
   int channels;             /* the engine's channels: above 1, the TSV gets
                                a fifth column, the window's channel (with

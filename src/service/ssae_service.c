@@ -494,6 +494,17 @@ struct ssae_clips *ssae_service_clips(ssae_service *s) {
   return s ? s->clips : NULL;
 }
 
+const char *ssae_service_alarm_clip(ssae_service *s, int channel, const char *id, char *buf,
+                                    size_t len) {
+  if (!s || channel < 0 || channel >= s->n || !id || len == 0) return NULL;
+  pthread_mutex_lock(&s->names_mu);
+  const svc_machine *m = &s->m[channel];
+  const int ours = m->clip && !strcmp(m->alarm_id, id);
+  if (ours) snprintf(buf, len, "%s", m->clip);
+  pthread_mutex_unlock(&s->names_mu);
+  return ours ? buf : NULL;
+}
+
 void ssae_service_free(ssae_service *s) { ssae_service_close(s, NULL); }
 
 void ssae_service_close(ssae_service *s, ssae_service_end *end) {

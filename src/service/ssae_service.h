@@ -150,6 +150,10 @@ void ssae_service_stats_get(ssae_service *s, ssae_service_stats *st);
  * not configured). */
 struct ssae_mqtt *ssae_service_mqtt(ssae_service *s);
 struct ssae_clips *ssae_service_clips(ssae_service *s);
+/* The clip path of channel's alarm `id` (its alarm_on and alarm_off), copied
+ * into buf; NULL when it has none. Any thread. */
+const char *ssae_service_alarm_clip(ssae_service *s, int channel, const char *id, char *buf,
+                                    size_t len);
 
 #ifdef __cplusplus
 }

@@ -216,6 +216,13 @@ def run1(tmp, port, sub):
         out = [json.loads(l) for l in f if l.startswith("{")]
     names = {e.get("machine") for e in out if e["event"].startswith("alarm")}
     check(names == {"pump"}, f"stdout's alarm lines name {names}, not the machine pump")
+    # ... and carry the alarm's clip as the events file's lines do
+    with open(evf) as f:
+        clips = {e["id"]: e.get("clip") for e in map(json.loads, f) if e["event"] == "alarm_on"}
+    out_alarms = [e for e in out if e["event"].startswith("alarm")]
+    check(out_alarms and all(e.get("clip") and e.get("clip") == clips.get(e["id"])
+                             for e in out_alarms),
+          f"stdout's alarm lines' clips {[e.get('clip') for e in out_alarms]}, the file's {clips}")
     print(f"ok  status online/offline, {len(disc)} discovery configs, {len(st)} states")
 
 
