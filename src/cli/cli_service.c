@@ -1,5 +1,6 @@
 /* The plant service behind `ssae monitor` and `ssae jack` (see
- * cli_service.h). Thread context: main thread, except the audio calls. */
+ * cli_service.h), in a build with its libraries. Thread context: main
+ * thread, except the audio calls. */
 #include "cli_service.h"
 
 #include <errno.h>
@@ -15,101 +16,6 @@
 
 #include "cli.h"
 #include "ssae_cuda.h"
-#include "ssae_service_conf.h"
-
-/* ---- logging (also without the service) ---- */
-
-/* stderr is the journal when JOURNAL_STREAM names its device and inode
- * (systemd sets it for a unit's stdout/stderr). */
-static int fd_is_journal(int fd) {
-  const char *js = getenv("JOURNAL_STREAM");
-  unsigned long long dev, ino;
-  struct stat st;
-  return js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(fd, &st) == 0 &&
-         (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
-}
-
-static int stderr_is_journal(void) {
-  static int known = -1;
-  if (known < 0) known = fd_is_journal(2);
-  return known;
-}
-
-
-void ssae_cli_log(int prio, const char *prog, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  /* One event, one line: a newline inside a message (a YAML error quoting
-   * the file) would split it in the journal. */
-  for (char *p = msg; *p; p++)
-    if (*p == '\n' || *p == '\r') *p = ' ';
-  if (stderr_is_journal())
-    fprintf(stderr, "<%d>%s: %s\n", prio, prog, msg);
-  else
-    fprintf(stderr, "%s: %s\n", prog, msg);
-  fflush(stderr);
-}
-
-void ssae_cli_service_note_given(ssae_cli_service_args *a, const ssae_cli_args *args) {
-  a->given_model = ssae_cli_given(args, "--model");
-  a->given_backend = ssae_cli_given(args, "--backend");
-  a->given_gpu = ssae_cli_given(args, "--gpu");
-  a->given_events = ssae_cli_given(args, "--events");
-  a->given_threshold = ssae_cli_given(args, "--threshold");
-  a->given_smoothing = ssae_cli_given(args, "--smoothing");
-  a->given_on = ssae_cli_given(args, "--on");
-  a->given_off = ssae_cli_given(args, "--off");
-  a->given_status = ssae_cli_given(args, "--status");
-}
-
-void ssae_cli_service_engine_cfg(const ssae_cli_service_cmdvals *v, ssae_engine_cfg *c) {
-  c->backend = v->backend;
-  c->gpu = v->gpu;
-  c->status_every_s = v->status_s;
-  c->params.threshold = v->threshold;
-  c->params.smoothing_s = v->smoothing_s;
-  c->params.on_count = v->on_count;
-  c->params.off_count = v->off_count;
-}
-
-int ssae_cli_check_gpu(const char *cmd, const ssae_cli_args *args, int gpu,
-                       const char *backend) {
-  return ssae_cli_given(args, "--gpu") ? ssae_cli_check_device(cmd, "--gpu", gpu, backend)
-                                       : SSAE_EXIT_OK;
-}
-
-void ssae_cli_engine_gpu(const ssae_engine_cfg *ec) {
-  if (strcmp(ec->backend, "cpu") && ec->gpu < ssae_cuda_device_count())
-    ssae_cuda_use_device(ec->gpu, NULL);
-}
-
-ssae_model *ssae_cli_open_model(const ssae_cli_service *s, const char *cmd, const char *model,
-                                double threshold) {
-  ssae_err err;
-  ssae_model *m = ssae_model_open(s ? ssae_cli_service_model_path(s) : model, &err);
-  if (!m) {
-    /* a config's model is named where the config says it (FILE:LINE:
-     * machines[0].model: ...), as the start's check names the others */
-    ssae_err named;
-    ssae_cli_error(cmd, "%s",
-                   s && ssae_cli_service_check_models(s, &named) ? named.msg : err.msg);
-    return NULL;
-  }
-  if (!s && !isfinite(threshold) && !isfinite(m->threshold))
-    fprintf(stderr, "ssae %s: the model has no threshold and none was given (--threshold): "
-                    "no alarms, scores only\n", cmd);
-  return m;
-}
-
-int ssae_cli_service_wanted(const ssae_cli_service_args *a) {
-  return a->config || a->node || a->names || a->mqtt || a->metrics || a->clips ||
-         a->clip_pictures;
-}
-
-#if SSAE_HAVE_SERVICE
 
 #include "ssae_audio.h"
 #include "ssae_clips.h"
@@ -150,7 +56,7 @@ struct ssae_cli_service {
  * lines of every status event would flood it. */
 static int stdout_is_journal(void) {
   static int known = -1;
-  if (known < 0) known = fd_is_journal(1);
+  if (known < 0) known = ssae_cli_fd_is_journal(1);
   return known;
 }
 
@@ -436,7 +342,7 @@ int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
   }
   s->next = next;
   s->next_user = next_user;
-  s->journal = stderr_is_journal();
+  s->journal = ssae_cli_stderr_is_journal();
   if (set_names(s, c)) {
     ssae_cli_log(3, s->prog, "out of memory");
     block_sighup(0);
@@ -750,94 +656,3 @@ int ssae_cli_service_free(ssae_cli_service *s) {
   free(s);
   return failed;
 }
-
-#else /* without the service's libraries */
-
-struct ssae_cli_service {
-  int unused;
-};
-
-ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service_args *a,
-                                        const ssae_cli_service_cmdvals *v, int *rc) {
-  (void)a;
-  (void)v;
-  ssae_cli_log(3, prog, "this ssae was built without the plant service (libcyaml, "
-                        "libyaml, libmosquitto, libmicrohttpd): --config, --node, "
-                        "--names, --mqtt, --metrics and --clips are not available");
-  *rc = SSAE_EXIT_INPUT;
-  return NULL;
-}
-void ssae_cli_service_input_get(const ssae_cli_service *s, ssae_cli_service_input *in) {
-  (void)s;
-  memset(in, 0, sizeof *in);
-}
-int ssae_cli_service_monitor_input(const ssae_cli_service *s, const char **input,
-                                   int *realtime, const char **device, int *channels,
-                                   int given_channels, int *channel, int given_channel) {
-  (void)s, (void)input, (void)realtime, (void)device, (void)channels, (void)given_channels;
-  (void)channel, (void)given_channel;
-  return 0;
-}
-int ssae_cli_service_jack_input(const ssae_cli_service *s, int *inputs, int given_inputs,
-                                ssae_cli_list *connect) {
-  (void)s, (void)inputs, (void)given_inputs, (void)connect;
-  return 0;
-}
-const char *ssae_cli_service_model_path(const ssae_cli_service *s) {
-  (void)s;
-  return NULL;
-}
-int ssae_cli_service_check_models(const ssae_cli_service *s, ssae_err *err) {
-  (void)s, (void)err;
-  return 0;
-}
-int ssae_cli_service_start(ssae_cli_service *s, int channels, double rate,
-                           ssae_engine_cfg *ec, ssae_event_fn next, void *next_user,
-                           int windows) {
-  (void)s, (void)channels, (void)rate, (void)ec, (void)next, (void)next_user, (void)windows;
-  return 0;
-}
-const ssae_model *ssae_cli_service_model(ssae_cli_service *s, const ssae_model *fallback) {
-  (void)s;
-  return fallback;
-}
-int ssae_cli_service_owns_events(const ssae_cli_service *s) { return s != NULL; }
-int ssae_cli_service_owns_stdout(const ssae_cli_service *s) {
-  (void)s;
-  return 0;
-}
-void ssae_cli_service_attach(ssae_cli_service *s, ssae_engine *e) { (void)s, (void)e; }
-void ssae_cli_service_audio(ssae_cli_service *s, const float *const *in, size_t n) {
-  (void)s, (void)in, (void)n;
-}
-void ssae_cli_service_hook(void *user, int first, int count, const float *const *in,
-                           size_t n) {
-  (void)user, (void)first, (void)count, (void)in, (void)n;
-}
-void ssae_cli_service_file_pace(ssae_cli_service *s, ssae_engine *e, size_t n) {
-  (void)s, (void)e, (void)n;
-}
-void ssae_cli_service_poll(ssae_cli_service *s) { (void)s; }
-int ssae_cli_service_keeps_running(const ssae_cli_service *s) {
-  (void)s;
-  return 0;
-}
-void ssae_cli_service_keep_running(ssae_cli_service *s, volatile sig_atomic_t *stop) {
-  (void)s, (void)stop;
-}
-void ssae_cli_service_detach(ssae_cli_service *s) { (void)s; }
-int ssae_cli_service_free(ssae_cli_service *s) {
-  free(s);
-  return 0;
-}
-const char *ssae_cli_service_machine(void *user, int channel, char *buf, size_t len) {
-  (void)user, (void)channel, (void)buf, (void)len;
-  return NULL;
-}
-const char *ssae_cli_service_clip(void *user, int channel, const char *id, char *buf,
-                                  size_t len) {
-  (void)user, (void)channel, (void)id, (void)buf, (void)len;
-  return NULL;
-}
-
-#endif

@@ -255,5 +255,9 @@ const char *ssae_cli_service_clip(void *user, int channel, const char *id, char 
  * "<N>" when stderr is the journal (JOURNAL_STREAM), so journald keeps
  * the level. prio: 3 error, 4 warning, 6 info. */
 void ssae_cli_log(int prio, const char *prog, const char *fmt, ...) SSAE_PRINTF(3, 4);
+/* Whether fd is the journal (JOURNAL_STREAM names its device and inode:
+ * systemd sets it for a unit's stdout and stderr); stderr's, asked once. */
+int ssae_cli_fd_is_journal(int fd);
+int ssae_cli_stderr_is_journal(void);
 
 #endif

@@ -9,10 +9,14 @@ void ssae_detector_params_default(ssae_detector_params *p) {
   p->off_count = SSAE_DETECTOR_OFF_COUNT;
 }
 
-void ssae_detector_reset(ssae_detector *d) {
+void ssae_detector_restart(ssae_detector *d) {
   d->smoothed = 0.0;
   d->have_smoothed = 0;
   d->above = d->below = 0;
+}
+
+void ssae_detector_reset(ssae_detector *d) {
+  ssae_detector_restart(d);
   d->alarm = 0;
 }
 

@@ -64,6 +64,10 @@ typedef struct ssae_detector {
 enum { SSAE_DETECTOR_NO_CHANGE = 0, SSAE_DETECTOR_ALARM_ON = 1, SSAE_DETECTOR_ALARM_OFF = -1 };
 
 SSAE_REALTIME void ssae_detector_reset(ssae_detector *d);
+/* The smoothing and the hysteresis counts start afresh; an alarm on stays
+ * on until the scores from here end it (a new model: its scores are on
+ * another scale than the average so far). */
+SSAE_REALTIME void ssae_detector_restart(ssae_detector *d);
 
 /* The smoothing factor for a hop and a time constant (both in seconds). */
 SSAE_REALTIME double ssae_detector_alpha(double hop_s, double smoothing_s);

@@ -355,8 +355,10 @@ int ssae_engine_set_input_rate(ssae_engine *e, double rate, ssae_err *err);
  * "reason". */
 int ssae_event_json(const ssae_event *ev, char *buf, size_t len);
 /* The same with the channel's name as "machine" (every event of a
- * channel); NULL: as ssae_event_json. */
-int ssae_event_json_named(const ssae_event *ev, const char *machine, char *buf, size_t len);
+ * channel; NULL: as ssae_event_json) and, on alarm events, the alarm's
+ * clip path as "clip" (NULL: none). */
+int ssae_event_json_named(const ssae_event *ev, const char *machine, const char *clip,
+                          char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -294,9 +294,10 @@ static void judge(ssae_engine *e, const item_hdr *h, float score, double lat) {
     const int c = (int)h->channel;
     const char *why = silent ? "silence" : !en ? "paused" : !isfinite(thr) ? "no_threshold"
                                                                          : "score";
+    const ssae_alarm_info *a =
+        k->det.alarm ? alarm_start(e, c, t, score) : alarm_end(e, c, t, silent ? NAN : score, why);
     ssae_event ev = {k->det.alarm ? SSAE_EVENT_ALARM_ON : SSAE_EVENT_ALARM_OFF,
-                     c, t, h->window, k->shown, score, thr, NULL, NULL,
-                     k->det.alarm ? alarm_start(e, c, t, score) : alarm_end(e, c, t, silent ? NAN : score, why)};
+                     c, t, h->window, k->shown, score, thr, NULL, NULL, a};
     emit(e, &ev);
   }
 }

@@ -40,11 +40,7 @@ static void take_swap(ssae_engine *e) {
   pthread_cond_broadcast(&e->swap.cv);
   pthread_mutex_unlock(&e->swap.mu);
   engine_scorer_free(old);
-  for (int c = 0; c < e->C; c++) {
-    ssae_detector *d = &e->w.ch[c].det;
-    d->have_smoothed = 0;
-    d->above = d->below = 0;
-  }
+  for (int c = 0; c < e->C; c++) ssae_detector_restart(&e->w.ch[c].det);
 }
 
 /* Whether the window follows its channel's previous one by one frame

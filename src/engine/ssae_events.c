@@ -62,10 +62,11 @@ static const char *event_name(ssae_event_type t) {
 }
 
 int ssae_event_json(const ssae_event *ev, char *buf, size_t len) {
-  return ssae_event_json_named(ev, NULL, buf, len);
+  return ssae_event_json_named(ev, NULL, NULL, buf, len);
 }
 
-int ssae_event_json_named(const ssae_event *ev, const char *machine, char *buf, size_t len) {
+int ssae_event_json_named(const ssae_event *ev, const char *machine, const char *clip,
+                          char *buf, size_t len) {
   if (!buf || len == 0) return -1;
   jbuf b = {buf, len, 0, 0};
   put(&b, "{\"t\":%.6f", isfinite(ev->t) ? ev->t : 0.0);
@@ -114,6 +115,7 @@ int ssae_event_json_named(const ssae_event *ev, const char *machine, char *buf, 
       if (a->reason) put_str(&b, "reason", a->reason);
     }
   }
+  if (alarm && clip) put_str(&b, "clip", clip);
   put(&b, "}\n");
   if (b.overflow) return -1;
   return (int)b.used;

@@ -144,23 +144,11 @@ void ssae_evsink_on_event(void *user, const ssae_event *ev) {
   const char *machine = s->cfg.machine && ev->channel >= 0
                             ? s->cfg.machine(s->cfg.machine_user, ev->channel, name, sizeof name)
                             : NULL;
-  int n = ssae_event_json_named(&shown, machine, line, sizeof line);
   char path[1024];
-  const char *clip = n > 2 && ev->alarm && s->cfg.clip
-                         ? s->cfg.clip(s->cfg.machine_user, ev->channel, ev->alarm->id, path,
-                                       sizeof path)
-                         : NULL;
-  if (clip) { /* ,"clip":"..." before the closing brace, as the service writes it */
-    char tail[1100];
-    int u = snprintf(tail, sizeof tail, ",\"clip\":\"");
-    int k = ssae_json_escape(tail, sizeof tail - 4, (size_t)u, clip);
-    if (k > 0 && (size_t)n - 2 + (size_t)k + 4 < sizeof line) {
-      memcpy(line + n - 2, tail, (size_t)k);
-      n = n - 2 + k;
-      memcpy(line + n, "\"}\n", 4); /* with the NUL */
-      n += 3;
-    }
-  }
+  const char *clip = ev->alarm && s->cfg.clip ? s->cfg.clip(s->cfg.machine_user, ev->channel,
+                                                            ev->alarm->id, path, sizeof path)
+                                              : NULL;
+  int n = ssae_event_json_named(&shown, machine, clip, line, sizeof line);
   if (n > 0) out_line(s, line, n);
   pthread_mutex_unlock(&s->mu);
 }

@@ -142,6 +142,12 @@ static void report(ssae_clips *c, const job *j, int ok, const char *msg) {
                    (double)(j->next - j->start) / c->cfg.rate, ok, msg);
 }
 
+/* The first sample of the clip of an alarm at `sample`: its pre-roll. */
+static uint64_t clip_start(const ssae_clips *c, uint64_t sample) {
+  const uint64_t pre = (uint64_t)llround(c->cfg.pre_roll_s * c->cfg.rate);
+  return sample > pre ? sample - pre : 0;
+}
+
 static void job_start(ssae_clips *c, const req *r) {
   job *j = calloc(1, sizeof *j);
   if (!j) {
@@ -153,8 +159,7 @@ static void job_start(ssae_clips *c, const req *r) {
   snprintf(j->id, sizeof j->id, "%s", r->id);
   snprintf(j->name, sizeof j->name, "%s", r->name);
   snprintf(j->path, sizeof j->path, "%s", r->path);
-  uint64_t pre = (uint64_t)llround(c->cfg.pre_roll_s * c->cfg.rate);
-  j->start = r->sample > pre ? r->sample - pre : 0;
+  j->start = clip_start(c, r->sample);
   j->next = j->start;
   j->end = UINT64_MAX;
   j->cap_end = j->start + (uint64_t)llround(c->cfg.max_length_s * c->cfg.rate);
@@ -536,13 +541,10 @@ void ssae_clips_stats_get(ssae_clips *c, ssae_clips_stats *s) {
 static int needed(const ssae_clips *c, int ch, uint64_t *oldest) {
   if (c->in_round) return -1;
   uint64_t need = c->need[ch];
-  const uint64_t pre = (uint64_t)llround(c->cfg.pre_roll_s * c->cfg.rate);
   for (size_t i = 0; i < c->n_reqs; i++) {
     const req *r = &c->reqs[i];
-    if (r->on && r->channel == ch) {
-      uint64_t start = r->sample > pre ? r->sample - pre : 0;
-      if (start < need) need = start;
-    }
+    if (r->on && r->channel == ch && clip_start(c, r->sample) < need)
+      need = clip_start(c, r->sample);
   }
   *oldest = need;
   return 0;

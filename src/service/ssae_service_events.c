@@ -22,7 +22,7 @@ int ssae_json_put_str(char *buf, size_t len, size_t used, const char *key,
 
 int ssae_service_event_json(const ssae_event *ev, const char *node, const char *machine,
                             const char *clip, double wall, char *buf, size_t len) {
-  int n = ssae_event_json_named(ev, machine, buf, len);
+  int n = ssae_event_json_named(ev, machine, clip, buf, len);
   /* The line ends in "}\n": the added keys go before the brace. */
   if (n < 2 || buf[n - 2] != '}') return -1;
   int u = n - 2;
@@ -33,8 +33,6 @@ int ssae_service_event_json(const ssae_event *ev, const char *node, const char *
     ssae_iso_time(wall, iso);
     if ((u = ssae_json_put_str(buf, len, (size_t)u, "time", iso)) < 0) return -1;
   }
-  if (alarm && clip && (u = ssae_json_put_str(buf, len, (size_t)u, "clip", clip)) < 0)
-    return -1;
   if ((size_t)u + 3 > len) return -1;
   buf[u++] = '}';
   buf[u++] = '\n';

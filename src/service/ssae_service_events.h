@@ -1,9 +1,9 @@
 /* Events a plant can use: every engine event as JSON with the machine's
  * name, the node, the audio time `t` and a wall-clock time (ISO 8601 UTC,
  * milliseconds). The alarm keys of SPEC section 4 (id, time, duration_s,
- * peak_score) come from the engine (ssae_alarm_info); the service adds the
- * clip path when clips are written. The JSON is ssae_event_json_named's
- * with keys added: nothing is renamed.
+ * peak_score) come from the engine (ssae_alarm_info), with the clip path
+ * when clips are written. The JSON is ssae_event_json_named's with keys
+ * added: nothing is renamed.
  *
  * Thread context: the engine's worker thread (ssae_event_fn callbacks). No
  * call here runs on the audio thread. */
@@ -23,10 +23,9 @@ extern "C" {
 
 /* One JSON line (with "\n") for an event: ssae_event_json_named's keys
  * (machine: the channel's name, given for channel >= 0; alarms' id, time,
- * duration_s, peak_score and reason from the engine) plus "node", "time"
- * for the other events (wall clock `wall`), and "clip" for alarms when
- * clip is not NULL. Returns the length, or -1 when buf is too small. No
- * allocation. */
+ * duration_s, peak_score and reason from the engine, and clip when not
+ * NULL) plus "node" and "time" for the other events (wall clock `wall`).
+ * Returns the length, or -1 when buf is too small. No allocation. */
 int ssae_service_event_json(const ssae_event *ev, const char *node, const char *machine,
                             const char *clip, double wall, char *buf, size_t len);
 

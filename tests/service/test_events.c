@@ -91,7 +91,7 @@ int main(void) {
   a.reason = "silence";
   const char *clip = "/var/lib/ssae/clips/ssae_pump_x.flac";
   char named[2048];
-  int n0 = ssae_event_json_named(&off, "pump \"2\"", named, sizeof named);
+  int n0 = ssae_event_json_named(&off, "pump \"2\"", clip, named, sizeof named);
   n = ssae_service_event_json(&off, "hall-2", "pump \"2\"", clip, 0, line, sizeof line);
   CHECK(n0 > 2 && n > n0, "lengths %d %d", n0, n);
   CHECK(strncmp(line, named, (size_t)n0 - 2) == 0, "the engine's line is not the prefix:\n%s%s",
