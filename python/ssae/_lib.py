@@ -95,6 +95,8 @@ def _declare(lib):
                                                c_char_p]),
         "ssae_api_net_backward_saved": (c_int, [c_void_p, fp, c_size_t, c_size_t, fp, fp, fp,
                                                 c_char_p]),
+        "ssae_api_net_loss": (c_int, [c_void_p, fp, c_size_t, ctypes.POINTER(c_double), fp,
+                                      c_char_p]),
         "ssae_api_net_set_team": (None, [c_void_p, c_void_p, c_int]),
         "ssae_api_net_fail_next": (None, [c_void_p]),
         "ssae_api_save": (c_int, [c_char_p, ip, fp, c_size_t, c_char_p, c_char_p]),

@@ -298,16 +298,20 @@ class _Net:
         """(the mean squared reconstruction error of x over every value, as
         a 0-dim tensor on x's device; its flat parameter gradient), x taken
         as a constant. CUDA: one library call (ssae_api_net_loss_cuda, the
-        trainer's own step); CPU: the training forward keeping its
-        activations, the error's gradient, the backward from them."""
+        trainer's own step); CPU: one library call too (ssae_api_net_loss:
+        each chunk's forward, squared errors and backward in one pass)."""
         if x.is_cuda:
             return self._loss_cuda(x, params)
-        y, act = self.forward_train(x, params)
-        d = y.sub_(x)
-        loss = d.pow(2).mean()
-        dy = d.mul_(2.0 / d.numel())
-        _, dp = self._backward_flat(x, dy, params, False, act)
-        return loss, dp
+        dp = torch.empty(self.n_params, dtype=torch.float32)
+        loss = ctypes.c_double()
+        err = _lib.errbuf()
+        with self.lock:
+            self._params(params)
+            self._use_team()
+            rc = self.lib.ssae_api_net_loss(self.h, _lib.fptr(x.data_ptr()), x.shape[0],
+                                            ctypes.byref(loss), _lib.fptr(dp.data_ptr()), err)
+        self._check(rc, err)
+        return torch.tensor(loss.value, dtype=torch.float32), dp
 
     # CUDA: the parameters as one flat vector on the device, every call (the
     # optimiser changes them in place); all work queued on the current

@@ -454,6 +454,14 @@ int ssae_api_net_backward_saved(ssae_api_net *net, const float *act, size_t n_ac
   return SSAE_API_OK;
 }
 
+int ssae_api_net_loss(ssae_api_net *net, const float *x, size_t n, double *loss,
+                      float *dparams, ssae_err *err) {
+  int rc = net_ready(net, err);
+  if (rc) return rc;
+  if (ssae_vjp_loss(net->vjp, x, n, loss, dparams, err)) return SSAE_API_EARG;
+  return SSAE_API_OK;
+}
+
 void ssae_api_net_set_team(ssae_api_net *net, void *team, int threads) {
   /* a function pointer passed as data: POSIX guarantees the round trip */
   ssae_team_fn fn;

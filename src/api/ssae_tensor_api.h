@@ -165,6 +165,14 @@ int ssae_api_net_forward_train(ssae_api_net *net, const float *x, size_t n, floa
                                size_t n_act, ssae_err *err);
 int ssae_api_net_backward_saved(ssae_api_net *net, const float *act, size_t n_act, size_t n,
                                 const float *dy, float *dparams, float *dx, ssae_err *err);
+/* The mean squared reconstruction error of n windows at x, as
+ * mse_loss(forward(x), x) over every value (x a constant), into *loss, and
+ * its parameter gradient into dparams: the forward, the error's gradient
+ * and the backward in one pass over each chunk of windows, no output and no
+ * activations written. The gradient is ssae_api_net_backward's for dy =
+ * (y - x) * (2 / (n F M)) (in float), bit for bit. */
+int ssae_api_net_loss(ssae_api_net *net, const float *x, size_t n, double *loss,
+                      float *dparams, ssae_err *err);
 /* The training forward and backward above run on the caller's thread team
  * instead of the net's own threads: team is a function with the signature
  * (and meaning) of libgomp's GOMP_parallel(fn, data, n_threads, flags),

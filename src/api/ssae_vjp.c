@@ -30,6 +30,11 @@ typedef struct job {
   size_t n;
   float *y, *dx;
   float *act;
+  /* the fused MSE loss instead of a given dy: dy = 2 (y - x) / (n F M)
+   * made from each chunk's forward, each chunk's sum of squared errors
+   * into csse[chunk] */
+  int loss;
+  double *csse;
 } job;
 
 /* Most units per batch: enough to share among the threads of a large
@@ -48,6 +53,8 @@ struct ssae_vjp {
   int threads;
   work *w;
   float *ugrad; /* one parameter gradient per unit, grown on demand */
+  double *csse; /* the fused loss: each chunk's squared errors, grown too */
+  size_t cap_chunks;
   float *tgrad; /* per thread: a chunk's gradient before it joins its unit's */
   size_t cap_units;
   job cur;
@@ -103,6 +110,20 @@ static void plan_units(ssae_vjp *g, size_t n) {
   g->n_units = (nc + g->unit_chunks - 1) / g->unit_chunks;
 }
 
+/* The MSE loss's output gradient in place of the chunk's output y, as
+ * torch makes it (d = y - x, then d * (2 / numel) in float); returns the
+ * chunk's sum of squared errors, in double. */
+static double chunk_loss_grad(const float *x, float *y, size_t len, size_t numel) {
+  const float scale = (float)(2.0 / (double)numel);
+  double sse = 0;
+  for (size_t i = 0; i < len; i++) {
+    float d = y[i] - x[i];
+    sse += (double)d * d;
+    y[i] = d * scale;
+  }
+  return sse;
+}
+
 /* Units are claimed one at a time; which thread runs one does not change
  * its result. */
 static void chunks_share(ssae_vjp *g, int slot) {
@@ -118,6 +139,14 @@ static void chunks_share(ssae_vjp *g, int slot) {
     for (size_t c = c0; c < c1; c++) {
       size_t first = c * CHUNK, nw = jb->n - first < CHUNK ? jb->n - first : CHUNK;
       work kept = jb->act ? with_act(g, w, jb->act + c * CHUNK * act_per_window(g)) : *w;
+      if (jb->loss) {
+        chunk_forward(g, &kept, jb->x + first * win, nw, kept.y, 1);
+        jb->csse[c] = chunk_loss_grad(jb->x + first * win, kept.y, nw * win, jb->n * win);
+        chunk_backward(g, &kept, nw, kept.y, c == c0 ? ug : tmp, NULL, 1);
+        if (c != c0)
+          for (size_t i = 0; i < P; i++) ug[i] += tmp[i];
+        continue;
+      }
       if (!jb->dy) {
         chunk_forward(g, &kept, jb->x + first * win, nw, jb->y + first * win, 1);
         continue;
@@ -209,6 +238,7 @@ void ssae_vjp_free(ssae_vjp *g) {
   free(g->gnorm);
   free(g->acc);
   free(g->ugrad);
+  free(g->csse);
   free(g->tgrad);
   free(g);
 }
@@ -276,7 +306,7 @@ int ssae_vjp_set_params(ssae_vjp *g, const float *params, ssae_err *err) {
 int ssae_vjp_forward(ssae_vjp *g, const float *x, size_t n, float *y, ssae_err *err) {
   if (n && (!x || !y)) return ssae_err_set(err, "forward: NULL buffer");
   if (!n) return 0;
-  g->cur = (job){x, NULL, n, y, NULL, NULL};
+  g->cur = (job){x, NULL, n, y, NULL, NULL, 0, NULL};
   run_job(g);
   return 0;
 }
@@ -289,18 +319,18 @@ int ssae_vjp_forward_save(ssae_vjp *g, const float *x, size_t n, float *y, float
                           ssae_err *err) {
   if (n && (!x || !y || !act)) return ssae_err_set(err, "forward: NULL buffer");
   if (!n) return 0;
-  g->cur = (job){x, NULL, n, y, NULL, act};
+  g->cur = (job){x, NULL, n, y, NULL, act, 0, NULL};
   run_job(g);
   return 0;
 }
 
 static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const float *dy,
-                        float *dparams, float *dx, ssae_err *err);
+                        int loss, float *dparams, float *dx, ssae_err *err);
 
 int ssae_vjp_backward(ssae_vjp *g, const float *x, size_t n, const float *dy, float *dparams,
                       float *dx, ssae_err *err) {
   if (!dparams || (n && (!x || !dy))) return ssae_err_set(err, "backward: NULL buffer");
-  return backward_job(g, x, NULL, n, dy, dparams, dx, err);
+  return backward_job(g, x, NULL, n, dy, 0, dparams, dx, err);
 }
 
 int ssae_vjp_backward_saved(ssae_vjp *g, const float *act, size_t n, const float *dy,
@@ -308,11 +338,28 @@ int ssae_vjp_backward_saved(ssae_vjp *g, const float *act, size_t n, const float
   if (!dparams || (n && (!act || !dy))) return ssae_err_set(err, "backward: NULL buffer");
   /* act is only read (the job's pointer is not const for the forward's
    * sake) */
-  return backward_job(g, NULL, (float *)act, n, dy, dparams, dx, err);
+  return backward_job(g, NULL, (float *)act, n, dy, 0, dparams, dx, err);
+}
+
+int ssae_vjp_loss(ssae_vjp *g, const float *x, size_t n, double *loss, float *dparams,
+                  ssae_err *err) {
+  if (!dparams || !loss || (n && !x)) return ssae_err_set(err, "loss: NULL buffer");
+  size_t nc = n_chunks(n);
+  if (nc > g->cap_chunks) {
+    double *c = realloc(g->csse, nc * sizeof *c);
+    if (!c) return ssae_err_set(err, "out of memory for a batch of %zu windows", n);
+    g->csse = c;
+    g->cap_chunks = nc;
+  }
+  if (backward_job(g, x, NULL, n, NULL, 1, dparams, NULL, err)) return -1;
+  double sse = 0;
+  for (size_t c = 0; c < nc; c++) sse += g->csse[c];
+  *loss = n ? sse / ((double)n * (double)(g->F * g->M)) : NAN;
+  return 0;
 }
 
 static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const float *dy,
-                        float *dparams, float *dx, ssae_err *err) {
+                        int loss, float *dparams, float *dx, ssae_err *err) {
   size_t P = g->P;
   plan_units(g, n);
   if (g->n_units > g->cap_units) {
@@ -322,7 +369,7 @@ static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const
     g->cap_units = g->n_units;
   }
   if (n) {
-    g->cur = (job){x, dy, n, NULL, dx, act};
+    g->cur = (job){x, dy, n, NULL, dx, act, loss, g->csse};
     run_phase(g, chunks_share, g->n_units);
     run_phase(g, sum_share, (P + SUM_SLICE - 1) / SUM_SLICE);
   } else {

@@ -61,6 +61,15 @@ int ssae_vjp_forward(ssae_vjp *v, const float *x, size_t n, float *y, ssae_err *
 int ssae_vjp_backward(ssae_vjp *v, const float *x, size_t n, const float *dy, float *dparams,
                       float *dx, ssae_err *err);
 
+/* The mean squared reconstruction error of n windows at x (x taken as a
+ * constant), mean over all n*F*M values, into *loss (NaN for n = 0), and
+ * its parameter gradient into dparams: the forward, the error's gradient
+ * 2 (y - x) / (n F M) and the backward in one pass over each chunk (no
+ * output written, no forward again). The same gradient as
+ * ssae_vjp_backward from that dy, bit for bit. */
+int ssae_vjp_loss(ssae_vjp *v, const float *x, size_t n, double *loss, float *dparams,
+                  ssae_err *err);
+
 /* Training without recomputation: the forward, keeping what the backward
  * needs in act (ssae_vjp_act_floats(v, n) floats, the caller's); then the
  * backward from them (the same results as ssae_vjp_backward on the

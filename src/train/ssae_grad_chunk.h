@@ -21,18 +21,22 @@
 
 /* The kernels do not use floating-point exception flags; without
  * -ftrapping-math GCC if-converts the selects in the GELU loop and
- * vectorises it. */
+ * vectorises it, also at -O2 (distributions' and meson's debugoptimized
+ * builds) once its cost model is the -O3 one: -O2's alone leaves the GELUs
+ * scalar, and a training step at half speed. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
-#pragma GCC optimize("no-trapping-math")
+#pragma GCC optimize("no-trapping-math", "tree-loop-vectorize", "vect-cost-model=dynamic")
 #endif
 #define KSFX(name) name##_base
 #define KV kv4
 #define KVL 4
+#define KRT 4
 #include "ssae_train_kern.h"
 #undef KSFX
 #undef KV
 #undef KVL
+#undef KRT
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
@@ -41,14 +45,34 @@
 #define HAVE_AVX2_KERNELS 1
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-#pragma GCC optimize("fp-contract=fast", "no-trapping-math")
+#pragma GCC optimize("fp-contract=fast", "no-trapping-math", "tree-loop-vectorize", \
+                     "vect-cost-model=dynamic")
 #define KSFX(name) name##_avx2
 #define KV kv8
 #define KVL 8
+#define KRT 4
 #include "ssae_train_kern.h"
 #undef KSFX
 #undef KV
 #undef KVL
+#undef KRT
+#pragma GCC pop_options
+
+/* AVX-512 (F, DQ, VL, BW): vectors of 16 floats, 32 registers. */
+#define HAVE_AVX512_KERNELS 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma", "prefer-vector-width=512")
+#pragma GCC optimize("fp-contract=fast", "no-trapping-math", "tree-loop-vectorize", \
+                     "vect-cost-model=dynamic")
+#define KSFX(name) name##_avx512
+#define KV kv16
+#define KVL 16
+#define KRT 8
+#include "ssae_train_kern.h"
+#undef KSFX
+#undef KV
+#undef KVL
+#undef KRT
 #pragma GCC pop_options
 #endif
 
@@ -56,17 +80,25 @@ typedef struct kernels {
   void (*mm_nn)(size_t, size_t, size_t, const float *, const float *, const float *, float *);
   void (*mm_tn_acc)(size_t, size_t, size_t, const float *, const float *, float *);
   void (*gelu_fwd)(size_t, const float *, float *, float *);
+  void (*ln_fwd)(size_t, size_t, const float *, const float *, const float *, float *, float *,
+                 float *, int);
 } kernels;
 
-/* The AVX2 kernels where the CPU has AVX2 and FMA (and SSAE_NO_AVX2 is
- * unset), else the portable ones. */
+/* The widest kernel set the CPU runs: AVX-512 (unless SSAE_NO_AVX512 is
+ * set), AVX2 with FMA (unless SSAE_NO_AVX2 is set, which also rules out
+ * AVX-512), else the portable one. */
 static kernels pick_kernels(void) {
-  kernels k = {mm_nn_base, mm_tn_acc_base, gelu_fwd_base};
+  kernels k = {mm_nn_base, mm_tn_acc_base, gelu_fwd_base, ln_fwd_base};
 #ifdef HAVE_AVX2_KERNELS
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      !getenv("SSAE_NO_AVX2"))
-    k = (kernels){mm_nn_avx2, mm_tn_acc_avx2, gelu_fwd_avx2};
+  if (getenv("SSAE_NO_AVX2") || !__builtin_cpu_supports("avx2") ||
+      !__builtin_cpu_supports("fma"))
+    return k;
+  k = (kernels){mm_nn_avx2, mm_tn_acc_avx2, gelu_fwd_avx2, ln_fwd_avx2};
+  if (!getenv("SSAE_NO_AVX512") && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw"))
+    k = (kernels){mm_nn_avx512, mm_tn_acc_avx512, gelu_fwd_avx512, ln_fwd_avx512};
 #endif
   return k;
 }
@@ -78,30 +110,6 @@ typedef struct work {
   float *z, *zhat, *v, *p, *zp, *gd2, *rstd2; /* bottleneck: [CHUNK x L], [CHUNK] */
   float *r, *y, *dr, *dzp, *dv, *dz, *du;     /* decoder, gradients */
 } work;
-
-/* Layer normalisation of R rows of length n; statistics in double because
- * log-mel inputs sit far from zero (about -100 ... +20 dB). */
-static void ln_fwd(size_t R, size_t n, const float *x, const float *gw, const float *gb,
-                   float *xhat, float *out, float *rstd, int exact) {
-  for (size_t i = 0; i < R; i++) {
-    const float *xi = x + i * n;
-    double s = 0;
-    for (size_t j = 0; j < n; j++) s += xi[j];
-    double mean = s / (double)n, ss = 0;
-    for (size_t j = 0; j < n; j++) {
-      double t = xi[j] - mean;
-      ss += t * t;
-    }
-    double rs = 1.0 / sqrt(ss / (double)n + LN_EPS);
-    float m = (float)mean, r = (float)rs;
-    rstd[i] = r;
-    float *xh = xhat + i * n, *o = out + i * n;
-    for (size_t j = 0; j < n; j++) {
-      xh[j] = exact ? (float)((xi[j] - mean) * r) : (xi[j] - m) * r;
-      o[j] = xh[j] * gw[j] + gb[j];
-    }
-  }
-}
 
 /* dgw += dout xhat, dgb += dout; with dx, the input gradient
  * dx = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)), dxh = dout gw. */
@@ -191,12 +199,12 @@ static void chunk_forward(const GRAD_T *g, work *w, const float *x, size_t nw, f
   const float *P = g->params;
   const size_t *off = g->off;
 
-  ln_fwd(R, M, x, P + off[0], P + off[1], w->xhat, w->u, w->rstd1, exact);
+  k->ln_fwd(R, M, x, P + off[0], P + off[1], w->xhat, w->u, w->rstd1, exact);
   k->mm_nn(R, M, S, w->u, g->enc_t, P + off[3], w->a);
   k->gelu_fwd(R * S, w->a, w->h, w->gd1);
   /* h is also c: [nw x C] */
   k->mm_nn(nw, C, L, w->h, g->bn_t, NULL, w->z);
-  ln_fwd(nw, L, w->z, P + off[5], P + off[6], w->zhat, w->v, w->rstd2, exact);
+  k->ln_fwd(nw, L, w->z, P + off[5], P + off[6], w->zhat, w->v, w->rstd2, exact);
   k->mm_nn(nw, L, L, w->v, g->bnw_t, P + off[8], w->p);
   k->gelu_fwd(nw * L, w->p, w->zp, w->gd2);
   k->mm_nn(nw, L, C, w->zp, g->bn, NULL, w->r);

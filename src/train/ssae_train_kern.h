@@ -7,6 +7,13 @@
  * baseline, 32 under AVX2), chosen by the includer: the tiles' accumulators
  * are named variables of it, so they live in registers. */
 typedef float KV __attribute__((vector_size(KVL * 4)));
+/* Half a vector of floats and the doubles it widens to (one register):
+ * the LayerNorm statistics' partial sums, one per lane. */
+typedef float KSFX(kvh) __attribute__((vector_size(KVL * 2)));
+typedef double KSFX(kvd) __attribute__((vector_size(KVL * 4)));
+#define KVH KSFX(kvh)
+#define KVD KSFX(kvd)
+#define KVHL (KVL / 2)
 
 #ifndef KLD8
 /* unaligned load / store; macros, since passing these vectors to functions
@@ -15,54 +22,50 @@ typedef float KV __attribute__((vector_size(KVL * 4)));
 #define KST8(p, v) memcpy((p), &(v), sizeof(v))
 #endif
 
-/* C[R x N] = A[R x K] * B[K x N] (+ bias[N]). Register tiles of 4 rows by
- * 2 KVL columns. */
+/* C[R x N] = A[R x K] * B[K x N] (+ bias[N]). Register tiles of KRT rows
+ * (the includer's: as many as the register file holds) by 2 KVL columns;
+ * each output is its bias plus the products in k order, whatever the tile. */
 static void KSFX(mm_nn)(size_t R, size_t K, size_t N, const float *restrict A,
                         const float *restrict B, const float *restrict bias,
                         float *restrict C) {
-  size_t N16 = N & ~(size_t)(2 * KVL - 1), R4 = R & ~(size_t)3;
-  for (size_t i = 0; i < R4; i += 4) {
-    const float *a0 = A + i * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
-    for (size_t j = 0; j < N16; j += 2 * KVL) {
+  const size_t N2 = N & ~(size_t)(2 * KVL - 1), RT = R - R % KRT;
+  for (size_t i = 0; i < RT; i += KRT) {
+    const float *a = A + i * K;
+    for (size_t j = 0; j < N2; j += 2 * KVL) {
       KV b0 = {0}, b1 = {0};
       if (bias) {
         KLD8(b0, bias + j);
         KLD8(b1, bias + j + KVL);
       }
-      KV c00 = b0, c01 = b1, c10 = b0, c11 = b1, c20 = b0, c21 = b1, c30 = b0, c31 = b1;
+      KV c0[KRT], c1[KRT];
+      _Pragma("GCC unroll 16") for (int r = 0; r < KRT; r++) {
+        c0[r] = b0;
+        c1[r] = b1;
+      }
       for (size_t k = 0; k < K; k++) {
         const float *b = B + k * N + j;
         KV v0, v1;
         KLD8(v0, b);
         KLD8(v1, b + KVL);
-        float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-        c00 += x0 * v0;
-        c01 += x0 * v1;
-        c10 += x1 * v0;
-        c11 += x1 * v1;
-        c20 += x2 * v0;
-        c21 += x2 * v1;
-        c30 += x3 * v0;
-        c31 += x3 * v1;
+        _Pragma("GCC unroll 16") for (int r = 0; r < KRT; r++) {
+          const float x = a[(size_t)r * K + k];
+          c0[r] += x * v0;
+          c1[r] += x * v1;
+        }
       }
-      float *c = C + i * N + j;
-      KST8(c, c00);
-      KST8(c + KVL, c01);
-      KST8(c + N, c10);
-      KST8(c + N + KVL, c11);
-      KST8(c + 2 * N, c20);
-      KST8(c + 2 * N + KVL, c21);
-      KST8(c + 3 * N, c30);
-      KST8(c + 3 * N + KVL, c31);
+      _Pragma("GCC unroll 16") for (int r = 0; r < KRT; r++) {
+        KST8(C + (i + (size_t)r) * N + j, c0[r]);
+        KST8(C + (i + (size_t)r) * N + j + KVL, c1[r]);
+      }
     }
-    for (size_t r = i; r < i + 4; r++)
-      for (size_t j = N16; j < N; j++) {
+    for (size_t r = i; r < i + KRT; r++)
+      for (size_t j = N2; j < N; j++) {
         float s = bias ? bias[j] : 0.0f;
         for (size_t k = 0; k < K; k++) s += A[r * K + k] * B[k * N + j];
         C[r * N + j] = s;
       }
   }
-  for (size_t r = R4; r < R; r++) {
+  for (size_t r = RT; r < R; r++) {
     float *c = C + r * N;
     for (size_t j = 0; j < N; j++) c[j] = bias ? bias[j] : 0.0f;
     for (size_t k = 0; k < K; k++) {
@@ -74,56 +77,43 @@ static void KSFX(mm_nn)(size_t R, size_t K, size_t N, const float *restrict A,
 }
 
 /* G[P x N] += A[R x P]^T * B[R x N]: the weight gradients, summed over the
- * R rows in order. */
+ * R rows in order. Tiles of KRT rows of G by 2 KVL columns. */
 static void KSFX(mm_tn_acc)(size_t R, size_t P, size_t N,
                             const float *restrict A, const float *restrict B,
                             float *restrict G) {
-  size_t N16 = N & ~(size_t)(2 * KVL - 1), P4 = P & ~(size_t)3;
-  for (size_t p = 0; p < P4; p += 4) {
-    for (size_t j = 0; j < N16; j += 2 * KVL) {
-      float *g = G + p * N + j;
-      KV g00, g01, g10, g11, g20, g21, g30, g31;
-      KLD8(g00, g);
-      KLD8(g01, g + KVL);
-      KLD8(g10, g + N);
-      KLD8(g11, g + N + KVL);
-      KLD8(g20, g + 2 * N);
-      KLD8(g21, g + 2 * N + KVL);
-      KLD8(g30, g + 3 * N);
-      KLD8(g31, g + 3 * N + KVL);
+  const size_t N2 = N & ~(size_t)(2 * KVL - 1), PT = P - P % KRT;
+  for (size_t p = 0; p < PT; p += KRT) {
+    for (size_t j = 0; j < N2; j += 2 * KVL) {
+      KV g0[KRT], g1[KRT];
+      _Pragma("GCC unroll 16") for (int q = 0; q < KRT; q++) {
+        KLD8(g0[q], G + (p + (size_t)q) * N + j);
+        KLD8(g1[q], G + (p + (size_t)q) * N + j + KVL);
+      }
       for (size_t i = 0; i < R; i++) {
         const float *b = B + i * N + j;
         const float *a = A + i * P + p;
         KV v0, v1;
         KLD8(v0, b);
         KLD8(v1, b + KVL);
-        float x0 = a[0], x1 = a[1], x2 = a[2], x3 = a[3];
-        g00 += x0 * v0;
-        g01 += x0 * v1;
-        g10 += x1 * v0;
-        g11 += x1 * v1;
-        g20 += x2 * v0;
-        g21 += x2 * v1;
-        g30 += x3 * v0;
-        g31 += x3 * v1;
+        _Pragma("GCC unroll 16") for (int q = 0; q < KRT; q++) {
+          const float x = a[q];
+          g0[q] += x * v0;
+          g1[q] += x * v1;
+        }
       }
-      KST8(g, g00);
-      KST8(g + KVL, g01);
-      KST8(g + N, g10);
-      KST8(g + N + KVL, g11);
-      KST8(g + 2 * N, g20);
-      KST8(g + 2 * N + KVL, g21);
-      KST8(g + 3 * N, g30);
-      KST8(g + 3 * N + KVL, g31);
+      _Pragma("GCC unroll 16") for (int q = 0; q < KRT; q++) {
+        KST8(G + (p + (size_t)q) * N + j, g0[q]);
+        KST8(G + (p + (size_t)q) * N + j + KVL, g1[q]);
+      }
     }
-    for (size_t pp = p; pp < p + 4; pp++)
-      for (size_t j = N16; j < N; j++) {
+    for (size_t pp = p; pp < p + KRT; pp++)
+      for (size_t j = N2; j < N; j++) {
         float s = G[pp * N + j];
         for (size_t i = 0; i < R; i++) s += A[i * P + pp] * B[i * N + j];
         G[pp * N + j] = s;
       }
   }
-  for (size_t pp = P4; pp < P; pp++)
+  for (size_t pp = PT; pp < P; pp++)
     for (size_t i = 0; i < R; i++) {
       float x = A[i * P + pp];
       const float *b = B + i * N;
@@ -188,3 +178,64 @@ static void KSFX(gelu_fwd)(size_t n, const float *restrict a,
     d[i] = phi_cdf + x * pdf;
   }
 }
+
+/* Layer normalisation of R rows of length n; the statistics in double
+ * (log-mel inputs sit far from zero, about -100 ... +20 dB), KVL/2 partial
+ * sums a row, added in lane order. exact: xhat from x - mean in double (the
+ * VJP's), else in float (the trainer's). */
+static void KSFX(ln_fwd)(size_t R, size_t n, const float *restrict x,
+                         const float *restrict gw, const float *restrict gb,
+                         float *restrict xhat, float *restrict out,
+                         float *restrict rstd, int exact) {
+  const size_t nv = n & ~(size_t)(KVHL - 1);
+  for (size_t i = 0; i < R; i++) {
+    const float *xi = x + i * n;
+    KVD sv = {0};
+    for (size_t j = 0; j < nv; j += KVHL) {
+      KVH v;
+      KLD8(v, xi + j);
+      sv += __builtin_convertvector(v, KVD);
+    }
+    double s = 0;
+    for (int l = 0; l < KVHL; l++) s += sv[l];
+    for (size_t j = nv; j < n; j++) s += xi[j];
+    const double mean = s / (double)n;
+    KVD qv = {0};
+    for (size_t j = 0; j < nv; j += KVHL) {
+      KVH v;
+      KLD8(v, xi + j);
+      KVD t = __builtin_convertvector(v, KVD) - mean;
+      qv += t * t;
+    }
+    double ss = 0;
+    for (int l = 0; l < KVHL; l++) ss += qv[l];
+    for (size_t j = nv; j < n; j++) {
+      double t = xi[j] - mean;
+      ss += t * t;
+    }
+    const double rs = 1.0 / sqrt(ss / (double)n + LN_EPS);
+    const float m = (float)mean, r = (float)rs;
+    rstd[i] = r;
+    float *xh = xhat + i * n, *o = out + i * n;
+    for (size_t j = 0; j < nv; j += KVHL) {
+      KVH v, w, b, h;
+      KLD8(v, xi + j);
+      KLD8(w, gw + j);
+      KLD8(b, gb + j);
+      if (exact)
+        h = __builtin_convertvector((__builtin_convertvector(v, KVD) - mean) * (double)r, KVH);
+      else
+        h = (v - m) * r;
+      KST8(xh + j, h);
+      KVH ov = h * w + b;
+      KST8(o + j, ov);
+    }
+    for (size_t j = nv; j < n; j++) {
+      xh[j] = exact ? (float)((xi[j] - mean) * r) : (xi[j] - m) * r;
+      o[j] = xh[j] * gw[j] + gb[j];
+    }
+  }
+}
+#undef KVD
+#undef KVH
+#undef KVHL

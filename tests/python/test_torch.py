@@ -228,33 +228,39 @@ def train(model, data, steps=200, batch=128, seed=0, loss_of=mse_step):
 
 
 def test_adam_training_matches_plain_module(windows):
-    """The plain module in float64 is the reference: in float32, PyTorch's
-    own module drifts from it by about 2e-3 over these 200 steps (Adam
-    amplifies rounding), the kernels by about 3e-4."""
+    """The drop-in module (with mse_loss, and with its fused loss) trained
+    for 200 Adam steps ends at the loss of the plain module in float64
+    within 1e-3, on the mean over six batch orders. One run alone is
+    chaotic at that level in any float32 arithmetic: moving the float64
+    module's starting parameters by 1e-7 relative (float32's rounding)
+    moves its final loss over 9e-4, and PyTorch's own module in float32
+    ends 1.9e-3 from float64 on the first order, while the kernels'
+    gradients are within 1e-6 of float64 at every step (the tests above).
+    A kernel with a bias, not rounding, moves the mean as well."""
     data = torch.from_numpy(windows)
     torch.manual_seed(7)
-    m = st.SpectralShapeAutoencoder()
-    plain = ssae_torch.SpectralShapeAutoencoder()
-    plain.load_state_dict(m.state_dict())
-    plain32 = ssae_torch.SpectralShapeAutoencoder()
-    plain32.load_state_dict(m.state_dict())
-    plain = plain.double()
+    m0 = st.SpectralShapeAutoencoder()
     with torch.no_grad():
-        start = float(torch.nn.functional.mse_loss(plain(data.double()), data.double()))
-    fused = st.SpectralShapeAutoencoder()
-    fused.load_state_dict(m.state_dict())
-    a = train(m, data)
-    b = train(plain, data.double())
-    c = train(plain32, data)
-    f = train(fused, data, loss_of=fused_step)  # the fused loss and backward
-    assert m.uses_kernel and fused.uses_kernel
-    assert a < 0.5 * start  # it trained
-    # The same loss as the plain module within 1e-3: the plain module in
-    # float64, or PyTorch's own in float32 (over 200 Adam steps float32
-    # drifts from float64 by about 1e-3 either way, with the order of the
-    # sums, which the thread count changes).
-    for got in (a, f):
-        assert abs(got - b) <= 1e-3 * b or abs(got - c) <= 1e-3 * c, (got, b, c)
+        start = float(torch.nn.functional.mse_loss(m0(data), data))
+
+    def copy(kind):
+        m = kind()
+        m.load_state_dict(m0.state_dict())
+        return m
+
+    got = {"mse_loss": [], "fused loss": [], "float64": []}
+    for order in range(6):
+        m, fused = copy(st.SpectralShapeAutoencoder), copy(st.SpectralShapeAutoencoder)
+        got["mse_loss"].append(train(m, data, seed=order))
+        got["fused loss"].append(train(fused, data, seed=order, loss_of=fused_step))
+        got["float64"].append(train(copy(ssae_torch.SpectralShapeAutoencoder).double(),
+                                    data.double(), seed=order))
+        assert m.uses_kernel and fused.uses_kernel
+    ref = float(np.mean(got["float64"]))
+    for kind in ("mse_loss", "fused loss"):
+        assert max(got[kind]) < 0.5 * start, (kind, got[kind], start)  # it trained
+        mean = float(np.mean(got[kind]))
+        assert abs(mean - ref) <= 1e-3 * ref, (kind, got[kind], got["float64"])
 
 
 def test_model_files(tmp_path):

@@ -5,7 +5,9 @@
  * larger than the object's scratch slots; batches of one chunk, of a few,
  * and of more chunks than units (several chunks summed per unit). The team
  * really runs the work: the wrapper counts the distinct threads that
- * entered. */
+ * entered. The fused MSE loss (ssae_vjp_loss) gives the gradient of the
+ * backward from the loss's dy, bit for bit, and the loss of the forward's
+ * output. */
 #include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
@@ -43,7 +45,8 @@ static int popcount(unsigned v) {
 }
 
 typedef struct result {
-  float *y, *dp, *dx, *dp_saved, *dx_saved;
+  float *y, *dp, *dx, *dp_saved, *dx_saved, *dp_loss;
+  double loss;
 } result;
 
 /* Forward, backward (recomputing) and forward_save + backward_saved of n
@@ -52,10 +55,11 @@ static result run(ssae_vjp *v, const float *x, const float *dy, size_t n, size_t
   ssae_err err = {{0}};
   result r = {malloc(n * win * sizeof(float)), malloc(P * sizeof(float)),
               malloc(n * win * sizeof(float)), malloc(P * sizeof(float)),
-              malloc(n * win * sizeof(float))};
+              malloc(n * win * sizeof(float)), malloc(P * sizeof(float)), 0};
   float *act = malloc(ssae_vjp_act_floats(v, n) * sizeof(float));
   float *y2 = malloc(n * win * sizeof(float));
-  if (!r.y || !r.dp || !r.dx || !r.dp_saved || !r.dx_saved || !act || !y2) FAIL("out of memory");
+  if (!r.y || !r.dp || !r.dx || !r.dp_saved || !r.dx_saved || !r.dp_loss || !act || !y2)
+    FAIL("out of memory");
   CHECK(ssae_vjp_forward(v, x, n, r.y, &err) == 0, "forward: %s", err.msg);
   CHECK(ssae_vjp_backward(v, x, n, dy, r.dp, r.dx, &err) == 0, "backward: %s", err.msg);
   CHECK(ssae_vjp_forward_save(v, x, n, y2, act, &err) == 0, "forward_save: %s", err.msg);
@@ -65,6 +69,24 @@ static result run(ssae_vjp *v, const float *x, const float *dy, size_t n, size_t
             !memcmp(r.dp, r.dp_saved, P * sizeof(float)) &&
             !memcmp(r.dx, r.dx_saved, n * win * sizeof(float)),
         "%zu windows: kept activations and recomputed ones give different results", n);
+  /* the fused loss against the backward from its dy, as torch makes it */
+  CHECK(ssae_vjp_loss(v, x, n, &r.loss, r.dp_loss, &err) == 0, "loss: %s", err.msg);
+  const float scale = (float)(2.0 / ((double)n * (double)win));
+  double sse = 0;
+  for (size_t i = 0; i < n * win; i++) {
+    float d = r.y[i] - x[i];
+    sse += (double)d * d;
+    y2[i] = d * scale;
+  }
+  float *dp_ref = malloc(P * sizeof(float));
+  if (!dp_ref) FAIL("out of memory");
+  CHECK(ssae_vjp_backward(v, x, n, y2, dp_ref, NULL, &err) == 0, "backward: %s", err.msg);
+  CHECK(!memcmp(dp_ref, r.dp_loss, P * sizeof(float)),
+        "%zu windows: the fused loss's gradient differs from the backward of its dy", n);
+  double want = sse / ((double)n * (double)win);
+  CHECK(fabs(r.loss - want) <= 1e-12 * want, "%zu windows: fused loss %.17g, from y %.17g", n,
+        r.loss, want);
+  free(dp_ref);
   free(act);
   free(y2);
   return r;
@@ -76,6 +98,7 @@ static void result_free(result *r) {
   free(r->dx);
   free(r->dp_saved);
   free(r->dx_saved);
+  free(r->dp_loss);
 }
 
 static void same(const result *a, const result *b, size_t n, size_t P, size_t win,
@@ -90,6 +113,8 @@ static void same(const result *a, const result *b, size_t n, size_t P, size_t wi
         "%s, %zu windows: parameter gradient from kept activations differs", what, n);
   CHECK(!memcmp(a->dx_saved, b->dx_saved, n * win * sizeof(float)),
         "%s, %zu windows: input gradient from kept activations differs", what, n);
+  CHECK(!memcmp(a->dp_loss, b->dp_loss, P * sizeof(float)) && a->loss == b->loss,
+        "%s, %zu windows: the fused loss or its gradient differs", what, n);
 }
 
 int main(void) {
