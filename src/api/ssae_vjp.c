@@ -35,13 +35,15 @@ typedef struct job {
    * into csse[chunk] */
   int loss;
   double *csse;
+  float *dparams; /* the backward's result, written by its last phase */
 } job;
 
 /* Most units per batch: enough to share among the threads of a large
  * machine, few enough that their gradient buffers stay small (about 20 MB
  * at the default dimensions) and cheap to sum. */
 #define MAX_UNITS 256
-/* Parameters per slice of the final sum. */
+/* Parameters per slice of the final sum, about (a tensor's last slice is
+ * shorter; the basis is cut into whole rows). */
 #define SUM_SLICE 1024
 
 struct ssae_vjp {
@@ -50,6 +52,7 @@ struct ssae_vjp {
   kernels k;
   float *params, *bn, *bn_t, *enc_t, *bnw_t, *dec_t;
   double *gnorm, *acc;
+  size_t *slice0, n_slices; /* the final sum's slices: [slice0[k], slice0[k+1]) */
   int threads;
   work *w;
   float *ugrad; /* one parameter gradient per unit, grown on demand */
@@ -115,12 +118,23 @@ static void plan_units(ssae_vjp *g, size_t n) {
  * chunk's sum of squared errors, in double. */
 static double chunk_loss_grad(const float *x, float *y, size_t len, size_t numel) {
   const float scale = (float)(2.0 / (double)numel);
-  double sse = 0;
-  for (size_t i = 0; i < len; i++) {
+  /* eight partial sums, added in a fixed order: one running sum would
+   * make the loop wait on each addition's latency */
+  double part[8] = {0};
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8)
+    for (int k = 0; k < 8; k++) {
+      float d = y[i + k] - x[i + k];
+      part[k] += (double)d * d;
+      y[i + k] = d * scale;
+    }
+  for (; i < len; i++) {
     float d = y[i] - x[i];
-    sse += (double)d * d;
+    part[0] += (double)d * d;
     y[i] = d * scale;
   }
+  double sse = 0;
+  for (int k = 0; k < 8; k++) sse += part[k];
   return sse;
 }
 
@@ -161,21 +175,42 @@ static void chunks_share(ssae_vjp *g, int slot) {
   }
 }
 
+/* The basis rows l0 .. l1-1 of the summed gradient (w.r.t. the normalised
+ * basis B) taken through B = G / max(|G|, eps): dG = (dB - B (B . dB)) / |G|. */
+static void basis_rows_back(const ssae_vjp *g, size_t l0, size_t l1) {
+  const size_t C = g->C, o = g->off[4];
+  for (size_t l = l0; l < l1; l++) {
+    double *dB = g->acc + o + l * C, nrm = g->gnorm[l];
+    if (nrm >= NORM_EPS) {
+      const float *Gr = g->params + o + l * C;
+      double dot = 0;
+      for (size_t c = 0; c < C; c++) dot += dB[c] * (Gr[c] / nrm);
+      for (size_t c = 0; c < C; c++) dB[c] = (dB[c] - (Gr[c] / nrm) * dot) / nrm;
+    } else {
+      for (size_t c = 0; c < C; c++) dB[c] /= NORM_EPS;
+    }
+  }
+}
+
 /* The units' gradients summed in unit order, in double, a slice of the
- * parameters at a time. */
+ * parameters at a time (slices of the basis hold whole rows), taken
+ * through the basis normalisation and written out as floats: the whole
+ * end of a backward in one parallel phase. */
 static void sum_share(ssae_vjp *g, int slot) {
   (void)slot;
-  const size_t P = g->P, nu = g->n_units;
+  const size_t P = g->P, nu = g->n_units, C = g->C, o = g->off[4];
   for (;;) {
-    size_t i0 = atomic_fetch_add(&g->next, 1) * SUM_SLICE;
-    if (i0 >= P) break;
-    size_t i1 = i0 + SUM_SLICE < P ? i0 + SUM_SLICE : P;
+    size_t k = atomic_fetch_add(&g->next, 1);
+    if (k >= g->n_slices) break;
+    const size_t i0 = g->slice0[k], i1 = g->slice0[k + 1];
     double *acc = g->acc;
     for (size_t i = i0; i < i1; i++) acc[i] = 0;
     for (size_t u = 0; u < nu; u++) {
       const float *ug = g->ugrad + u * P;
       for (size_t i = i0; i < i1; i++) acc[i] += ug[i];
     }
+    if (i0 >= o && i1 <= o + g->L * C) basis_rows_back(g, (i0 - o) / C, (i1 - o) / C);
+    for (size_t i = i0; i < i1; i++) g->cur.dparams[i] = (float)acc[i];
   }
 }
 
@@ -223,6 +258,30 @@ void ssae_vjp_set_team(ssae_vjp *g, ssae_team_fn team, int threads) {
 
 static void *xcalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
 
+/* The final sum's slices, tensor by tensor: SUM_SLICE parameters each, the
+ * basis's whole rows (each slice's rows are taken through the basis
+ * normalisation by the thread that summed them). Returns the n + 1 bounds,
+ * or NULL without memory. */
+static size_t *plan_slices(const ssae_vjp *g, size_t *n) {
+  const size_t rows = SUM_SLICE / g->C ? SUM_SLICE / g->C : 1;
+  size_t count = 0, *b = NULL;
+  for (int pass = 0; pass < 2; pass++) {
+    count = 0;
+    for (int t = 0; t < SSAE_N_TENSORS; t++) {
+      const size_t step = t == 4 ? rows * g->C : SUM_SLICE;
+      for (size_t i = g->off[t]; i < g->off[t + 1]; i += step) {
+        if (b) b[count] = i;
+        count++;
+      }
+    }
+    if (b) break;
+    if (!(b = malloc((count + 1) * sizeof *b))) return NULL;
+  }
+  b[count] = g->off[SSAE_N_TENSORS];
+  *n = count;
+  return b;
+}
+
 void ssae_vjp_free(ssae_vjp *g) {
   if (!g) return;
   ssae_pool_free(g->pool);
@@ -237,6 +296,7 @@ void ssae_vjp_free(ssae_vjp *g) {
   free(g->dec_t);
   free(g->gnorm);
   free(g->acc);
+  free(g->slice0);
   free(g->ugrad);
   free(g->csse);
   free(g->tgrad);
@@ -273,8 +333,9 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
   g->acc = xcalloc(g->P, sizeof(double));
   g->w = calloc((size_t)g->threads, sizeof(work));
   g->tgrad = xcalloc((size_t)g->threads * g->P, sizeof(float));
+  g->slice0 = plan_slices(g, &g->n_slices);
   int ok = g->params && g->bn && g->bn_t && g->enc_t && g->bnw_t && g->dec_t && g->gnorm &&
-           g->acc && g->w && g->tgrad;
+           g->acc && g->w && g->tgrad && g->slice0;
   for (int i = 0; ok && i < g->threads; i++) ok = !work_alloc(&g->w[i], g);
   if (!ok) {
     ssae_err_set(err, "out of memory for the gradient buffers");
@@ -306,7 +367,7 @@ int ssae_vjp_set_params(ssae_vjp *g, const float *params, ssae_err *err) {
 int ssae_vjp_forward(ssae_vjp *g, const float *x, size_t n, float *y, ssae_err *err) {
   if (n && (!x || !y)) return ssae_err_set(err, "forward: NULL buffer");
   if (!n) return 0;
-  g->cur = (job){x, NULL, n, y, NULL, NULL, 0, NULL};
+  g->cur = (job){x, NULL, n, y, NULL, NULL, 0, NULL, NULL};
   run_job(g);
   return 0;
 }
@@ -319,7 +380,7 @@ int ssae_vjp_forward_save(ssae_vjp *g, const float *x, size_t n, float *y, float
                           ssae_err *err) {
   if (n && (!x || !y || !act)) return ssae_err_set(err, "forward: NULL buffer");
   if (!n) return 0;
-  g->cur = (job){x, NULL, n, y, NULL, act, 0, NULL};
+  g->cur = (job){x, NULL, n, y, NULL, act, 0, NULL, NULL};
   run_job(g);
   return 0;
 }
@@ -369,25 +430,11 @@ static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const
     g->cap_units = g->n_units;
   }
   if (n) {
-    g->cur = (job){x, dy, n, NULL, dx, act, loss, g->csse};
+    g->cur = (job){x, dy, n, NULL, dx, act, loss, g->csse, dparams};
     run_phase(g, chunks_share, g->n_units);
-    run_phase(g, sum_share, (P + SUM_SLICE - 1) / SUM_SLICE);
+    run_phase(g, sum_share, g->n_slices);
   } else {
-    memset(g->acc, 0, P * sizeof(double));
+    memset(dparams, 0, P * sizeof *dparams);
   }
-  /* through B = G / max(|G|, eps): dG = (dB - B (B . dB)) / |G| */
-  size_t L = g->L, C = g->C, o = g->off[4];
-  for (size_t l = 0; l < L; l++) {
-    double *dB = g->acc + o + l * C, nrm = g->gnorm[l];
-    if (nrm >= NORM_EPS) {
-      const float *Gr = g->params + o + l * C;
-      double dot = 0;
-      for (size_t c = 0; c < C; c++) dot += dB[c] * (Gr[c] / nrm);
-      for (size_t c = 0; c < C; c++) dB[c] = (dB[c] - (Gr[c] / nrm) * dot) / nrm;
-    } else {
-      for (size_t c = 0; c < C; c++) dB[c] /= NORM_EPS;
-    }
-  }
-  for (size_t i = 0; i < P; i++) dparams[i] = (float)g->acc[i];
   return 0;
 }
