@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "cli_opts.h"
@@ -138,6 +139,12 @@ static int add_collected(section *s, char *arg, int label) {
   char **paths;
   size_t n;
   ssae_err err;
+  /* a folder that is not there is the user's typo, not a file to skip */
+  struct stat st;
+  if (stat(arg, &st)) {
+    ssae_cli_error(CMD, "--%s %s: %s", label ? "anomaly" : "normal", arg, strerror(errno));
+    return -1;
+  }
   if (ssae_cli_collect(&arg, 1, &paths, &n, &err)) {
     ssae_cli_error(CMD, "%s", err.msg);
     return -1;

@@ -1,7 +1,8 @@
 """`ssae eval` end to end on generated recordings: its AUC, pAUC,
 precision, recall and F1 against evalref's first-principles computation on
 the per-file scores it reports (--scores), those scores against `ssae score`,
-sections, CSV input, a bad file skipped with exit 1, usage errors, --plot."""
+sections, CSV input, a bad file skipped with exit 1, a folder that is not
+there, usage errors, --plot."""
 import json
 import math
 import os
@@ -110,6 +111,18 @@ with tempfile.TemporaryDirectory() as d:
     check("broken.wav" in p.stderr, f"bad file not named: {p.stderr}")
     s3 = json.loads(p.stdout)["sections"][0]
     check(s3["n_normal"] == 6 and close(s3["auc"], s["auc"]), f"rest not evaluated {s3}")
+
+    # A folder that is not there is named with its option, not counted as a
+    # file skipped; the other section is still evaluated.
+    missing = os.path.join(d, "anomalous_typo")
+    p = run("eval", "--normal", normal, "--anomaly", missing, "--normal", normal,
+            "--anomaly", anomaly, "--format", "json", "--backend", "cpu")
+    check(p.returncode == 1, f"missing folder rc {p.returncode}")
+    check(f"--anomaly {missing}: No such file or directory" in p.stderr
+          and "skipped" not in p.stderr, f"missing folder message: {p.stderr}")
+    secs = json.loads(p.stdout)["sections"] if p.stdout.strip() else []
+    check(len(secs) >= 2 and close(secs[1].get("auc"), s["auc"]),
+          f"the good section after a missing folder: {secs}")
 
     # Usage errors.
     check(run("eval", "--normal", normal).returncode == 2, "unpaired --normal")
