@@ -1,5 +1,7 @@
 /* The lines of a shard's output: its header, failure records, and the
- * path of each result line (TSV, JSON lines, windows TSV). */
+ * path of each result line (TSV, JSON lines, windows TSV), whose values are
+ * checked to be what ssae score writes. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +135,89 @@ bad:
   return NULL;
 }
 
+/* [s, lim) is a number as ssae score prints one (printf's %g or %f: NaN
+ * and infinities included). */
+static int is_number(const char *s, const char *lim) {
+  if (s == lim || lim - s > 64) return 0;
+  char buf[65], *end;
+  memcpy(buf, s, (size_t)(lim - s));
+  buf[lim - s] = '\0';
+  errno = 0;
+  (void)strtod(buf, &end);
+  return *end == '\0' && !(buf[0] == ' ' || buf[0] == '\t' || buf[0] == '\n');
+}
+
+/* [s, lim) is a count: decimal digits, no sign, below 2^63. */
+static int is_count(const char *s, const char *lim) {
+  if (s == lim || lim - s > 18) return 0;
+  for (const char *c = s; c < lim; c++)
+    if (*c < '0' || *c > '9') return 0;
+  return 1;
+}
+
+static int is_verdict(const char *s, const char *lim) {
+  static const char *const v[] = {"normal", "anomaly", "unknown"};
+  for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+    if ((size_t)(lim - s) == strlen(v[i]) && !memcmp(s, v[i], (size_t)(lim - s))) return 1;
+  return 0;
+}
+
+/* The values after a TSV result line's path, the three fields at its end
+ * (a path may hold a tab; the values cannot): file score, windows, verdict
+ * (fmt TSV), or window, time, score (WINDOWS). *path_end: where the path
+ * ends. 0 when they are what ssae score writes. */
+static int tsv_values(const char *p, const char *lim, ssae_shard_format fmt,
+                      const char **path_end, ssae_err *err) {
+  const char *tab[3], *c = lim;
+  for (int k = 2; k >= 0; k--) {
+    while (c > p && c[-1] != '\t') c--;
+    if (c == p) return ssae_err_set(err, "%d fields, not the 4 of a result line of ssae score", 2 - k + 1);
+    tab[k] = --c;
+  }
+  const char *f[3][2] = {{tab[0] + 1, tab[1]}, {tab[1] + 1, tab[2]}, {tab[2] + 1, lim}};
+  static const char *const names[2][3] = {{"file score", "windows", "verdict"},
+                                          {"window", "time", "score"}};
+  const int w = fmt == SSAE_SHARD_WINDOWS;
+  for (int k = 0; k < 3; k++) {
+    int ok = w ? (k == 0 ? is_count(f[k][0], f[k][1]) : is_number(f[k][0], f[k][1]))
+               : (k == 0 ? is_number(f[k][0], f[k][1])
+                  : k == 1 ? is_count(f[k][0], f[k][1]) : is_verdict(f[k][0], f[k][1]));
+    if (!ok)
+      return ssae_err_set(err, "%s '%.*s' is not one ssae score writes", names[w][k],
+                          (int)(f[k][1] - f[k][0] > 40 ? 40 : f[k][1] - f[k][0]), f[k][0]);
+  }
+  *path_end = tab[0];
+  return 0;
+}
+
+/* After a JSON result line's path: ,"score":N,"windows":N,"verdict":"V"} */
+static int json_values(const char *s, const char *lim, ssae_err *err) {
+  static const char k1[] = ",\"score\":", k2[] = ",\"windows\":", k3[] = ",\"verdict\":\"";
+  const char *c = s, *v;
+  if ((size_t)(lim - c) < sizeof k1 - 1 || memcmp(c, k1, sizeof k1 - 1)) goto bad;
+  c += sizeof k1 - 1;
+  for (v = c; c < lim && *c != ','; c++) {}
+  if (!is_number(v, c))
+    return ssae_err_set(err, "score '%.*s' is not one ssae score writes",
+                        (int)(c - v > 40 ? 40 : c - v), v);
+  if ((size_t)(lim - c) < sizeof k2 - 1 || memcmp(c, k2, sizeof k2 - 1)) goto bad;
+  c += sizeof k2 - 1;
+  for (v = c; c < lim && *c != ','; c++) {}
+  if (!is_count(v, c))
+    return ssae_err_set(err, "windows '%.*s' is not one ssae score writes",
+                        (int)(c - v > 40 ? 40 : c - v), v);
+  if ((size_t)(lim - c) < sizeof k3 - 1 || memcmp(c, k3, sizeof k3 - 1)) goto bad;
+  c += sizeof k3 - 1;
+  for (v = c; c < lim && *c != '"'; c++) {}
+  if (!is_verdict(v, c))
+    return ssae_err_set(err, "verdict '%.*s' is not one ssae score writes",
+                        (int)(c - v > 40 ? 40 : c - v), v);
+  if (lim - c != 2 || memcmp(c, "\"}", 2)) goto bad;
+  return 0;
+bad:
+  return ssae_err_set(err, "not the score, windows and verdict of ssae score --format json");
+}
+
 int ssae_shard_line_parse(const char *line, size_t len, ssae_shard_format fmt,
                           ssae_line_kind *kind, char **path, ssae_err *err) {
   *path = NULL;
@@ -148,6 +233,11 @@ int ssae_shard_line_parse(const char *line, size_t len, ssae_shard_format fmt,
     static const char fail[] = ",\"error\":";
     *kind = (size_t)(lim - end) >= sizeof fail - 1 && !memcmp(end, fail, sizeof fail - 1)
                 ? SSAE_LINE_FAILED : SSAE_LINE_RESULT;
+    if (*kind == SSAE_LINE_RESULT && json_values(end, lim, err)) {
+      free(*path);
+      *path = NULL;
+      return -1;
+    }
     return 0;
   }
   static const char failed[] = "# ssae-failed\t";
@@ -166,6 +256,11 @@ int ssae_shard_line_parse(const char *line, size_t len, ssae_shard_format fmt,
   const char *tab = memchr(p, '\t', (size_t)(lim - p));
   if (!tab || tab == p)
     return ssae_err_set(err, "not a result line of ssae score: '%.*s'",
+                        (int)(len > 120 ? 120 : len), line);
+  if (*kind == SSAE_LINE_RESULT && tsv_values(p, lim, fmt, &tab, err))
+    return ssae_err_prefix(err, "'%.*s'", (int)(len > 120 ? 120 : len), line);
+  if (tab == p)
+    return ssae_err_set(err, "a result line without a path: '%.*s'",
                         (int)(len > 120 ? 120 : len), line);
   if (!(*path = strndup(p, (size_t)(tab - p)))) return ssae_err_set(err, "out of memory");
   return 0;

@@ -9,10 +9,11 @@
  *                   [-o OUT] [--resume] [--windows W] [--json] [-v]
  *                   [INPUT...]
  * Writes the shard's output (to OUT, else stdout): the header, then
- * "path<TAB>FNV-1a 64 of its bytes" (JSON: {"path":..,"fnv":".."}) per
- * file, a failure record for a file that cannot be read; --windows W: two
- * lines per file, "path<TAB>k<TAB>k/2<TAB>checksum". -v names each file on
- * stderr as it is done. Exit: 0 done, 1 some file failed, 2 usage or
+ * ssae score's result line per file with the FNV-1a 64 of its bytes as its
+ * score ("path<TAB>fnv<TAB>1<TAB>normal"; JSON: {"path":..,"score":fnv,
+ * "windows":1,"verdict":"normal"}), a failure record for a file that
+ * cannot be read; --windows W: two lines per file,
+ * "path<TAB>k<TAB>k/2<TAB>fnv". -v names each file on stderr as it is done. Exit: 0 done, 1 some file failed, 2 usage or
  * setup error. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,13 +75,13 @@ int main(int argc, char **argv) {
       status = 1;
     } else {
       /* Windows first, then the result line, then next. */
-      if (win) fprintf(win, "%s\t0\t0\t%016llx\n%s\t1\t0.5\t%016llx\n", p, h, p, h);
+      if (win) fprintf(win, "%s\t0\t0\t%llu\n%s\t1\t0.5\t%llu\n", p, h, p, h);
       if (o.json) {
         fputs("{\"path\":", out);
         ssae_json_write_str(out, p);
-        fprintf(out, ",\"fnv\":\"%016llx\"}\n", h);
+        fprintf(out, ",\"score\":%llu,\"windows\":1,\"verdict\":\"normal\"}\n", h);
       } else {
-        fprintf(out, "%s\t%016llx\n", p, h);
+        fprintf(out, "%s\t%llu\t1\tnormal\n", p, h);
       }
     }
     if (in) fclose(in);

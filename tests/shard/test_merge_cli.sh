@@ -53,6 +53,24 @@ rc=0
 "$SSAE" merge --files-from "$T/list3" -o "$T/none.tsv" "$T"/ok-*.tsv 2>"$T/err" || rc=$?
 [ "$rc" = 1 ] && grep -q "digest" "$T/err" && [ ! -e "$T/none.tsv" ] ||
   fail "another list: exit $rc, $(cat "$T/err")"
+# A value that is not one ssae score writes (an edited or damaged part):
+# named with its file and line, nothing written; each format.
+sed '2s/\t[0-9]*\t1\tnormal$/\tgarbage\t1\tnormal/' "$T/ok-1.tsv" >"$T/bad-1.tsv"
+sed '2s/"windows":1/"windows":-1/' "$T/ok-1.json" >"$T/bad-1.json"
+for f in tsv json; do
+  cmp -s "$T/ok-1.$f" "$T/bad-1.$f" && fail "the $f part was not edited"
+  rc=0
+  "$SSAE" merge -o "$T/none.$f" "$T/ok-0.$f" "$T/bad-1.$f" "$T/ok-2.$f" 2>"$T/err" || rc=$?
+  [ "$rc" = 1 ] && grep -q "bad-1.$f line 2: .*not one ssae score writes" "$T/err" &&
+    [ ! -e "$T/none.$f" ] || fail "a bad $f value: exit $rc, $(cat "$T/err")"
+done
+# A path holding a tab keeps it (the values are the last three fields).
+mkdir -p "$T/tab"
+printf 'x' >"$T/tab/a	b.wav"
+"$SHARD_LIST" --shard 0/1 "$T/tab" -o "$T/tab-0.tsv" 2>/dev/null
+"$SSAE" merge -o "$T/tab.tsv" "$T/tab-0.tsv" 2>"$T/err" && grep -q "^$T/tab/a	b.wav	" "$T/tab.tsv" ||
+  fail "a path with a tab: $(cat "$T/err") $(cat "$T/tab.tsv" 2>/dev/null)"
+
 # Usage errors.
 for args in "" "--bogus $T/ok-0.tsv" "-o"; do
   rc=0
