@@ -34,8 +34,9 @@ static const ssae_cli_cmd command = {
              "files, one per shard) into the result one 'ssae score' run over the same\n"
              "inputs gives, in input order. The parts must be shards 0 to N-1 of one\n"
              "input list (their headers carry its digest), each complete, and every\n"
-             "input must appear exactly once; missing or duplicated shards and inputs\n"
-             "are named and nothing is written.",
+             "input must appear exactly once; missing or duplicated shards and inputs,\n"
+             "and result lines without the values ssae score writes, are named and\n"
+             "nothing is written.",
     .epilogue = "Exit status: 0 merged, 1 a problem named above or inputs that failed in\n"
                 "their shard (the result is still written then), 2 usage error.",
     .opts = options,
