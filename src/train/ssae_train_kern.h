@@ -1,11 +1,14 @@
-/* Numeric kernels of the CPU trainer, written so that GCC vectorises them.
- * Included twice by ssae_grad.c: once for the baseline ISA and once under
- * target("avx2,fma") with a name suffix, picked at run time. KSFX(name)
- * appends the suffix. Everything is static. */
+/* Numeric kernels of the CPU trainer and of the VJPs, written so that GCC
+ * vectorises them. Included by ssae_grad_chunk.h once per kernel set: the
+ * baseline ISA, target("avx2,fma") and AVX-512, each with a name suffix,
+ * one picked at run time (pick_kernels). KSFX(name) appends the suffix.
+ * Everything is static. */
 
 /* KV is a vector of KVL floats in GCC's vector extension (16 bytes for the
- * baseline, 32 under AVX2), chosen by the includer: the tiles' accumulators
- * are named variables of it, so they live in registers. */
+ * baseline, 32 under AVX2, 64 under AVX-512), chosen by the includer with
+ * KRT, the rows of a product's register tile (as many as the register file
+ * holds): the tiles' accumulators are variables of it, so they live in
+ * registers. */
 typedef float KV __attribute__((vector_size(KVL * 4)));
 /* Half a vector of floats and the doubles it widens to (one register):
  * the LayerNorm statistics' partial sums, one per lane. */
