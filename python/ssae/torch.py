@@ -379,8 +379,9 @@ class SpectralShapeAutoencoder(nn.Module):
         """torch.nn.functional.mse_loss(self(x), x), the loss an autoencoder
         trains on (`ssae train`'s), in one pass of ssae's kernels when
         parameters want gradients: the forward, the squared error and the
-        backward together (on CUDA one library call; no reconstruction
-        written, no loss graph for autograd to walk), so that
+        backward together (one library call on CUDA and on the CPU; no
+        reconstruction written, no forward run again, no loss graph for
+        autograd to walk), so that
 
             loss = model.reconstruction_loss(x); loss.backward()
 
