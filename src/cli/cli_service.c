@@ -138,6 +138,17 @@ ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service
   s->args = *a;
   s->vals = *v;
   ssae_err err = {{0}};
+  /* The service publishes each machine's state (MQTT, metrics) at the
+   * status cadence: engine.status_every's range holds for the flag too
+   * (alone, --status 0 means no status events). */
+  if (a->given_status && !(v->status_s > 0 && v->status_s <= 3600)) {
+    ssae_cli_log(3, prog, "--status %g: the service publishes each machine's state at the "
+                          "status cadence; give a period in (0, 3600] seconds", v->status_s);
+    *rc = SSAE_EXIT_USAGE;
+    pthread_mutex_destroy(&s->names_mu);
+    free(s);
+    return NULL;
+  }
   /* Machines are fixed once the input's channels are known (start); this
    * reading checks the file and gives the input's settings. */
   s->cfg = s->loaded = build_config(s, 0, &err);

@@ -95,7 +95,9 @@ typedef struct ssae_cli_service_args {
   {.kind = SSAE_CLI_INT, .name = "--off", .offset = offsetof(type, off), .metavar = "M", \
    .min = 1, .max = 100000, .help = "alarm off after M smoothed scores below it"},    \
   {.kind = SSAE_CLI_DOUBLE, .name = "--status", .offset = offsetof(type, status),     \
-   .metavar = "S", .min = 0, .max = 1e9, .help = "status event every S seconds of audio"}, \
+   .metavar = "S", .min = 0, .max = 1e9,                                             \
+   .help = "status event every S seconds of audio (0: none; with a service: "        \
+           "0 < S <= 3600)"},                                                         \
   {.kind = SSAE_CLI_CHOICE, .name = "--backend", .offset = offsetof(type, backend),   \
    .choices = ssae_cli_backends, .help = "where the model runs"},                    \
   {.kind = SSAE_CLI_INT, .name = "--gpu", .offset = offsetof(type, gpu), .metavar = "N", \

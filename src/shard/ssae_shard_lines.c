@@ -171,7 +171,8 @@ static int tsv_values(const char *p, const char *lim, ssae_shard_format fmt,
   const char *tab[3], *c = lim;
   for (int k = 2; k >= 0; k--) {
     while (c > p && c[-1] != '\t') c--;
-    if (c == p) return ssae_err_set(err, "%d fields, not the 4 of a result line of ssae score", 2 - k + 1);
+    if (c == p)
+      return ssae_err_set(err, "%d fields, not the 4 of a result line of ssae score", 3 - k);
     tab[k] = --c;
   }
   const char *f[3][2] = {{tab[0] + 1, tab[1]}, {tab[1] + 1, tab[2]}, {tab[2] + 1, lim}};

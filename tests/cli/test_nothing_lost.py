@@ -486,6 +486,17 @@ def test_small(d, good):
     p = run(["monitor", "--config", d, "--input", good[0]])
     check(p.returncode == 1 and f"{d}: cannot read: Is a directory" in err(p) or
           "without the plant service" in err(p), f"--config DIR: {p.returncode} {err(p)!r}")
+    # --status 0 is "no status events" alone; a service's state comes at the
+    # status cadence, so there it is refused as engine.status_every: 0 is.
+    with open(svc, "w") as f:
+        f.write("machines:\n  - name: m\n")
+    for value in ("0", "7200"):
+        p = run(["monitor", "--config", svc, "--status", value, "--input", good[0]])
+        check(p.returncode == 2 and f"--status {value}" in err(p) and "(0, 3600]" in err(p)
+              and not p.stdout or "without the plant service" in err(p),
+              f"monitor --config --status {value}: {p.returncode} {err(p)!r}")
+    p = run(["monitor", "--status", "0", "--input", good[0]])
+    check(p.returncode == 0, f"monitor --status 0 alone: {p.returncode} {err(p)!r}")
     p = run(["jack", "--name", "plant:line1"])
     check(p.returncode == 2 and "cannot contain ':'" in err(p) and "no server" not in err(p)
           or "without JACK" in err(p), f"jack --name with a colon: {p.returncode} {err(p)!r}")
