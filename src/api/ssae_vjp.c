@@ -175,23 +175,6 @@ static void chunks_share(ssae_vjp *g, int slot) {
   }
 }
 
-/* The basis rows l0 .. l1-1 of the summed gradient (w.r.t. the normalised
- * basis B) taken through B = G / max(|G|, eps): dG = (dB - B (B . dB)) / |G|. */
-static void basis_rows_back(const ssae_vjp *g, size_t l0, size_t l1) {
-  const size_t C = g->C, o = g->off[4];
-  for (size_t l = l0; l < l1; l++) {
-    double *dB = g->acc + o + l * C, nrm = g->gnorm[l];
-    if (nrm >= NORM_EPS) {
-      const float *Gr = g->params + o + l * C;
-      double dot = 0;
-      for (size_t c = 0; c < C; c++) dot += dB[c] * (Gr[c] / nrm);
-      for (size_t c = 0; c < C; c++) dB[c] = (dB[c] - (Gr[c] / nrm) * dot) / nrm;
-    } else {
-      for (size_t c = 0; c < C; c++) dB[c] /= NORM_EPS;
-    }
-  }
-}
-
 /* The units' gradients summed in unit order, in double, a slice of the
  * parameters at a time (slices of the basis hold whole rows), taken
  * through the basis normalisation and written out as floats: the whole
@@ -264,21 +247,17 @@ static void *xcalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
  * or NULL without memory. */
 static size_t *plan_slices(const ssae_vjp *g, size_t *n) {
   const size_t rows = SUM_SLICE / g->C ? SUM_SLICE / g->C : 1;
-  size_t count = 0, *b = NULL;
-  for (int pass = 0; pass < 2; pass++) {
-    count = 0;
-    for (int t = 0; t < SSAE_N_TENSORS; t++) {
-      const size_t step = t == 4 ? rows * g->C : SUM_SLICE;
-      for (size_t i = g->off[t]; i < g->off[t + 1]; i += step) {
-        if (b) b[count] = i;
-        count++;
-      }
-    }
-    if (b) break;
-    if (!(b = malloc((count + 1) * sizeof *b))) return NULL;
+  size_t step[SSAE_N_TENSORS], count = 0;
+  for (int t = 0; t < SSAE_N_TENSORS; t++) {
+    step[t] = t == 4 ? rows * g->C : SUM_SLICE;
+    count += (g->off[t + 1] - g->off[t] + step[t] - 1) / step[t];
   }
-  b[count] = g->off[SSAE_N_TENSORS];
-  *n = count;
+  size_t *b = malloc((count + 1) * sizeof *b), k = 0;
+  if (!b) return NULL;
+  for (int t = 0; t < SSAE_N_TENSORS; t++)
+    for (size_t i = g->off[t]; i < g->off[t + 1]; i += step[t]) b[k++] = i;
+  b[k] = g->off[SSAE_N_TENSORS];
+  *n = k;
   return b;
 }
 

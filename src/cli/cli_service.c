@@ -141,9 +141,10 @@ ssae_cli_service *ssae_cli_service_load(const char *prog, const ssae_cli_service
   /* The service publishes each machine's state (MQTT, metrics) at the
    * status cadence: engine.status_every's range holds for the flag too
    * (alone, --status 0 means no status events). */
-  if (a->given_status && !(v->status_s > 0 && v->status_s <= 3600)) {
+  if (a->given_status && !(v->status_s > 0 && v->status_s <= SSAE_CONFIG_STATUS_EVERY_MAX)) {
     ssae_cli_log(3, prog, "--status %g: the service publishes each machine's state at the "
-                          "status cadence; give a period in (0, 3600] seconds", v->status_s);
+                          "status cadence; give a period in (0, %g] seconds", v->status_s,
+                 SSAE_CONFIG_STATUS_EVERY_MAX);
     *rc = SSAE_EXIT_USAGE;
     pthread_mutex_destroy(&s->names_mu);
     free(s);

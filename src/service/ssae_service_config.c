@@ -393,8 +393,9 @@ static int check_values(const ssae_config *c, ssae_err *err) {
   if (!name_ok(c->node))
     return bad(c, err, "node", "'%s': use letters, digits, '_', '-', '.' (at most 64)",
                c->node);
-  if (c->status_every_s <= 0 || c->status_every_s > 3600)
-    return bad(c, err, "engine.status_every", "must be in (0, 3600] seconds");
+  if (!(c->status_every_s > 0 && c->status_every_s <= SSAE_CONFIG_STATUS_EVERY_MAX))
+    return bad(c, err, "engine.status_every", "must be in (0, %g] seconds",
+               SSAE_CONFIG_STATUS_EVERY_MAX);
   if (strcmp(c->backend, "auto") && strcmp(c->backend, "cpu") &&
       strcmp(c->backend, "cuda"))
     return bad(c, err, "engine.backend", "'%s' is not auto, cpu or cuda",

@@ -106,6 +106,10 @@ void ssae_config_free(ssae_config *c);
 
 /* The command-line flags that go over the file; NULL/0 fields leave the
  * file's value. Secrets have no flag (never on a command line). */
+/* engine.status_every's range, (0, MAX] seconds: the machines' state (MQTT,
+ * metrics) comes at that cadence. */
+#define SSAE_CONFIG_STATUS_EVERY_MAX 3600.0
+
 typedef struct ssae_config_overrides {
   const char *node;      /* --node NAME */
   const char *names;     /* --names A,B,...: one per channel */

@@ -162,59 +162,57 @@ static int is_verdict(const char *s, const char *lim) {
   return 0;
 }
 
+/* A value of a result line: its name, and the check of its text. */
+typedef struct value_kind {
+  const char *name;
+  int (*ok)(const char *s, const char *lim);
+} value_kind;
+
+/* ssae score's values after the path: file score, windows, verdict (its
+ * result lines, TSV or JSON); window, time, score (--windows). */
+static const value_kind RESULT_VALUES[3] = {
+    {"file score", is_number}, {"windows", is_count}, {"verdict", is_verdict}};
+static const value_kind WINDOW_VALUES[3] = {
+    {"window", is_count}, {"time", is_number}, {"score", is_number}};
+
+static int value_check(const value_kind *v, const char *s, const char *lim, ssae_err *err) {
+  if (v->ok(s, lim)) return 0;
+  return ssae_err_set(err, "%s '%.*s' is not one ssae score writes", v->name,
+                      (int)(lim - s > 40 ? 40 : lim - s), s);
+}
+
 /* The values after a TSV result line's path, the three fields at its end
- * (a path may hold a tab; the values cannot): file score, windows, verdict
- * (fmt TSV), or window, time, score (WINDOWS). *path_end: where the path
+ * (a path may hold a tab; the values cannot). *path_end: where the path
  * ends. 0 when they are what ssae score writes. */
 static int tsv_values(const char *p, const char *lim, ssae_shard_format fmt,
                       const char **path_end, ssae_err *err) {
-  const char *tab[3], *c = lim;
+  const value_kind *kinds = fmt == SSAE_SHARD_WINDOWS ? WINDOW_VALUES : RESULT_VALUES;
+  const char *end = lim;
   for (int k = 2; k >= 0; k--) {
+    const char *c = end;
     while (c > p && c[-1] != '\t') c--;
     if (c == p)
       return ssae_err_set(err, "%d fields, not the 4 of a result line of ssae score", 3 - k);
-    tab[k] = --c;
+    if (value_check(&kinds[k], c, end, err)) return -1;
+    end = c - 1;
   }
-  const char *f[3][2] = {{tab[0] + 1, tab[1]}, {tab[1] + 1, tab[2]}, {tab[2] + 1, lim}};
-  static const char *const names[2][3] = {{"file score", "windows", "verdict"},
-                                          {"window", "time", "score"}};
-  const int w = fmt == SSAE_SHARD_WINDOWS;
-  for (int k = 0; k < 3; k++) {
-    int ok = w ? (k == 0 ? is_count(f[k][0], f[k][1]) : is_number(f[k][0], f[k][1]))
-               : (k == 0 ? is_number(f[k][0], f[k][1])
-                  : k == 1 ? is_count(f[k][0], f[k][1]) : is_verdict(f[k][0], f[k][1]));
-    if (!ok)
-      return ssae_err_set(err, "%s '%.*s' is not one ssae score writes", names[w][k],
-                          (int)(f[k][1] - f[k][0] > 40 ? 40 : f[k][1] - f[k][0]), f[k][0]);
-  }
-  *path_end = tab[0];
+  *path_end = end;
   return 0;
 }
 
 /* After a JSON result line's path: ,"score":N,"windows":N,"verdict":"V"} */
 static int json_values(const char *s, const char *lim, ssae_err *err) {
-  static const char k1[] = ",\"score\":", k2[] = ",\"windows\":", k3[] = ",\"verdict\":\"";
-  const char *c = s, *v;
-  if ((size_t)(lim - c) < sizeof k1 - 1 || memcmp(c, k1, sizeof k1 - 1)) goto bad;
-  c += sizeof k1 - 1;
-  for (v = c; c < lim && *c != ','; c++) {}
-  if (!is_number(v, c))
-    return ssae_err_set(err, "score '%.*s' is not one ssae score writes",
-                        (int)(c - v > 40 ? 40 : c - v), v);
-  if ((size_t)(lim - c) < sizeof k2 - 1 || memcmp(c, k2, sizeof k2 - 1)) goto bad;
-  c += sizeof k2 - 1;
-  for (v = c; c < lim && *c != ','; c++) {}
-  if (!is_count(v, c))
-    return ssae_err_set(err, "windows '%.*s' is not one ssae score writes",
-                        (int)(c - v > 40 ? 40 : c - v), v);
-  if ((size_t)(lim - c) < sizeof k3 - 1 || memcmp(c, k3, sizeof k3 - 1)) goto bad;
-  c += sizeof k3 - 1;
-  for (v = c; c < lim && *c != '"'; c++) {}
-  if (!is_verdict(v, c))
-    return ssae_err_set(err, "verdict '%.*s' is not one ssae score writes",
-                        (int)(c - v > 40 ? 40 : c - v), v);
-  if (lim - c != 2 || memcmp(c, "\"}", 2)) goto bad;
-  return 0;
+  static const char *const keys[3] = {",\"score\":", ",\"windows\":", ",\"verdict\":\""};
+  static const char ends[3] = {',', ',', '"'};
+  const char *c = s;
+  for (int k = 0; k < 3; k++) {
+    const size_t kl = strlen(keys[k]);
+    if ((size_t)(lim - c) < kl || memcmp(c, keys[k], kl)) goto bad;
+    const char *v = c += kl;
+    while (c < lim && *c != ends[k]) c++;
+    if (value_check(&RESULT_VALUES[k], v, c, err)) return -1;
+  }
+  if (lim - c == 2 && !memcmp(c, "\"}", 2)) return 0;
 bad:
   return ssae_err_set(err, "not the score, windows and verdict of ssae score --format json");
 }

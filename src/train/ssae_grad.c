@@ -251,20 +251,7 @@ int ssae_grad_compute(ssae_grad *g, const float *x, size_t n, double scale,
   }
   *sse = total;
 
-  /* through B = G / max(|G|, eps): dG = (dB - B (B . dB)) / |G| */
-  size_t L = g->L, C = g->C, o = g->off[4];
-  for (size_t l = 0; l < L; l++) {
-    double *dB = g->acc + o + l * C;
-    double n = g->gnorm[l];
-    if (n >= NORM_EPS) {
-      const float *Gr = g->params + o + l * C;
-      double dot = 0;
-      for (size_t c = 0; c < C; c++) dot += dB[c] * (Gr[c] / n);
-      for (size_t c = 0; c < C; c++) dB[c] = (dB[c] - (Gr[c] / n) * dot) / n;
-    } else {
-      for (size_t c = 0; c < C; c++) dB[c] /= NORM_EPS;
-    }
-  }
+  basis_rows_back(g, 0, g->L);
   for (size_t i = 0; i < P; i++) grad[i] = (float)g->acc[i];
   return 0;
 }

@@ -4,7 +4,8 @@
  * by each: first for the kernels, the chunk's scratch and the LayerNorms,
  * then, after the object's type is complete and GRAD_T names it, for the
  * functions on it; that type has the fields k (kernels), M, F, L, S, C, P,
- * off, params, bn, bn_t, gnorm, enc_t, bnw_t and dec_t. `exact` picks the
+ * off, params, bn, bn_t, gnorm, enc_t, bnw_t, dec_t and acc (the summed
+ * gradient, P doubles). `exact` picks the
  * VJP's LayerNorm arithmetic (x - mean and the input gradient's means in
  * double) over the trainer's (those in float); the trainer's results stay as
  * they were. */
@@ -189,6 +190,24 @@ static void set_derived(GRAD_T *g, const float *params) {
     for (size_t j = 0; j < L; j++) g->bnw_t[j * L + i] = wb[i * L + j];
   for (size_t m = 0; m < M; m++)
     for (size_t s = 0; s < S; s++) g->dec_t[s * M + m] = wd[m * S + s];
+}
+
+/* Rows l0 .. l1-1 of the summed gradient's basis part (w.r.t. the
+ * normalised basis B, in g->acc) taken through B = G / max(|G|, eps):
+ * dG = (dB - B (B . dB)) / |G|. */
+static void basis_rows_back(const GRAD_T *g, size_t l0, size_t l1) {
+  const size_t C = g->C, o = g->off[4];
+  for (size_t l = l0; l < l1; l++) {
+    double *dB = g->acc + o + l * C, nrm = g->gnorm[l];
+    if (nrm >= NORM_EPS) {
+      const float *Gr = g->params + o + l * C;
+      double dot = 0;
+      for (size_t c = 0; c < C; c++) dot += dB[c] * (Gr[c] / nrm);
+      for (size_t c = 0; c < C; c++) dB[c] = (dB[c] - (Gr[c] / nrm) * dot) / nrm;
+    } else {
+      for (size_t c = 0; c < C; c++) dB[c] /= NORM_EPS;
+    }
+  }
 }
 
 /* Forward of nw windows at x; y: where the output goes. */

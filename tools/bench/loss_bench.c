@@ -74,13 +74,17 @@ int main(int argc, char **argv) {
         !strcmp(a, "--kernels")) {
       if (!v) return usage_error("%s needs a value", a);
       i++;
-      int one = 1;
+      long list[MAX_LIST];
+      int n_list;
       if (!strcmp(a, "--windows") && parse_list(v, windows, &n_windows, 1L << 24))
         return usage_error("--windows %s: expected counts from 1 to 16777216", v);
       if (!strcmp(a, "--threads") && parse_list(v, threads, &n_threads, 1024))
         return usage_error("--threads %s: expected counts from 1 to 1024", v);
-      if (!strcmp(a, "--calls") && parse_list(v, &calls, &one, 100000))
-        return usage_error("--calls %s: expected a count from 1 to 100000", v);
+      if (!strcmp(a, "--calls")) {
+        if (parse_list(v, list, &n_list, 100000) || n_list != 1)
+          return usage_error("--calls %s: expected a count from 1 to 100000", v);
+        calls = list[0];
+      }
       if (!strcmp(a, "--kernels")) {
         if (strcmp(v, "default") && strcmp(v, "avx2") && strcmp(v, "both"))
           return usage_error("--kernels %s: expected default, avx2 or both", v);
