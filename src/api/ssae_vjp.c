@@ -45,6 +45,9 @@ typedef struct job {
 /* Parameters per slice of the final sum, about (a tensor's last slice is
  * shorter; the basis is cut into whole rows). */
 #define SUM_SLICE 1024
+/* Parameters summed side by side in the final sum (a cache line of each
+ * unit's floats). */
+#define SUM_LANES 16
 
 struct ssae_vjp {
   size_t M, F, L, S, C, P;
@@ -187,10 +190,22 @@ static void sum_share(ssae_vjp *g, int slot) {
     if (k >= g->n_slices) break;
     const size_t i0 = g->slice0[k], i1 = g->slice0[k + 1];
     double *acc = g->acc;
-    for (size_t i = i0; i < i1; i++) acc[i] = 0;
-    for (size_t u = 0; u < nu; u++) {
-      const float *ug = g->ugrad + u * P;
-      for (size_t i = i0; i < i1; i++) acc[i] += ug[i];
+    /* SUM_LANES parameters at a time, their sums in registers across the
+     * units (each unit's row read once; the same additions in the same
+     * order as one parameter at a time) */
+    size_t i = i0;
+    for (; i + SUM_LANES <= i1; i += SUM_LANES) {
+      double a[SUM_LANES] = {0};
+      for (size_t u = 0; u < nu; u++) {
+        const float *ug = g->ugrad + u * P + i;
+        for (size_t l = 0; l < SUM_LANES; l++) a[l] += ug[l];
+      }
+      for (size_t l = 0; l < SUM_LANES; l++) acc[i + l] = a[l];
+    }
+    for (; i < i1; i++) {
+      double a = 0;
+      for (size_t u = 0; u < nu; u++) a += g->ugrad[u * P + i];
+      acc[i] = a;
     }
     if (i0 >= o && i1 <= o + g->L * C) basis_rows_back(g, (i0 - o) / C, (i1 - o) / C);
     for (size_t i = i0; i < i1; i++) g->cur.dparams[i] = (float)acc[i];

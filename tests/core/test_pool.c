@@ -1,10 +1,13 @@
 /* The fork-join pool (src/core/ssae_pool.h): every slot runs once per run,
  * the owner's writes before a run are seen by every slot and the slots'
  * writes by the owner after it, start/wait leaves the owner free meanwhile,
- * a pool without helpers runs on its owner, and free takes what new made.
+ * runs back to back, far apart and with one slot much slower than the
+ * others (the owner's or a helper's) all work, a pool without helpers runs
+ * on its owner, and free takes what new made.
  * Runs under ThreadSanitizer (tools/test-sanitizers.sh). */
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "../ssae_test.h"
 #include "ssae_pool.h"
@@ -17,6 +20,7 @@ typedef struct {
   int calls[MAX_SLOTS];    /* plain counters, one writer each */
   atomic_int total;        /* calls in all */
   atomic_size_t next;      /* a shared counter of parts, as the library's loops use */
+  int slow_slot;           /* this slot sleeps first (-1: none) */
   long long parts[1000];
 } shared;
 
@@ -25,6 +29,18 @@ static void each_slot(void *arg, int slot) {
   s->seen[slot] = s->round;
   s->calls[slot]++;
   atomic_fetch_add(&s->total, 1);
+}
+
+static void sleep_us(long us) {
+  struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&t, NULL);
+}
+
+/* each_slot, with one slot slower than the others by 2 ms. */
+static void each_slot_slow_one(void *arg, int slot) {
+  shared *s = arg;
+  if (slot == s->slow_slot) sleep_us(2000);
+  each_slot(arg, slot);
 }
 
 static void take_parts(void *arg, int slot) {
@@ -61,6 +77,21 @@ static void check_pool(int helpers_asked) {
     long long sum = 0;
     for (int i = 0; i < 1000; i++) sum += s->parts[i];
     CHECK(sum == 499500LL * r, "run %d: parts sum %lld", r, sum);
+  }
+  /* runs far apart (the helpers asleep when the next comes) and back to
+   * back, some with one slot slow: the owner's (the helpers done first) or
+   * the last helper's (the owner waiting for it) */
+  for (int r = 201; r <= 260; r++) {
+    s->round = r;
+    s->slow_slot = r % 3 == 0 ? h : r % 5 == 0 ? 0 : -1;
+    atomic_store(&s->total, 0);
+    ssae_pool_run(p, each_slot_slow_one, s);
+    CHECK(atomic_load(&s->total) == h + 1, "run %d: %d calls for %d slots", r,
+          atomic_load(&s->total), h + 1);
+    for (int k = 0; k <= h; k++)
+      CHECK(s->seen[k] == r && s->calls[k] == r, "run %d: slot %d saw round %d, %d calls", r, k,
+            s->seen[k], s->calls[k]);
+    if (r % 4 < 2) sleep_us(r % 4 ? 300 : 1500);
   }
   /* start / wait: the helpers alone (or the owner, slot 0, when none), the
    * owner free in between */
