@@ -7,8 +7,9 @@
 # tsan: build-tsan/ with -Db_sanitize=thread, the suites whose code runs on
 #       several threads: core (the fork-join pool the CPU backend, the
 #       gradients and the GPU scorer's decoders share), engine (ring stress,
-#       engine, monitor, JACK) and lv2 (the plugin's engine inside a host,
-#       jalv included).
+#       engine, monitor, JACK), lv2 (the plugin's engine inside a host,
+#       jalv included) and threads (the CPU gradients on ssae's threads and
+#       on a lent team).
 #
 # Both build with -Db_lundef=false (the sanitizer runtimes are linked into
 # the programs, not into the plugin and libraries) and without CUDA (the
@@ -45,7 +46,7 @@ for w in $which; do
     meson test -C "$abuild" --print-errorlogs ${MESON_TEST_ARGS:-} || rc=1
     ;;
   tsan)
-    echo "== ThreadSanitizer: core, engine and lv2 suites ($tbuild)"
+    echo "== ThreadSanitizer: core, engine, lv2 and threads suites ($tbuild)"
     setup "$tbuild" thread || { rc=1; continue; }
     # halt_on_error: the first race fails the test with its report (the
     # default exit code 66 at the end would too, later). Address space
@@ -59,7 +60,7 @@ for w in $which; do
     fi
     # shellcheck disable=SC2086
     $run meson test -C "$tbuild" --print-errorlogs --suite core --suite engine --suite lv2 \
-      ${MESON_TEST_ARGS:-} || rc=1
+      --suite threads ${MESON_TEST_ARGS:-} || rc=1
     ;;
   *)
     echo "usage: tools/test-sanitizers.sh [asan] [tsan]" >&2

@@ -1,7 +1,8 @@
 /* The CPU vector-Jacobian products (ssae_vjp.h) give the same bits
  * whoever runs them: the calling thread alone, ssae's own threads, or a
  * host's OpenMP team lent through ssae_vjp_set_team (here libgomp's
- * GOMP_parallel, the runtime PyTorch's CPU operators run on), and a team
+ * GOMP_parallel, the runtime PyTorch's CPU operators run on; POSIX threads
+ * under ThreadSanitizer), and a team
  * larger than the object's scratch slots; batches of one chunk, of a few,
  * and of more chunks than units (several chunks summed per unit). The team
  * really runs the work: the wrapper counts the distinct threads that
@@ -19,24 +20,68 @@
 #include "ssae_vjp.h"
 #include "../ssae_test.h"
 
-void GOMP_parallel(void (*fn)(void *), void *data, unsigned n, unsigned flags);
+/* Under ThreadSanitizer the team is one of POSIX threads with the same
+ * signature: libgomp is not instrumented, and its barriers would hide
+ * every ordering between the team and the caller from the sanitizer. */
+#if defined(__SANITIZE_THREAD__)
+#define TEAM_PTHREADS 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TEAM_PTHREADS 1
+#endif
+#endif
 
-/* GOMP_parallel, noting which team threads entered. */
+/* The team's entry (GOMP_parallel's signature), noting which of its
+ * threads entered. */
 static atomic_uint entered_mask;
 typedef struct wrapped {
   void (*fn)(void *);
   void *data;
 } wrapped;
+static void note(int t) {
+  if (t >= 0 && t < 32) atomic_fetch_or(&entered_mask, 1u << t);
+}
+
+#ifdef TEAM_PTHREADS
+#include <pthread.h>
+
+typedef struct member {
+  wrapped *w;
+  int t;
+} member;
+static void *member_main(void *p) {
+  member *m = p;
+  note(m->t);
+  m->w->fn(m->w->data);
+  return NULL;
+}
+static void team(void (*fn)(void *), void *data, unsigned n, unsigned flags) {
+  (void)flags;
+  wrapped w = {fn, data};
+  pthread_t tid[32];
+  member m[32];
+  unsigned k = 1;
+  for (; k < n && k < 32; k++) {
+    m[k] = (member){&w, (int)k};
+    if (pthread_create(&tid[k], NULL, member_main, &m[k])) break;
+  }
+  note(0);
+  fn(data);
+  for (unsigned j = 1; j < k; j++) pthread_join(tid[j], NULL);
+}
+#else
+void GOMP_parallel(void (*fn)(void *), void *data, unsigned n, unsigned flags);
+
 static void note_and_run(void *p) {
   wrapped *w = p;
-  int t = omp_get_thread_num();
-  if (t >= 0 && t < 32) atomic_fetch_or(&entered_mask, 1u << t);
+  note(omp_get_thread_num());
   w->fn(w->data);
 }
 static void team(void (*fn)(void *), void *data, unsigned n, unsigned flags) {
   wrapped w = {fn, data};
   GOMP_parallel(note_and_run, &w, n, flags);
 }
+#endif
 
 static int popcount(unsigned v) {
   int c = 0;
