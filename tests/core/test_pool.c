@@ -36,7 +36,7 @@ static void sleep_us(long us) {
   nanosleep(&t, NULL);
 }
 
-/* each_slot, with one slot slower than the others by 2 ms. */
+/* each_slot, with s->slow_slot (if any) 2 ms later than the others. */
 static void each_slot_slow_one(void *arg, int slot) {
   shared *s = arg;
   if (slot == s->slow_slot) sleep_us(2000);
@@ -53,6 +53,18 @@ static void take_parts(void *arg, int slot) {
   }
 }
 
+/* Round r on every slot (s->slow_slot's late), and what each slot saw. */
+static void run_round(ssae_pool *p, shared *s, int r, int h) {
+  s->round = r;
+  atomic_store(&s->total, 0);
+  ssae_pool_run(p, each_slot_slow_one, s);
+  CHECK(atomic_load(&s->total) == h + 1, "run %d: %d calls for %d slots", r,
+        atomic_load(&s->total), h + 1);
+  for (int k = 0; k <= h; k++)
+    CHECK(s->seen[k] == r && s->calls[k] == r, "run %d: slot %d saw round %d, %d calls", r, k,
+          s->seen[k], s->calls[k]);
+}
+
 static void check_pool(int helpers_asked) {
   ssae_pool *p = ssae_pool_new(helpers_asked);
   CHECK(p, "ssae_pool_new(%d) returned NULL", helpers_asked);
@@ -61,15 +73,9 @@ static void check_pool(int helpers_asked) {
   CHECK(h >= 0 && h <= (helpers_asked > 0 ? helpers_asked : 0), "%d helpers for %d asked", h,
         helpers_asked);
   shared *s = calloc(1, sizeof *s);
+  s->slow_slot = -1;
   for (int r = 1; r <= 200; r++) {
-    s->round = r;
-    atomic_store(&s->total, 0);
-    ssae_pool_run(p, each_slot, s);
-    CHECK(atomic_load(&s->total) == h + 1, "run %d: %d calls for %d slots", r,
-          atomic_load(&s->total), h + 1);
-    for (int k = 0; k <= h; k++)
-      CHECK(s->seen[k] == r && s->calls[k] == r, "run %d: slot %d saw round %d, %d calls", r, k,
-            s->seen[k], s->calls[k]);
+    run_round(p, s, r, h);
     for (int k = h + 1; k < MAX_SLOTS; k++) CHECK(s->calls[k] == 0, "slot %d ran", k);
     /* shared parts, then the owner reads every part */
     atomic_store(&s->next, 0);
@@ -82,15 +88,8 @@ static void check_pool(int helpers_asked) {
    * back, some with one slot slow: the owner's (the helpers done first) or
    * the last helper's (the owner waiting for it) */
   for (int r = 201; r <= 260; r++) {
-    s->round = r;
     s->slow_slot = r % 3 == 0 ? h : r % 5 == 0 ? 0 : -1;
-    atomic_store(&s->total, 0);
-    ssae_pool_run(p, each_slot_slow_one, s);
-    CHECK(atomic_load(&s->total) == h + 1, "run %d: %d calls for %d slots", r,
-          atomic_load(&s->total), h + 1);
-    for (int k = 0; k <= h; k++)
-      CHECK(s->seen[k] == r && s->calls[k] == r, "run %d: slot %d saw round %d, %d calls", r, k,
-            s->seen[k], s->calls[k]);
+    run_round(p, s, r, h);
     if (r % 4 < 2) sleep_us(r % 4 ? 300 : 1500);
   }
   /* start / wait: the helpers alone (or the owner, slot 0, when none), the
