@@ -42,13 +42,6 @@ typedef struct job {
  * machine, few enough that their gradient buffers stay small (about 20 MB
  * at the default dimensions) and cheap to sum. */
 #define MAX_UNITS 256
-/* Parameters per slice of the final sum, about (a tensor's last slice is
- * shorter; the basis is cut into whole rows). */
-#define SUM_SLICE 1024
-/* Parameters summed side by side in the final sum (a cache line of each
- * unit's floats). */
-#define SUM_LANES 16
-
 struct ssae_vjp {
   size_t M, F, L, S, C, P;
   size_t off[SSAE_N_TENSORS + 1];
@@ -184,31 +177,10 @@ static void chunks_share(ssae_vjp *g, int slot) {
  * end of a backward in one parallel phase. */
 static void sum_share(ssae_vjp *g, int slot) {
   (void)slot;
-  const size_t P = g->P, nu = g->n_units, C = g->C, o = g->off[4];
   for (;;) {
     size_t k = atomic_fetch_add(&g->next, 1);
     if (k >= g->n_slices) break;
-    const size_t i0 = g->slice0[k], i1 = g->slice0[k + 1];
-    double *acc = g->acc;
-    /* SUM_LANES parameters at a time, their sums in registers across the
-     * units (each unit's row read once; the same additions in the same
-     * order as one parameter at a time) */
-    size_t i = i0;
-    for (; i + SUM_LANES <= i1; i += SUM_LANES) {
-      double a[SUM_LANES] = {0};
-      for (size_t u = 0; u < nu; u++) {
-        const float *ug = g->ugrad + u * P + i;
-        for (size_t l = 0; l < SUM_LANES; l++) a[l] += ug[l];
-      }
-      for (size_t l = 0; l < SUM_LANES; l++) acc[i + l] = a[l];
-    }
-    for (; i < i1; i++) {
-      double a = 0;
-      for (size_t u = 0; u < nu; u++) a += g->ugrad[u * P + i];
-      acc[i] = a;
-    }
-    if (i0 >= o && i1 <= o + g->L * C) basis_rows_back(g, (i0 - o) / C, (i1 - o) / C);
-    for (size_t i = i0; i < i1; i++) g->cur.dparams[i] = (float)acc[i];
+    sum_parts(g, g->ugrad, g->n_units, g->slice0[k], g->slice0[k + 1], g->cur.dparams);
   }
 }
 
@@ -255,26 +227,6 @@ void ssae_vjp_set_team(ssae_vjp *g, ssae_team_fn team, int threads) {
 }
 
 static void *xcalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
-
-/* The final sum's slices, tensor by tensor: SUM_SLICE parameters each, the
- * basis's whole rows (each slice's rows are taken through the basis
- * normalisation by the thread that summed them). Returns the n + 1 bounds,
- * or NULL without memory. */
-static size_t *plan_slices(const ssae_vjp *g, size_t *n) {
-  const size_t rows = SUM_SLICE / g->C ? SUM_SLICE / g->C : 1;
-  size_t step[SSAE_N_TENSORS], count = 0;
-  for (int t = 0; t < SSAE_N_TENSORS; t++) {
-    step[t] = t == 4 ? rows * g->C : SUM_SLICE;
-    count += (g->off[t + 1] - g->off[t] + step[t] - 1) / step[t];
-  }
-  size_t *b = malloc((count + 1) * sizeof *b), k = 0;
-  if (!b) return NULL;
-  for (int t = 0; t < SSAE_N_TENSORS; t++)
-    for (size_t i = g->off[t]; i < g->off[t + 1]; i += step[t]) b[k++] = i;
-  b[k] = g->off[SSAE_N_TENSORS];
-  *n = k;
-  return b;
-}
 
 void ssae_vjp_free(ssae_vjp *g) {
   if (!g) return;

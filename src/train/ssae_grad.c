@@ -1,8 +1,9 @@
 /* Forward and backward pass of the SSAE for the MSE loss on the CPU.
  *
  * A batch is cut into chunks of CHUNK windows. Each chunk's gradient goes to
- * its own buffer and the buffers are summed in chunk order in double, so
- * the result is the same whatever the number of threads. Within a chunk the
+ * its own buffer and the buffers are summed in chunk order in double, a
+ * slice of the parameters at a time by whichever thread takes it, so the
+ * result is the same whatever the number of threads. Within a chunk the
  * work is batched matrix products over all slices (R = CHUNK*F rows). */
 #include <math.h>
 #include <stdatomic.h>
@@ -40,9 +41,14 @@ struct ssae_grad {
   double *csse;
   size_t n_chunks_cap;
   double *acc;            /* double sum of the chunk gradients */
+  size_t *slice0, n_slices; /* the final sum's slices: [slice0[k], slice0[k+1]) */
   ssae_pool *pool;
   job cur;
   atomic_size_t next_chunk;
+  /* the final sum under way: the chunks' gradients, how many, where to */
+  size_t sum_n;
+  float *sum_out;
+  atomic_size_t next_slice;
 };
 
 static void *xcalloc(size_t n, size_t size) {
@@ -124,6 +130,21 @@ static void run_job(ssae_grad *g) {
   else run_share(g, 0);
 }
 
+/* The final sum's slices, claimed one at a time. */
+static void sum_share(void *arg, int index) {
+  ssae_grad *g = arg;
+  (void)index;
+  for (;;) {
+    size_t k = atomic_fetch_add(&g->next_slice, 1);
+    if (k >= g->n_slices) break;
+    sum_parts(g, g->cgrad, g->sum_n, g->slice0[k], g->slice0[k + 1], g->sum_out);
+  }
+}
+
+/* Chunks from which the final sum is shared among the threads (below, it
+ * is less work than waking them). */
+#define SUM_SHARED_FROM 4
+
 /* ---- object ------------------------------------------------------------- */
 
 void ssae_grad_free(ssae_grad *g) {
@@ -142,6 +163,7 @@ void ssae_grad_free(ssae_grad *g) {
   free(g->cgrad);
   free(g->csse);
   free(g->acc);
+  free(g->slice0);
   free(g);
 }
 
@@ -185,10 +207,11 @@ ssae_grad *ssae_grad_new(const ssae_dims *d, int threads, ssae_err *err) {
   g->bnw_t = xcalloc(g->L * g->L, sizeof(float));
   g->dec_t = xcalloc(g->M * g->S, sizeof(float));
   g->acc = xcalloc(g->P, sizeof(double));
+  g->slice0 = plan_slices(g, &g->n_slices);
   g->w = calloc((size_t)threads, sizeof(work));
   g->n_w = g->w ? threads : 0;
   if (!g->params || !g->bn || !g->bn_t || !g->gnorm || !g->enc_t ||
-      !g->bnw_t || !g->dec_t || !g->acc || !g->w)
+      !g->bnw_t || !g->dec_t || !g->acc || !g->slice0 || !g->w)
     goto oom;
   for (int i = 0; i < threads; i++)
     if (work_alloc(&g->w[i], g)) goto oom;
@@ -240,19 +263,15 @@ int ssae_grad_compute(ssae_grad *g, const float *x, size_t n, double scale,
   g->cur.scores = NULL;
   run_job(g);
 
-  /* fixed-order reduction in double */
-  size_t P = g->P;
+  /* fixed-order reductions in double */
   double total = 0;
-  memset(g->acc, 0, P * sizeof(double));
-  for (size_t c = 0; c < nc; c++) {
-    const float *cg = g->cgrad + c * P;
-    for (size_t i = 0; i < P; i++) g->acc[i] += cg[i];
-    total += g->csse[c];
-  }
+  for (size_t c = 0; c < nc; c++) total += g->csse[c];
   *sse = total;
-
-  basis_rows_back(g, 0, g->L);
-  for (size_t i = 0; i < P; i++) grad[i] = (float)g->acc[i];
+  g->sum_n = nc;
+  g->sum_out = grad;
+  atomic_store(&g->next_slice, 0);
+  if (nc >= SUM_SHARED_FROM) ssae_pool_run(g->pool, sum_share, g);
+  else sum_share(g, 0);
   return 0;
 }
 

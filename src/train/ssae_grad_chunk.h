@@ -210,6 +210,59 @@ static void basis_rows_back(const GRAD_T *g, size_t l0, size_t l1) {
   }
 }
 
+/* Parameters per slice of a final sum, about (a tensor's last slice is
+ * shorter; the basis is cut into whole rows), and how many are summed side
+ * by side (a cache line of each part's floats). */
+#define SUM_SLICE 1024
+#define SUM_LANES 16
+
+/* The final sum's slices, tensor by tensor: SUM_SLICE parameters each, the
+ * basis's whole rows. Returns the *n + 1 bounds (malloc'd), or NULL
+ * without memory. */
+static size_t *plan_slices(const GRAD_T *g, size_t *n) {
+  const size_t rows = SUM_SLICE / g->C ? SUM_SLICE / g->C : 1;
+  size_t step[SSAE_N_TENSORS], count = 0;
+  for (int t = 0; t < SSAE_N_TENSORS; t++) {
+    step[t] = t == 4 ? rows * g->C : SUM_SLICE;
+    count += (g->off[t + 1] - g->off[t] + step[t] - 1) / step[t];
+  }
+  size_t *b = malloc((count + 1) * sizeof *b), k = 0;
+  if (!b) return NULL;
+  for (int t = 0; t < SSAE_N_TENSORS; t++)
+    for (size_t i = g->off[t]; i < g->off[t + 1]; i += step[t]) b[k++] = i;
+  b[k] = g->off[SSAE_N_TENSORS];
+  *n = k;
+  return b;
+}
+
+/* Slice [i0, i1) of the final sum (one of plan_slices'): the n parts'
+ * gradients (P floats each, at parts) added in part order in double,
+ * SUM_LANES parameters' sums in registers across the parts (each part's
+ * row read once), into g->acc; taken through the basis normalisation when
+ * the slice is basis rows; written to out as floats. Each parameter's
+ * additions are the same whoever sums which slice. */
+static void sum_parts(const GRAD_T *g, const float *parts, size_t n, size_t i0, size_t i1,
+                      float *out) {
+  const size_t P = g->P, C = g->C, o = g->off[4];
+  double *acc = g->acc;
+  size_t i = i0;
+  for (; i + SUM_LANES <= i1; i += SUM_LANES) {
+    double a[SUM_LANES] = {0};
+    for (size_t u = 0; u < n; u++) {
+      const float *pu = parts + u * P + i;
+      for (size_t l = 0; l < SUM_LANES; l++) a[l] += pu[l];
+    }
+    for (size_t l = 0; l < SUM_LANES; l++) acc[i + l] = a[l];
+  }
+  for (; i < i1; i++) {
+    double a = 0;
+    for (size_t u = 0; u < n; u++) a += parts[u * P + i];
+    acc[i] = a;
+  }
+  if (i0 >= o && i1 <= o + g->L * C) basis_rows_back(g, (i0 - o) / C, (i1 - o) / C);
+  for (i = i0; i < i1; i++) out[i] = (float)acc[i];
+}
+
 /* Forward of nw windows at x; y: where the output goes. */
 static void chunk_forward(const GRAD_T *g, work *w, const float *x, size_t nw, float *y,
                           int exact) {
