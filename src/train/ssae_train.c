@@ -48,60 +48,6 @@ void ssae_param_init(const ssae_dims *d, uint64_t seed, float *p) {
   fill_uniform(&r, p + off[10], M, 1.0 / sqrt((double)S));
 }
 
-/* ---- Adam --------------------------------------------------------------- */
-
-ssae_adam *ssae_adam_new(const ssae_adam_cfg *cfg, size_t n, ssae_err *err) {
-  ssae_adam *a = calloc(1, sizeof *a);
-  if (a) {
-    a->cfg = *cfg;
-    a->n = n;
-    a->m = calloc(n ? n : 1, sizeof(float));
-    a->v = calloc(n ? n : 1, sizeof(float));
-  }
-  if (!a || !a->m || !a->v) {
-    ssae_adam_free(a);
-    ssae_err_set(err, "out of memory for the optimiser state");
-    return NULL;
-  }
-  return a;
-}
-
-void ssae_adam_free(ssae_adam *a) {
-  if (!a) return;
-  free(a->m);
-  free(a->v);
-  free(a);
-}
-
-/* torch.optim.Adam (torch 1.13) in float32 as torch does for float32
- * parameters, operation for operation: the Python scalars become floats in
- * the kernels, add(alpha=) and addcmul are fused multiply-adds in torch's
- * vectorised CPU kernels, addcdiv is p + (value * m) / denom, the bias
- * corrections are computed in double. The result matches torch bit for
- * bit. */
-void ssae_adam_step(ssae_adam *a, float *params, float *grad) {
-  a->step++;
-  const ssae_adam_cfg *c = &a->cfg;
-  float b1 = (float)c->beta1, b2 = (float)c->beta2;
-  float one_b1 = (float)(1.0 - c->beta1), one_b2 = (float)(1.0 - c->beta2);
-  float wd = (float)c->weight_decay;
-  double bc1 = 1.0 - pow(c->beta1, (double)a->step);
-  double bc2 = 1.0 - pow(c->beta2, (double)a->step);
-  float neg_step = (float)(-(c->lr / bc1));
-  float bc2_sqrt = (float)sqrt(bc2);
-  float eps = (float)c->eps;
-  float *m = a->m, *v = a->v;
-  for (size_t i = 0; i < a->n; i++) {
-    float g = grad[i];
-    if (wd != 0.0f) g = fmaf(params[i], wd, g);
-    m[i] = fmaf(g, one_b1, m[i] * b1);
-    v[i] = fmaf(one_b2 * g, g, v[i] * b2);
-    float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-    /* addcdiv's order: p + (value * m) / denom */
-    params[i] = params[i] + (neg_step * m[i]) / denom;
-  }
-}
-
 /* ---- CPU backend -------------------------------------------------------- */
 
 static int cpu_set_params(void *ctx, const float *p, ssae_err *err) {

@@ -122,13 +122,14 @@ def torch_adam(p0, gs, lr, wd):
     return t.detach().numpy()
 
 
-def probe_adam(probe_exe, tmp, mode, p0, gs, lr, wd):
+def probe_adam(probe_exe, tmp, mode, p0, gs, lr, wd, env=None):
     """train_probe's adam or cuda_adam: the parameters p0 after a step on
-    each gradient of gs (betas and eps as torch_adam's)."""
+    each gradient of gs (betas and eps as torch_adam's); env: the probe's
+    environment (None: this one's)."""
     pf, gf, of = (os.path.join(tmp, f) for f in ("p", "g", "o"))
     write(pf, p0)
     write(gf, gs)
-    run_ok([probe_exe, mode, lr, 0.9, 0.999, 1e-8, wd, len(gs), pf, gf, of])
+    run_ok([probe_exe, mode, lr, 0.9, 0.999, 1e-8, wd, len(gs), pf, gf, of], env=env)
     return read(of)
 
 

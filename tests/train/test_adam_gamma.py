@@ -2,6 +2,7 @@
 decay; bit for bit with torch 1.x, as close to float64 Adam as torch 2's
 own), the gamma fit (its MLE equation in float64) and the inverse of the
 regularised incomplete gamma against torch.special.gammainc."""
+import os
 import tempfile
 
 from ssae_ref import np, torch, probe, run, adam_inputs, torch_adam, probe_adam, finish
@@ -40,6 +41,17 @@ for lr, wd in ((1e-3, 0.0), (3e-2, 0.05)):
               % (lr, wd, torch.__version__, 100 * same, err_s, err_t, ulp))
         if not err_s <= 2 * err_t + ulp:
             fails.append("adam lr %g wd %g: error %.3g against torch's %.3g" % (lr, wd, err_s, err_t))
+
+# the portable loop (SSAE_NO_AVX2) and the AVX2 one give the same bits,
+# also for a count that is not a multiple of the vectors' 8
+for n_odd, (lr, wd) in ((1003, (1e-3, 0.0)), (13, (3e-2, 0.05))):
+    p0, gs = adam_inputs(rng, n_odd, steps)
+    vec = probe_adam(P, tmp, "adam", p0, gs, lr, wd)
+    port = probe_adam(P, tmp, "adam", p0, gs, lr, wd, env=dict(os.environ, SSAE_NO_AVX2="1"))
+    print("adam, %d parameters: the portable and the vector loops %s" %
+          (n_odd, "agree bit for bit" if np.array_equal(vec, port) else "DIFFER"))
+    if not np.array_equal(vec, port):
+        fails.append("adam, %d parameters: portable and vector loops differ" % n_odd)
 
 # gamma fit: the MLE (loc 0) solves log k - digamma(k) = log mean - mean log
 for case in range(4):
