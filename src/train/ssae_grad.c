@@ -19,6 +19,7 @@
 
 typedef struct job {
   const float *x;
+  const float *const *win; /* instead of x: window i at win[i] */
   size_t n;
   float scale;
   float *scores; /* forward-only jobs */
@@ -36,6 +37,7 @@ struct ssae_grad {
   int threads; /* the calling thread and the pool's helpers */
   int n_w;     /* work buffers allocated (the threads asked for) */
   work *w;     /* w[k]: the pool's slot k */
+  float *xg;   /* slot k's chunk of windows gathered from job.win, at k*CHUNK*F*M */
   /* chunk gradient buffers and sse, grown on demand */
   float *cgrad;
   double *csse;
@@ -113,9 +115,14 @@ static void run_share(void *arg, int index) {
   for (;;) {
     size_t c = atomic_fetch_add(&g->next_chunk, 1);
     if (c >= nc) break;
-    size_t first = c * CHUNK;
+    size_t first = c * CHUNK, fm = g->F * g->M;
     size_t nw = jb->n - first < CHUNK ? jb->n - first : CHUNK;
-    const float *x = jb->x + first * g->F * g->M;
+    const float *x = jb->x ? jb->x + first * fm : NULL;
+    if (jb->win) { /* the chunk's windows, gathered by this thread */
+      float *xg = g->xg + (size_t)index * CHUNK * fm;
+      for (size_t i = 0; i < nw; i++) memcpy(xg + i * fm, jb->win[first + i], fm * sizeof(float));
+      x = xg;
+    }
     if (jb->scores)
       chunk_run(g, &g->w[index], x, nw, 0, NULL, NULL, jb->scores + first);
     else
@@ -164,6 +171,7 @@ void ssae_grad_free(ssae_grad *g) {
   free(g->csse);
   free(g->acc);
   free(g->slice0);
+  free(g->xg);
   free(g);
 }
 
@@ -208,10 +216,11 @@ ssae_grad *ssae_grad_new(const ssae_dims *d, int threads, ssae_err *err) {
   g->dec_t = xcalloc(g->M * g->S, sizeof(float));
   g->acc = xcalloc(g->P, sizeof(double));
   g->slice0 = plan_slices(g, &g->n_slices);
+  g->xg = xcalloc((size_t)threads * CHUNK * g->F * g->M, sizeof(float));
   g->w = calloc((size_t)threads, sizeof(work));
   g->n_w = g->w ? threads : 0;
   if (!g->params || !g->bn || !g->bn_t || !g->gnorm || !g->enc_t ||
-      !g->bnw_t || !g->dec_t || !g->acc || !g->slice0 || !g->w)
+      !g->bnw_t || !g->dec_t || !g->acc || !g->slice0 || !g->xg || !g->w)
     goto oom;
   for (int i = 0; i < threads; i++)
     if (work_alloc(&g->w[i], g)) goto oom;
@@ -252,12 +261,13 @@ static int grow_chunks(ssae_grad *g, size_t nc, ssae_err *err) {
   return 0;
 }
 
-int ssae_grad_compute(ssae_grad *g, const float *x, size_t n, double scale,
-                      double *sse, float *grad, ssae_err *err) {
+/* The gradient of the current job (x or win set): the chunks, then the
+ * fixed-order reductions. */
+static int grad_job(ssae_grad *g, size_t n, double scale, double *sse, float *grad,
+                    ssae_err *err) {
   if (n == 0) return ssae_err_set(err, "empty batch");
   size_t nc = n_chunks(n);
   if (grow_chunks(g, nc, err)) return -1;
-  g->cur.x = x;
   g->cur.n = n;
   g->cur.scale = (float)scale;
   g->cur.scores = NULL;
@@ -275,11 +285,26 @@ int ssae_grad_compute(ssae_grad *g, const float *x, size_t n, double scale,
   return 0;
 }
 
+int ssae_grad_compute(ssae_grad *g, const float *x, size_t n, double scale,
+                      double *sse, float *grad, ssae_err *err) {
+  g->cur.x = x;
+  g->cur.win = NULL;
+  return grad_job(g, n, scale, sse, grad, err);
+}
+
+int ssae_grad_compute_windows(ssae_grad *g, const float *const *win, size_t n, double scale,
+                              double *sse, float *grad, ssae_err *err) {
+  g->cur.x = NULL;
+  g->cur.win = win;
+  return grad_job(g, n, scale, sse, grad, err);
+}
+
 int ssae_grad_scores(ssae_grad *g, const float *x, size_t n, float *scores,
                      ssae_err *err) {
   (void)err;
   if (n == 0) return 0;
   g->cur.x = x;
+  g->cur.win = NULL;
   g->cur.n = n;
   g->cur.scale = 0;
   g->cur.scores = scores;

@@ -57,6 +57,10 @@ static int cpu_grad(void *ctx, const float *x, size_t n, double scale,
                     double *sse, float *grad, ssae_err *err) {
   return ssae_grad_compute(ctx, x, n, scale, sse, grad, err);
 }
+static int cpu_grad_windows(void *ctx, const float *const *win, size_t n, double scale,
+                            double *sse, float *grad, ssae_err *err) {
+  return ssae_grad_compute_windows(ctx, win, n, scale, sse, grad, err);
+}
 static int cpu_scores(void *ctx, const float *x, size_t n, float *s,
                       ssae_err *err) {
   return ssae_grad_scores(ctx, x, n, s, err);
@@ -72,6 +76,7 @@ int ssae_train_backend_cpu(ssae_train_backend *be, const ssae_dims *d,
   be->ctx = g;
   be->set_params = cpu_set_params;
   be->grad = cpu_grad;
+  be->grad_windows = cpu_grad_windows;
   be->scores = cpu_scores;
   be->free = cpu_free;
   return 0;
@@ -176,9 +181,10 @@ int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
   float *xb = malloc(batch * fm * sizeof(float));
   float *sbuf = malloc(score_cap * sizeof(float));
   size_t *perm = malloc(n_train * sizeof(size_t));
+  const float **wins = malloc(batch * sizeof *wins);
   ssae_adam *adam = ssae_adam_new(&cfg->adam, P, err);
   if (!adam) goto out;
-  if (!grad || !xb || !sbuf || !perm || (cfg->patience > 0 && !best)) {
+  if (!grad || !xb || !sbuf || !perm || !wins || (cfg->patience > 0 && !best)) {
     ssae_err_set(err, "out of memory for the training buffers");
     goto out;
   }
@@ -216,14 +222,17 @@ int ssae_train_run(const ssae_dims *d, const ssae_train_cfg *cfg,
     }
     for (size_t b = 0; !dev && b < n_train; b += batch) {
       size_t nb = n_train - b < batch ? n_train - b : batch;
-      for (size_t i = 0; i < nb; i++)
-        memcpy(xb + i * fm, window_at(train, perm[b + i], fm),
-               fm * sizeof(float));
-      double s;
+      double s, scale = 1.0 / ((double)nb * (double)fm);
       if (be->set_params(be->ctx, params, err)) goto out;
-      if (be->grad(be->ctx, xb, nb, 1.0 / ((double)nb * (double)fm), &s, grad,
-                   err))
-        goto out;
+      if (be->grad_windows) {
+        /* the backend's threads gather the batch */
+        for (size_t i = 0; i < nb; i++) wins[i] = window_at(train, perm[b + i], fm);
+        if (be->grad_windows(be->ctx, wins, nb, scale, &s, grad, err)) goto out;
+      } else {
+        for (size_t i = 0; i < nb; i++)
+          memcpy(xb + i * fm, window_at(train, perm[b + i], fm), fm * sizeof(float));
+        if (be->grad(be->ctx, xb, nb, scale, &s, grad, err)) goto out;
+      }
       if (!isfinite(s)) {
         ssae_err_set(err, "the loss is not finite in epoch %d (training "
                      "diverged; try a smaller --lr)", ep);
@@ -292,6 +301,7 @@ out:
   free(xb);
   free(sbuf);
   free(perm);
+  free(wins);
   return rc;
 }
 

@@ -59,6 +59,12 @@ int ssae_grad_set_params(ssae_grad *g, const float *params, ssae_err *err);
  * nn.MSELoss's mean). */
 int ssae_grad_compute(ssae_grad *g, const float *x, size_t n, double scale,
                       double *sse, float *grad, ssae_err *err);
+/* The same for n windows where they lie: window i is the F*M floats at
+ * win[i] (a batch drawn from a window set, gathered by the threads that
+ * compute it); the same result as ssae_grad_compute on them copied one
+ * after another. */
+int ssae_grad_compute_windows(ssae_grad *g, const float *const *win, size_t n, double scale,
+                              double *sse, float *grad, ssae_err *err);
 
 /* Forward only: mean squared error of each window (scores, n floats). */
 int ssae_grad_scores(ssae_grad *g, const float *x, size_t n, float *scores,
@@ -122,6 +128,10 @@ typedef struct ssae_train_backend {
   int (*set_params)(void *ctx, const float *params, ssae_err *err);
   int (*grad)(void *ctx, const float *x, size_t n, double scale, double *sse,
               float *grad, ssae_err *err);
+  /* grad on windows where they lie (win[i]: window i), or NULL: the loop
+   * then copies each batch together for grad */
+  int (*grad_windows)(void *ctx, const float *const *win, size_t n, double scale,
+                      double *sse, float *grad, ssae_err *err);
   int (*scores)(void *ctx, const float *x, size_t n, float *scores,
                 ssae_err *err);
   void (*free)(void *ctx);
