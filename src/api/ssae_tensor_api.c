@@ -285,13 +285,16 @@ int ssae_api_logmel(const char *settings, const float *x, size_t n, float **fram
 /* ---- nets --------------------------------------------------------------- */
 
 struct ssae_api_net {
-  ssae_model *m; /* holds the parameters for the forward pass */
+  ssae_model *m; /* holds the parameters for the forward pass (from flat, when it runs) */
   ssae_cpu *cpu; /* made from m at the first forward after a change */
   ssae_vjp *vjp;
   float *flat;   /* the parameters last set (ssae_api_net_set_params_parts compares) */
   float *scores; /* the CPU forward's by-product */
   size_t scores_cap;
-  int threads, fail_next, have_params, cpu_stale;
+  /* cpu_stale: cpu's folded weights are older than flat; model_stale: so
+   * is m (a training loop sets parameters every step and runs the training
+   * forward, ssae_vjp, never the model's: m follows only when needed) */
+  int threads, fail_next, have_params, cpu_stale, model_stale;
 #if SSAE_HAVE_CUDA
   ssae_cuda_vjp *cuda; /* made by the first CUDA call */
 #endif
@@ -338,12 +341,11 @@ int ssae_api_net_set_params(ssae_api_net *net, const float *params, size_t n, ss
            SSAE_API_EARG;
   net->have_params = 0;
   if (params != net->flat) memcpy(net->flat, params, sizeof(float) * want);
+  /* refuses non-finite values */
   if (ssae_vjp_set_params(net->vjp, params, err)) return SSAE_API_EARG;
-  flat_to_model(params, net->m);
-  if (ssae_model_update(net->m, err)) return SSAE_API_EARG;
-  /* The CPU forward's folded weights are made again only when a forward
-   * needs them (its threads stay): a training loop sets parameters every
-   * step and runs the training forward (ssae_vjp), never this one. */
+  /* The model and the CPU forward's folded weights are made again only
+   * when a forward needs them (its threads stay). */
+  net->model_stale = 1;
   net->cpu_stale = 1;
   net->have_params = 1;
   return SSAE_API_OK;
@@ -395,6 +397,11 @@ int ssae_api_net_forward(ssae_api_net *net, const float *x, size_t n, float *y,
   if (rc) return rc;
   if (!n) return SSAE_API_OK;
   if (!x || !y) return ssae_err_set(err, "forward: NULL buffer"), SSAE_API_EARG;
+  if (net->model_stale) {
+    flat_to_model(net->flat, net->m);
+    if (ssae_model_update(net->m, err)) return SSAE_API_EARG;
+    net->model_stale = 0;
+  }
   if (net->cpu && net->cpu_stale && ssae_cpu_set_model(net->cpu, net->m, err)) {
     ssae_cpu_free(net->cpu);
     net->cpu = NULL;

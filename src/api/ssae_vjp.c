@@ -301,11 +301,13 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
 size_t ssae_vjp_param_count(const ssae_vjp *g) { return g->P; }
 
 int ssae_vjp_set_params(ssae_vjp *g, const float *params, ssae_err *err) {
-  for (size_t t = 0; t < SSAE_N_TENSORS; t++)
-    for (size_t i = g->off[t]; i < g->off[t + 1]; i++)
-      if (!isfinite(params[i]))
-        return ssae_err_set(err, "parameter %s[%zu] is not finite", ssae_tensor_names[t],
-                            i - g->off[t]);
+  size_t bad = first_nonfinite(params, g->P);
+  if (bad < g->P) {
+    size_t t = 0;
+    while (bad >= g->off[t + 1]) t++;
+    return ssae_err_set(err, "parameter %s[%zu] is not finite", ssae_tensor_names[t],
+                        bad - g->off[t]);
+  }
   set_derived(g, params);
   return 0;
 }

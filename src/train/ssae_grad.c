@@ -239,10 +239,10 @@ oom:
 int ssae_grad_threads(const ssae_grad *g) { return g->threads; }
 
 int ssae_grad_set_params(ssae_grad *g, const float *params, ssae_err *err) {
-  for (size_t i = 0; i < g->P; i++)
-    if (!isfinite(params[i]))
-      return ssae_err_set(err, "parameter %zu is not finite (training "
-                          "diverged; try a smaller --lr)", i);
+  size_t bad = first_nonfinite(params, g->P);
+  if (bad < g->P)
+    return ssae_err_set(err, "parameter %zu is not finite (training "
+                        "diverged; try a smaller --lr)", bad);
   set_derived(g, params);
   return 0;
 }
