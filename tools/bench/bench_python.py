@@ -10,7 +10,11 @@ For each device (the CPU, and CUDA when torch sees one):
                             the module's fused loss
                             (model.reconstruction_loss(x).backward()),
                             and that without autograd
-                            (model.reconstruction_backward(x))
+                            (model.reconstruction_backward(x)); and a
+                            training loop's whole step, that and
+                            torch.optim.Adam's step (the parameters change
+                            every step, as they do in training), against
+                            the plain module's with autograd
 ssae rows: ssae.Model.score (the library's backend: the CPU forward, or the
 CUDA kernel table's kernel on the tensor in place; on CUDA also with
 math="3xtf32", the tensor-core kernel) and the drop-in module
@@ -182,6 +186,19 @@ def bench_device(dev, args, table):
         mod.zero_grad(set_to_none=True)
         mod.reconstruction_backward(x)
 
+    # a training loop's step: the parameters change every time (a learning
+    # rate small enough that the repetitions do not move the loss)
+    opt_d = torch.optim.Adam(drop.parameters(), lr=1e-7)
+    opt_p = torch.optim.Adam(plain.parameters(), lr=1e-7)
+
+    def adam_step(mod, opt, x):
+        opt.zero_grad(set_to_none=True)
+        if mod is drop:
+            mod.reconstruction_backward(x)
+        else:
+            torch.nn.functional.mse_loss(mod(x), x).backward()
+        opt.step()
+
     for n in args.sizes_train:
         x = inputs(n, dev, seed=1)
         reps = args.reps
@@ -192,6 +209,9 @@ def bench_device(dev, args, table):
         table.add(dev, "train step fwd+bwd", n, "ms", ts * 1e3, tp * 1e3)
         table.add(dev, "train step fused loss", n, "ms", tf * 1e3, tp * 1e3)
         table.add(dev, "train step no autograd", n, "ms", tg * 1e3, tp * 1e3)
+        ta = timed(lambda: adam_step(drop, opt_d, x), dev, reps)
+        tpa = timed(lambda: adam_step(plain, opt_p, x), dev, reps)
+        table.add(dev, "train step + Adam", n, "ms", ta * 1e3, tpa * 1e3)
         del x
     if not drop.uses_kernel:
         print("  note: the drop-in module fell back to plain PyTorch on %s" % dev)
