@@ -12,6 +12,7 @@
  * call (an update of the 19,872 default parameters took 120-140 us, as
  * long as the rest of a 512-window batch on 16 cores). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "ssae_train.h"
@@ -66,14 +67,18 @@ __attribute__((target("avx2,fma"))) static void adam_avx2(const adam_k *k, size_
   adam_scalar(k, i, n, p, m, v, grad);
 }
 
+/* Asked once (optimisers on several threads may ask at once: the same
+ * answer, stored atomically). */
 static int adam_has_avx2(void) {
-  static int has = -1;
-  if (has < 0) {
+  static atomic_int has = -1;
+  int h = atomic_load_explicit(&has, memory_order_relaxed);
+  if (h < 0) {
     __builtin_cpu_init();
-    has = !getenv("SSAE_NO_AVX2") && __builtin_cpu_supports("avx2") &&
-          __builtin_cpu_supports("fma");
+    h = !getenv("SSAE_NO_AVX2") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma");
+    atomic_store_explicit(&has, h, memory_order_relaxed);
   }
-  return has;
+  return h;
 }
 #endif
 
