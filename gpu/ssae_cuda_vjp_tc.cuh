@@ -5,21 +5,30 @@
  * of groups of 16 windows (contiguous, or gathered through an offset
  * table), every matrix product on mma.sync in the 3xTF32 form
  * (ssae_cuda_mma_tf32.cuh: fp32 accuracy), LayerNorms and GELU on the CUDA
- * cores (tc_ln1, tc_gelu: float forms as accurate as the gradients need,
- * see there). Included by
- * ssae_cuda_train_vjp.cu and ssae_cuda_train.cu after
+ * cores (tc_gelu: a float form as accurate as the gradients need, see
+ * there). Included by ssae_cuda_train_vjp.cu and ssae_cuda_train.cu after
  * ssae_cuda_train_kernels.cuh (dims_t, dev_w, warp_sum).
  *
- * Why not k_vjp / k_fwd_bwd: their products are one output per thread with
- * both operands from shared memory, about 8 % of the FMA pipes; at 65,536
- * windows the module's training step took 2.3x PyTorch's (cuBLAS) time, 0.55x
- * with this kernel (BENCHMARKS.md). What limits it now: block-wide stages
- * of 16 windows leave each warp little independent work (Nsight: 0.43
- * instructions issued per cycle per scheduler, the tensor pipe 21 % busy),
- * and it runs at 128 registers a thread (one block of 512 per SM), where a
- * small edit can make ptxas spill in the group loop (once 5 % of the
- * kernel): after a change, run tools/cuda-spills.py BUILD --kernel k_vjp_tc
- * (sm_90: 0 bytes spilled now; sm_80: 60) and measure (doc/gpu-kernels.md,
+ * It runs on the folded weights, as the inference kernels do, and takes the
+ * gradients of those, turned into the parameters' gradients once per block
+ * at the end:
+ *   - the LayerNorms' scale and shift folded into the Linear after them
+ *     (We' = We diag(g1), be' = be + We b1; Wb' likewise): the products take
+ *     xhat and zhat, and dWe, dg1, db1 all follow from dWe' = sum da xhat^T
+ *     and dbe' (dWe = dWe' diag(g1) + dbe' b1^T, dg1 = colsum(We o dWe'),
+ *     db1 = We^T dbe'). Without an input gradient there is no 64 x 64
+ *     product back to the LayerNorm's output and no LayerNorm backward.
+ *   - the decoder folded into the basis, D^T = B_f Wd^T per slice f
+ *     (32 x 320): y = z' D^T + bd is one 16 x 320 product over K = 32 where
+ *     r = B^T z' and y = r Wd^T were two, and the decoder side's backward is
+ *     dD^T += z'^T dy and dz' = dy D, where it was dWd += dy^T r, dr = dy Wd,
+ *     dB += z'^T dr and dz' = B dr; at the end dWd = sum_f dD^T_f^T B_f and
+ *     dB_f += dD^T_f Wd.
+ * About 211 kFLOP a window in the trainer's mode against 375 k unfolded.
+ *
+ * It runs at 128 registers a thread (one block of 512 per SM), where a
+ * small edit can make ptxas spill in the group loop: after a change, run
+ * tools/cuda-spills.py BUILD --kernel k_vjp_tc and measure (doc/gpu-kernels.md,
  * "The backward kernel").
  *
  * One block of 16 warps per SM takes groups of 16 windows (80 slices) in
@@ -27,14 +36,15 @@
  * 64 values in a row of 68 floats: the A fragments' eight rows fall in
  * distinct banks), window-level ones in rows of 36. A product is a set of
  * 16 x 16 output tiles that the warps take in turn, operands read through
- * accessors (any layout or transpose; the weights are copied to shared
- * memory once per block); the four K = 320 products over the latent
- * (16 x 32 outputs) are split over k in eight parts summed in a fixed
- * order. The weight gradients (the four large matrices: 76 tiles of
- * 16 x 16) stay in registers across the block's groups, up to 5 per warp
- * (tile T of warp w: slot (T - w) / 16); biases' and LayerNorms' sums in
- * shared memory. Each block writes one partial gradient at the end, which
- * k_update sums in block order: no atomics, the same bits on every run. */
+ * accessors (any layout or transpose; the folded weights are made in shared
+ * memory once per block); the K = 320 products over the latent (16 x 32
+ * outputs) are split over k in eight parts summed in a fixed order. The
+ * folded weights' gradients (the three large matrices: 96 tiles of 16 x 16)
+ * stay in registers across the block's groups, 6 per warp (tile T of warp
+ * w: slot (T - w) / 16); the bottleneck's and the biases' sums in shared
+ * memory. Each block
+ * writes one partial gradient at the end, which k_update sums in block
+ * order: no atomics, the same bits on every run. */
 #ifndef SSAE_CUDA_VJP_TC_CUH
 #define SSAE_CUDA_VJP_TC_CUH
 
@@ -46,41 +56,40 @@ const int kTcWarps = 16, kTcThreads = kTcWarps * 32;
 const int kTcWin = 16;             /* windows per group */
 const int kTcRows = kTcWin * 5;    /* slices per group */
 const int kTcLd = 68, kTcLdw = 36; /* row strides: slice-level, window-level */
-const int kTcSlots = 5;            /* gradient tile pairs per warp */
-/* gradient tile pairs (16 x 16): decoder weight, bottleneck weight, basis,
- * encoder weight */
-enum { TC_WD = 0, TC_WB = 16, TC_BN = 20, TC_WE = 60, TC_TILES = 76 };
-/* sums kept in shared memory: LayerNorm 1 weight and bias, encoder bias,
- * LayerNorm 2 weight and bias, bottleneck bias, decoder bias */
-enum { GA_LN1W = 0, GA_LN1B = 64, GA_BE = 128, GA_LN2W = 192, GA_LN2B = 224, GA_BB = 256,
-       GA_BD = 288, GA_TOTAL = 352 };
+const int kTcLdb = 324;            /* row stride of the 32 x 320 matrices */
+const int kTcSlots = 6;            /* gradient tile pairs per warp */
+/* gradient tiles (16 x 16) of the folded weights kept in registers: D^T
+ * (32 x 320), the basis (32 x 320, its encoder-side use), We' (64 x 64);
+ * Wb''s four in shared memory (GW), which makes it six a warp, not seven */
+enum { TC_DT = 0, TC_BN = 40, TC_WE = 80, TC_TILES = 96 };
+/* sums kept in shared memory: the folded encoder's and bottleneck's
+ * biases, the decoder's bias */
+enum { GA_BE = 0, GA_BB = 64, GA_BD = 96, GA_TOTAL = 160 };
 
-/* Shared memory, floats: five slice arrays and seven window arrays (the
- * kernel names them), the split-k parts, LayerNorm 1's rstd, LayerNorm 2's,
- * the sums, LayerNorm 1's shifts and shifted means, then the weights:
- * encoder and decoder (64 rows of kTcLd), bottleneck (32 of kTcLdw), the normalised
- * basis (32 of kTcLdb). LayerNorm 1's output and xhat are made again from
- * the input once, where the backward needs them (the group's 20 KB of
- * input, in L2 by then), into two spent slice arrays: room for the
- * weights. */
-const int kTcLdb = 324;
+/* Shared memory, floats: four slice arrays and six window arrays (the
+ * kernel names them), the split-k parts, LayerNorm 1's and 2's rstd, the
+ * sums, the folded biases (be', bb'), Wb''s gradient, then the folded weights: encoder
+ * (64 rows of kTcLd), bottleneck (32 of kTcLdw), the normalised basis and
+ * D^T (32 of kTcLdb each). At the end the gradient tiles go to the start
+ * (the slice and window arrays and the parts: kTcDump floats). */
 const int kTcSlice = kTcRows * kTcLd, kTcWinA = kTcWin * kTcLdw;
-const int kTcSmemFloats = 5 * kTcSlice + 7 * kTcWinA + 8 * 512 + kTcRows + kTcWin + GA_TOTAL +
-                          2 * kTcRows + 2 * 64 * kTcLd + 32 * kTcLdw + 32 * kTcLdb;
+const int kTcSmemFloats = 4 * kTcSlice + 6 * kTcWinA + 8 * 512 + kTcRows + kTcWin + GA_TOTAL +
+                          96 + 32 * 32 + 64 * kTcLd + 32 * kTcLdw + 2 * 32 * kTcLdb;
+const int kTcDump = 32 * kTcLdb + 32 * 320 + 64 * 64;
+static_assert(kTcDump <= 4 * kTcSlice + 6 * kTcWinA + 8 * 512, "the gradients' room at the end");
 
 inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
-
 /* c[j] += A B over KS k steps of 8 from k0 for the two 16 x 8 tiles at
  * rows m0.., columns n0 + 8 j..: the A fragment serves both (operand
  * loads and splits are most of the instructions). Unrolled, so that the
  * loads of several steps are in flight. */
-template <int KS, class FA, class FB>
+template <int KS, int U = KS, class FA, class FB>
 __device__ __forceinline__ void tc_tile2(float (&c)[2][4], const FA &A, const FB &B, int m0,
                                          int n0, int k0, int g, int t) {
   /* the small terms in their own accumulators, added at the end: four
    * independent chains of MMAs instead of two chains of three */
   float cs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
+#pragma unroll U
   for (int ks = 0; ks < KS; ks++) {
     const int k = k0 + 8 * ks;
     unsigned ab[4], as[4];
@@ -129,7 +138,7 @@ __device__ __forceinline__ void tc_gemm(const FA &A, const FB &B, const FS &S) {
   for (int it = warp; it < items; it += kTcWarps) {
     const int m0 = it / nt * 16, n0 = it % nt * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    tc_tile2<K / 8>(c, A, B, m0, n0, 0, g, t);
+    tc_tile2<K / 8, 2>(c, A, B, m0, n0, 0, g, t);
     tc_put2(c, S, m0, n0, g, t);
   }
 }
@@ -142,7 +151,7 @@ __device__ __forceinline__ void tc_gemm_k320(float *parts, const FA &A, const FB
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int n0 = (warp & 1) * 16, kp = warp >> 1;
   float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-  tc_tile2<5>(c, A, B, 0, n0, kp * 40, g, t);
+  tc_tile2<5, 1>(c, A, B, 0, n0, kp * 40, g, t);
   float *o = parts + kp * 512;
   tc_put2(c, [&](int r, int col, float v) { o[r * 32 + col] = v; }, 0, n0, g, t);
 }
@@ -167,7 +176,7 @@ __device__ __forceinline__ void tc_gemm_slices(const FA &A, const FB &B, const F
   {
     const int m0 = warp / 4 * 16, n0 = warp % 4 * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    tc_tile2<8>(c, A, B, m0, n0, 0, g, t);
+    tc_tile2<8, 2>(c, A, B, m0, n0, 0, g, t);
     tc_put2(c, S, m0, n0, g, t);
   }
   {
@@ -227,91 +236,46 @@ __device__ __forceinline__ void tc_grad(float (&acc)[kTcSlots][2][4], const FA &
     const int T = warp + kTcWarps * i;
     if (T >= LO && T < HI) {
       const int e = T - LO;
-      tc_tile2<KS>(acc[i], A, B, e / NTN * 16, e % NTN * 16, 0, g, t);
+      tc_tile2<KS, 2>(acc[i], A, B, e / NTN * 16, e % NTN * 16, 0, g, t);
     }
   }
 }
 
-/* The backward of a 64 -> 64 Linear over the group's slices (slice
- * arrays of rows kTcLd, W in shared memory, [out][in] in rows of kTcLd):
- * the weight's gradient tiles [LO, HI) (slots I0..I1) += dout^T in,
- * din = dout W, and the bias's sums added to gbias[64] by warps 8 and 9
- * (parts: tc_gemm_slices'). */
-template <int I0, int I1, int LO, int HI>
-__device__ __forceinline__ void tc_linear_bwd(float (&acc)[kTcSlots][2][4], const float *dout,
-                                              const float *in, const float *W, float *din,
-                                              float *gbias, float *parts) {
-  tc_grad<I0, I1, LO, HI, 4, kTcRows / 8>(
-      acc, [&](int o, int s) { return dout[s * kTcLd + o]; },
-      [&](int s, int i) { return in[s * kTcLd + i]; });
-  tc_gemm_slices([&](int s, int o) { return dout[s * kTcLd + o]; },
-                 [&](int o, int i) { return W[o * kTcLd + i]; },
-                 [&](int s, int i, float v) { din[s * kTcLd + i] = v; }, parts);
-  const int tid = threadIdx.x;
-  if (tid >= 256 && tid < 320) {
-    const int j = tid - 256;
-    float a = 0.f;
-    for (int s = 0; s < kTcRows; s++) a += dout[s * kTcLd + j];
-    gbias[j] += a;
-  }
-}
-
-/* LayerNorm of one row of 32 values (one warp, a value a lane): xhat and
- * the output to their rows; the rstd returned. Statistics in float after
- * subtracting the row's first value, as the inference kernels: the
- * differences of values that sit close together are exact, so nothing is
- * lost to cancellation, and no double arithmetic is left in the forward
- * (1/64 of the float rate on the sm_86 and sm_89 parts this kernel also
- * runs on). */
-__device__ __forceinline__ float tc_ln_row32(float x, const float *__restrict__ gw,
-                                             const float *__restrict__ gb, float *xh,
-                                             float *out) {
-  const int lane = threadIdx.x & 31;
-  const float dv = x - __shfl_sync(0xffffffffu, x, 0);
-  const float md = tc_sum32(dv) * (1.0f / 32);
-  const float e = dv - md;
-  const float rf = rsqrtf(tc_sum32(e * e) * (1.0f / 32) + 1e-5f);
-  const float v = e * rf;
-  xh[lane] = v;
-  out[lane] = fmaf(v, __ldg(gw + lane), __ldg(gb + lane));
-  return rf;
-}
-
-/* The input gradient of one LayerNorm row (as ln_bwd_dx): lane's values of
- * dout and xhat in, dx out. */
+/* The input gradient of one LayerNorm row whose scale is folded into the
+ * product after it (a unit scale): lane's values of dxhat and xhat in, dx
+ * out; the row's means in double. */
 template <int PER>
 __device__ __forceinline__ void tc_ln_bwd_row(const float (&dv)[PER], const float (&xh)[PER],
-                                              float rstd, const float *__restrict__ gw,
-                                              float (&dx)[PER]) {
-  const int lane = threadIdx.x & 31;
+                                              float rstd, float (&dx)[PER]) {
   double s1 = 0, s2 = 0;
-  float t[PER];
 #pragma unroll
   for (int i = 0; i < PER; i++) {
-    t[i] = dv[i] * __ldg(gw + lane + 32 * i);
-    s1 += (double)t[i];
-    s2 += (double)t[i] * xh[i];
+    s1 += (double)dv[i];
+    s2 += (double)dv[i] * xh[i];
   }
   const float m1 = (float)(warp_sum(s1) / (32 * PER)), m2 = (float)(warp_sum(s2) / (32 * PER));
 #pragma unroll
-  for (int i = 0; i < PER; i++) dx[i] = rstd * (t[i] - m1 - xh[i] * m2);
+  for (int i = 0; i < PER; i++) dx[i] = rstd * (dv[i] - m1 - xh[i] * m2);
 }
 
-/* LayerNorm 1 of one value from its row's shift (its first value), mean
- * after the shift and rstd (tc_ln_row32's statistics): xhat and the
- * output, the same bits wherever the kernel computes them again. */
-__device__ __forceinline__ void tc_ln1(float xv, float sh, float md, float rf, float gw,
-                                       float gb, float &xh, float &u) {
-  xh = ((xv - sh) - md) * rf;
-  u = fmaf(xh, gw, gb);
+/* A 16-byte copy from global to shared memory that lands while the block
+ * works on (cp.async; complete after tc_cp_wait and a barrier). */
+__device__ __forceinline__ void tc_cp16(float *dst, const float *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   (unsigned)__cvta_generic_to_shared(dst)),
+               "l"(src)
+               : "memory");
 }
+__device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void tc_cp_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 /* What k_vjp_tc does: the forward (y_out gets the reconstruction); the
  * forward and the backward from the upstream gradient dyg (the input
  * gradient at dx when not NULL); or the forward and the backward of the
  * trainer's loss, the squared error scaled by s2 / 2 (block b's sum of
  * squared errors at part_sse[b]). With a backward, block b's partial
- * gradient goes to part + b * d.P. */
+ * gradient goes to part + b * d.P (the basis's: of the normalised basis,
+ * which k_update takes through the normalisation). */
 enum { TC_FORWARD = 0, TC_UPSTREAM = 1, TC_MSE = 2 };
 
 /* n windows; window i at x + offs[i] (offs NULL: x + i * 320). */
@@ -322,76 +286,104 @@ __global__ void __launch_bounds__(kTcThreads, 1)
              float *__restrict__ part, double *__restrict__ part_sse) {
   extern __shared__ float4 smem_tc[];
   float *sm = reinterpret_cast<float *>(smem_tc);
-  /* slice arrays: H the GELU output; G1 its derivative, then the encoder's
-   * pre-GELU gradient; RR the LayerNorm 1 output (forward), then the
-   * reconstruction codes; DY (the trainer's loss: the input first) the
-   * output gradient, then LayerNorm 1's output gradient; DR the codes'
-   * gradient, then LayerNorm 1's output again; H, once spent, xhat */
-  float *H = sm, *G1 = H + kTcSlice, *RR = G1 + kTcSlice, *DY = RR + kTcSlice;
-  float *DR = DY + kTcSlice, *U = RR;
-  float *ZH = DR + kTcSlice, *V = ZH + kTcWinA, *ZP = V + kTcWinA, *G2 = ZP + kTcWinA;
-  float *DZP = G2 + kTcWinA, *DV = DZP + kTcWinA, *DZ = DV + kTcWinA;
+  /* slice arrays: H the GELU output c; G1 its derivative, then the
+   * encoder's pre-GELU gradient da; XH LayerNorm 1's xhat; DY (the
+   * trainer's loss: the input first) the output gradient, then (with dx)
+   * xhat's gradient. Window arrays: ZH LayerNorm 2's zhat, ZP z', G2 its
+   * GELU', DZP dz' times G2, DV z and then zhat's gradient, DZ dz. */
+  float *H = sm, *G1 = H + kTcSlice, *XH = G1 + kTcSlice, *DY = XH + kTcSlice;
+  float *ZH = DY + kTcSlice, *ZP = ZH + kTcWinA, *G2 = ZP + kTcWinA, *DZP = G2 + kTcWinA;
+  float *DV = DZP + kTcWinA, *DZ = DV + kTcWinA;
   float *SK = DZ + kTcWinA, *RS1 = SK + 8 * 512, *RS2 = RS1 + kTcRows, *GA = RS2 + kTcWin;
-  float *SH1 = GA + GA_TOTAL, *MD1 = SH1 + kTcRows;
-  float *WE = MD1 + kTcRows, *WD = WE + 64 * kTcLd;
-  float *WB = WD + 64 * kTcLd, *BN = WB + 32 * kTcLdw;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float *FB = GA + GA_TOTAL; /* be' [64], bb' [32] */
+  float *GW = FB + 96;       /* dWb' [32][32] */
+  float *WE = GW + 32 * 32, *WB = WE + 64 * kTcLd, *BN = WB + 32 * kTcLdw, *DT = BN + 32 * kTcLdb;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const float *__restrict__ P = w.p;
-  const float *ln1w = P + d.off[0], *ln1b = P + d.off[1];
-  const float *be = P + d.off[3], *bbias = P + d.off[8], *bd = P + d.off[10];
+  const float *ln1w = P + d.off[0], *ln1b = P + d.off[1], *We = P + d.off[2];
+  const float *be = P + d.off[3], *ln2w = P + d.off[5], *ln2b = P + d.off[6];
+  const float *Wb = P + d.off[7], *bbias = P + d.off[8], *Wd = P + d.off[9], *bd = P + d.off[10];
   const size_t ngroups = (n + kTcWin - 1) / kTcWin;
   const bool grad = mode != TC_FORWARD;
-  double sse = 0; /* TC_MSE: this warp's windows' squared errors */
+  double sse = 0; /* TC_MSE: this thread's squared errors */
+  /* window wi's code cc (its slices side by side) in a slice array */
+  auto code = [](int wi, int cc) { return (wi * 5 + (cc >> 6)) * kTcLd + (cc & 63); };
+  /* window i's input */
+  auto xwin = [&](size_t i) { return x + (offs ? offs[i] : i * 320); };
+  /* Group gi's rows copied into DY (cp.async): in the trainer's mode its
+   * input, which LayerNorm 1 and y - x read there; from an upstream
+   * gradient without dx, that gradient. Issued a group ahead, as soon as DY
+   * is spent, so that they land while the block works (the input read from
+   * global memory at LayerNorm 1, the loads' latency was a fifth of the
+   * kernel's time). Rows past the last window zero; a row not 16-byte
+   * aligned (a caller's tensor at an odd offset) by plain loads. */
+  const bool staged = mode == TC_MSE || (mode == TC_UPSTREAM && !dx);
+  auto fetch = [&](size_t gi) {
+    const size_t b0 = gi * kTcWin;
+    const int Rn = 5 * (int)(n - b0 < (size_t)kTcWin ? n - b0 : (size_t)kTcWin);
+#pragma unroll 1
+    for (int i = tid; i < kTcRows * 16; i += kTcThreads) {
+      const int s = i >> 4, q = (i & 15) * 4;
+      float *dst = DY + s * kTcLd + q;
+      if (s < Rn) {
+        const float *src = mode == TC_MSE ? xwin(b0 + s / 5) + s % 5 * 64 + q
+                                          : dyg + ((b0 * 5 + s) * 64 + q);
+        if (((size_t)src & 15) == 0) {
+          tc_cp16(dst, src);
+        } else {
+#pragma unroll
+          for (int k = 0; k < 4; k++) dst[k] = __ldg(src + k);
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) dst[k] = 0.f;
+      }
+    }
+    tc_cp_commit();
+  };
+  if (staged && blockIdx.x < ngroups) fetch(blockIdx.x);
 
-  /* the weights, once per block */
+  /* the folded weights, once per block (the LayerNorms' scales multiplied
+   * in as the inference kernels' fold does: the same bits; the shifts'
+   * products in double); Wd into H for D^T below */
   for (int i = tid; i < 4096; i += kTcThreads) {
-    WE[(i >> 6) * kTcLd + (i & 63)] = __ldg(P + d.off[2] + i);
-    WD[(i >> 6) * kTcLd + (i & 63)] = __ldg(P + d.off[9] + i);
+    const int o = i >> 6, k = i & 63;
+    WE[o * kTcLd + k] = __ldg(We + i) * __ldg(ln1w + k);
+    H[o * kTcLd + k] = __ldg(Wd + i);
   }
   for (int i = tid; i < 1024; i += kTcThreads)
-    WB[(i >> 5) * kTcLdw + (i & 31)] = __ldg(P + d.off[7] + i);
+    WB[(i >> 5) * kTcLdw + (i & 31)] = __ldg(Wb + i) * __ldg(ln2w + (i & 31));
   for (int i = tid; i < 32 * 320; i += kTcThreads)
     BN[(i / 320) * kTcLdb + i % 320] = __ldg(w.bn + i);
+  if (tid < 64) {
+    double a = __ldg(be + tid);
+    for (int k = 0; k < 64; k++) a += (double)__ldg(We + tid * 64 + k) * __ldg(ln1b + k);
+    FB[tid] = (float)a;
+  } else if (tid < 96) {
+    const int l = tid - 64;
+    double a = __ldg(bbias + l);
+    for (int k = 0; k < 32; k++) a += (double)__ldg(Wb + l * 32 + k) * __ldg(ln2b + k);
+    FB[tid] = (float)a;
+  }
   float acc[kTcSlots][2][4];
 #pragma unroll
   for (int i = 0; i < kTcSlots; i++)
 #pragma unroll
     for (int j = 0; j < 8; j++) acc[i][j >> 2][j & 3] = 0.f;
   for (int i = tid; i < GA_TOTAL; i += kTcThreads) GA[i] = 0.f;
+  for (int i = tid; i < 32 * 32; i += kTcThreads) GW[i] = 0.f;
   __syncthreads();
-
-  /* slice s's element j of a slice array; window wi's code cc (its slices
-   * side by side) in one */
-  auto sl = [](const float *a, int s, int j) { return a[s * kTcLd + j]; };
-  auto code = [](int wi, int cc) { return (wi * 5 + (cc >> 6)) * kTcLd + (cc & 63); };
-  /* window i's input */
-  auto xwin = [&](size_t i) { return x + (offs ? offs[i] : i * 320); };
-  /* LayerNorm 1's output of the group again, into U2, and xhat, into XH
-   * (rows past the last window zero); a thread's loads of the input first,
-   * five at a time (issued one after another they cost a trip to L2 each) */
-  auto ln1_again = [&](size_t base, int R, float *U2, float *XH) {
-    constexpr int IT = kTcRows * 64 / kTcThreads, CHUNK = 5;
-    static_assert(kTcRows * 64 % kTcThreads == 0 && IT % CHUNK == 0, "whole rounds");
-    const int j = tid & 63, s0 = tid >> 6; /* element s0 + 8 k of column j */
-    const float w1 = __ldg(ln1w + j), b1 = __ldg(ln1b + j);
-#pragma unroll 1
-    for (int h = 0; h < IT; h += CHUNK) {
-      float xv[CHUNK];
-#pragma unroll
-      for (int k = 0; k < CHUNK; k++) {
-        const int s = s0 + 8 * (h + k);
-        xv[k] = s < R ? __ldg(xwin(base + s / 5) + s % 5 * 64 + j) : 0.f;
-      }
-#pragma unroll
-      for (int k = 0; k < CHUNK; k++) {
-        const int s = s0 + 8 * (h + k);
-        float xh = 0.f, u = 0.f;
-        if (s < R) tc_ln1(xv[k], SH1[s], MD1[s], RS1[s], w1, b1, xh, u);
-        U2[s * kTcLd + j] = u;
-        XH[s * kTcLd + j] = xh;
-      }
-    }
-  };
+  /* D^T_f = B_f Wd^T: DT[l][64 f + m] = sum_s B[l][64 f + s] Wd[m][s] */
+  for (int it = warp; it < 40; it += kTcWarps) {
+    const int f = it >> 3, m0 = (it >> 2 & 1) * 16, n0 = (it & 3) * 16;
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    tc_tile2<8>(
+        c, [&](int l, int s) { return BN[l * kTcLdb + 64 * f + s]; },
+        [&](int s, int m) { return H[m * kTcLd + s]; }, m0, n0, 0, g, t);
+    tc_put2(c, [&](int l, int m, float v) { DT[l * kTcLdb + 64 * f + m] = v; }, m0, n0, g, t);
+  }
+  tc_cp_wait();
+  __syncthreads();
 
   for (size_t grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
     const size_t base = grp * kTcWin;
@@ -400,17 +392,23 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     /* slice s (< R) of the group's windows */
     auto xrow = [&](int s) { return xwin(base + s / 5) + s % 5 * 64; };
 
-    /* LayerNorm 1, a warp per slice (five each, their loads first),
-     * statistics in float after the slice's first band (tc_ln_row32's
-     * reason); the rows past the last window zero */
+    /* LayerNorm 1's xhat, a warp per slice (five each, their loads first),
+     * statistics in float after the slice's first band, as the inference
+     * kernels (the differences of values that sit close together are
+     * exact); the rows past the last window zero */
     {
       constexpr int RW = kTcRows / kTcWarps;
       float xv[RW][2];
 #pragma unroll
       for (int q = 0; q < RW; q++) {
         const int s = warp + kTcWarps * q;
-        xv[q][0] = s < R ? __ldg(xrow(s) + lane) : 0.f;
-        xv[q][1] = s < R ? __ldg(xrow(s) + lane + 32) : 0.f;
+        if (mode == TC_MSE) { /* fetch's copy */
+          xv[q][0] = DY[s * kTcLd + lane];
+          xv[q][1] = DY[s * kTcLd + lane + 32];
+        } else {
+          xv[q][0] = s < R ? __ldg(xrow(s) + lane) : 0.f;
+          xv[q][1] = s < R ? __ldg(xrow(s) + lane + 32) : 0.f;
+        }
       }
 #pragma unroll
       for (int q = 0; q < RW; q++) {
@@ -419,28 +417,16 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         const float md = tc_sum32((xv[q][0] - sh) + (xv[q][1] - sh)) * (1.0f / 64);
         const float e0 = (xv[q][0] - sh) - md, e1 = (xv[q][1] - sh) - md;
         const float rf = rsqrtf(tc_sum32(fmaf(e0, e0, e1 * e1)) * (1.0f / 64) + 1e-5f);
-        float xh, u0 = 0.f, u1 = 0.f;
-        if (s < R) {
-          tc_ln1(xv[q][0], sh, md, rf, __ldg(ln1w + lane), __ldg(ln1b + lane), xh, u0);
-          tc_ln1(xv[q][1], sh, md, rf, __ldg(ln1w + lane + 32), __ldg(ln1b + lane + 32), xh, u1);
-          if (lane == 0) {
-            RS1[s] = rf;
-            SH1[s] = sh;
-            MD1[s] = md;
-          }
-        }
-        U[s * kTcLd + lane] = u0;
-        U[s * kTcLd + lane + 32] = u1;
-        if (mode == TC_MSE) { /* the input kept for y - x (DY is free until then) */
-          DY[s * kTcLd + lane] = xv[q][0];
-          DY[s * kTcLd + lane + 32] = xv[q][1];
-        }
+        const bool in = s < R;
+        XH[s * kTcLd + lane] = in ? e0 * rf : 0.f;
+        XH[s * kTcLd + lane + 32] = in ? e1 * rf : 0.f;
+        if (in && lane == 0) RS1[s] = rf;
       }
     }
     __syncthreads();
-    /* the next group's input towards L2 (its LayerNorm 1 then waits for L2,
-     * not for DRAM): a 128-byte line a thread */
-    {
+    /* the other modes: the next group's input towards L2 (its LayerNorm 1
+     * then waits for L2, not for DRAM): a 128-byte line a thread */
+    if (mode != TC_MSE) {
       const size_t nb = base + (size_t)gridDim.x * kTcWin;
       const int wi = tid / 10, line = tid % 10;
       if (tid < kTcWin * 10 && nb + wi < n) {
@@ -448,15 +434,15 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
       }
     }
-    /* slice encoder: h = GELU(u We^T + be), GELU' kept, in the product's
-     * epilogue (its last four tiles' on all the threads: tc_gemm_slices).
-     * A pass of its own cost a barrier, and the compiler then spilled in
-     * the group loop: ~4 % of the kernel (doc/gpu-kernels.md). */
+    /* slice encoder: c = GELU(xhat We'^T + be'), GELU' kept, in the
+     * product's epilogue (a pass of its own cost a barrier and made the
+     * compiler spill: doc/gpu-kernels.md) */
     tc_gemm_slices(
-        [&](int s, int k) { return sl(U, s, k); }, [&](int k, int o) { return WE[o * kTcLd + k]; },
+        [&](int s, int k) { return XH[s * kTcLd + k]; },
+        [&](int k, int o) { return WE[o * kTcLd + k]; },
         [&](int s, int o, float v) {
           const int e = s * kTcLd + o;
-          tc_gelu(v + __ldg(be + o), &H[e], &G1[e]);
+          tc_gelu(v + FB[o], &H[e], &G1[e]);
         },
         SK);
     __syncthreads();
@@ -465,24 +451,26 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         SK, [&](int wi, int cc) { return H[code(wi, cc)]; },
         [&](int cc, int l) { return BN[l * kTcLdb + cc]; });
     __syncthreads();
-    {
-      const int wi = tid >> 5, l = tid & 31;
-      DV[wi * kTcLdw + l] = tc_k320_sum(SK, tid);
-    }
+    DV[(tid >> 5) * kTcLdw + (tid & 31)] = tc_k320_sum(SK, tid);
     __syncthreads();
-    /* LayerNorm 2, a warp per window */
+    /* LayerNorm 2's zhat, a warp per window (its scale and shift are in
+     * Wb' and bb') */
     {
-      const float rf = tc_ln_row32(DV[warp * kTcLdw + lane], P + d.off[5], P + d.off[6],
-                                   ZH + warp * kTcLdw, V + warp * kTcLdw);
+      const float z = DV[warp * kTcLdw + lane];
+      const float dv = z - __shfl_sync(0xffffffffu, z, 0);
+      const float md = tc_sum32(dv) * (1.0f / 32);
+      const float e = dv - md;
+      const float rf = rsqrtf(tc_sum32(e * e) * (1.0f / 32) + 1e-5f);
+      ZH[warp * kTcLdw + lane] = e * rf;
       if (lane == 0) RS2[warp] = rf;
     }
     __syncthreads();
-    /* bottleneck: z' = GELU(v Wb^T + bb); the product's two tiles on two
-     * warps, the GELUs a thread each */
+    /* bottleneck: z' = GELU(zhat Wb'^T + bb'); the product's two tiles on
+     * two warps, the GELUs a thread each */
     tc_gemm<kTcWin, 32, 32>(
-        [&](int wi, int k) { return V[wi * kTcLdw + k]; },
+        [&](int wi, int k) { return ZH[wi * kTcLdw + k]; },
         [&](int k, int l) { return WB[l * kTcLdw + k]; },
-        [&](int wi, int l, float v) { ZP[wi * kTcLdw + l] = v + __ldg(bbias + l); });
+        [&](int wi, int l, float v) { ZP[wi * kTcLdw + l] = v + FB[64 + l]; });
     __syncthreads();
     {
       const int e = (tid >> 5) * kTcLdw + (tid & 31);
@@ -490,82 +478,81 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       tc_gelu(a, &ZP[e], &G2[e]);
     }
     __syncthreads();
-    /* r = B^T z', into the slices' rows */
-    tc_gemm<kTcWin, 320, 32>(
-        [&](int wi, int l) { return ZP[wi * kTcLdw + l]; },
-        [&](int l, int cc) { return BN[l * kTcLdb + cc]; },
-        [&](int wi, int cc, float v) { RR[code(wi, cc)] = v; });
-    __syncthreads();
 
     if (!grad) {
-      /* y = r Wd^T + bd */
+      /* y = z' D^T + bd */
       float *yg = y_out + base * 320;
-      tc_gemm_slices(
-          [&](int s, int k) { return sl(RR, s, k); },
-          [&](int k, int m) { return WD[m * kTcLd + k]; },
-          [&](int s, int m, float v) {
-            if (s < R) yg[s * 64 + m] = v + __ldg(bd + m);
-          },
-          SK);
+      tc_gemm<kTcWin, 320, 32>(
+          [&](int wi, int l) { return ZP[wi * kTcLdw + l]; },
+          [&](int l, int cc) { return DT[l * kTcLdb + cc]; },
+          [&](int wi, int cc, float v) {
+            if (wi < nw) yg[wi * 320 + cc] = v + __ldg(bd + (cc & 63));
+          });
       __syncthreads();
       continue;
     }
 
     if (mode == TC_UPSTREAM) {
-      /* the upstream gradient (zero past the last window) */
-      const float *dg = dyg + base * 320;
-      for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
-        const int s = i >> 6, m = i & 63;
-        DY[s * kTcLd + m] = s < R ? __ldg(dg + i) : 0.f;
-      }
-      __syncthreads();
-    } else {
-      /* the loss's: y - x in the decoder product's epilogue (x in DY
-       * since LayerNorm 1), then per window (a warp each) its squared
-       * error in double and s2 (y - x); zero past the last window */
-      tc_gemm_slices(
-          [&](int s, int k) { return sl(RR, s, k); },
-          [&](int k, int m) { return WD[m * kTcLd + k]; },
-          [&](int s, int m, float v) {
-            float *p = DY + s * kTcLd + m;
-            *p = (v + __ldg(bd + m)) - *p;
-          },
-          SK);
-      __syncthreads();
-      double e = 0;
-      float *dw = DY + warp * 5 * kTcLd;
-      if (warp < nw) {
-#pragma unroll
-        for (int h = 0; h < 10; h++) {
-          const int i = lane + 32 * h;
-          float *p = dw + (i >> 6) * kTcLd + (i & 63);
-          const float d = *p;
-          e += (double)d * (double)d;
-          *p = s2 * d;
+      /* the upstream gradient (zero past the last window; fetch put it in
+       * DY where there is no dx); y itself is not needed */
+      if (dx) {
+        const float *dg = dyg + base * 320;
+        for (int i = tid; i < kTcRows * 64; i += kTcThreads) {
+          const int s = i >> 6, m = i & 63;
+          DY[s * kTcLd + m] = s < R ? __ldg(dg + i) : 0.f;
         }
-      } else {
-        for (int i = lane; i < 320; i += 32) dw[(i >> 6) * kTcLd + (i & 63)] = 0.f;
+        __syncthreads();
       }
-      sse += warp_sum(e);
+    } else {
+      /* the loss's, in the product's epilogue (x in DY since LayerNorm
+       * 1): y - x, its square added to this thread's sum in double, and
+       * s2 (y - x) in place; zero past the last window */
+      tc_gemm<kTcWin, 320, 32>(
+          [&](int wi, int l) { return ZP[wi * kTcLdw + l]; },
+          [&](int l, int cc) { return DT[l * kTcLdb + cc]; },
+          [&](int wi, int cc, float v) {
+            float *p = DY + code(wi, cc);
+            const float dd = (v + __ldg(bd + (cc & 63))) - *p;
+            if (wi < nw) {
+              sse += (double)dd * (double)dd;
+              *p = s2 * dd;
+            } else {
+              *p = 0.f;
+            }
+          });
       __syncthreads();
     }
-    /* decoder: dWd += dy^T r, dbd, dr = dy Wd */
-    tc_linear_bwd<0, 0, TC_WD, TC_WB>(acc, DY, RR, WD, DR, GA + GA_BD, SK);
-    __syncthreads();
-    /* dz' = B dr, times GELU' */
+    /* the folded decoder: dD^T += z'^T dy, dz' = dy D (times GELU' below),
+     * dbd */
+    tc_grad<0, 2, TC_DT, TC_BN, 20, kTcWin / 8>(
+        acc, [&](int l, int wi) { return ZP[wi * kTcLdw + l]; },
+        [&](int wi, int cc) { return DY[code(wi, cc)]; });
     tc_gemm_k320(
-        SK, [&](int wi, int cc) { return DR[code(wi, cc)]; },
-        [&](int cc, int l) { return BN[l * kTcLdb + cc]; });
+        SK, [&](int wi, int cc) { return DY[code(wi, cc)]; },
+        [&](int cc, int l) { return DT[l * kTcLdb + cc]; });
+    if (tid >= kTcThreads - 64) {
+      const int j = tid - (kTcThreads - 64);
+      float a = 0.f;
+      for (int s = 0; s < kTcRows; s++) a += DY[s * kTcLd + j];
+      GA[GA_BD + j] += a;
+    }
     __syncthreads();
+    /* DY is spent: the next group's input into it */
+    if (staged && grp + gridDim.x < ngroups) fetch(grp + gridDim.x);
     {
       const int wi = tid >> 5, l = tid & 31;
       DZP[wi * kTcLdw + l] = tc_k320_sum(SK, tid) * G2[wi * kTcLdw + l];
     }
     __syncthreads();
-    /* bottleneck Linear: dWb += dp^T v, dbb, dv = dp Wb */
-    tc_grad<1, 1, TC_WB, TC_BN, 2, kTcWin / 8>(
-        acc, [&](int l, int wi) { return DZP[wi * kTcLdw + l]; },
-        [&](int wi, int k) { return V[wi * kTcLdw + k]; });
+    /* the folded bottleneck: dWb' += dp^T zhat, dbb', dzhat = dp Wb' */
+    if (warp < 4) { /* its tile warp of GW, read and written by that warp only */
+      const int m0 = warp >> 1 << 4, n0 = (warp & 1) << 4;
+      float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      tc_tile2<kTcWin / 8>(
+          c, [&](int l, int wi) { return DZP[wi * kTcLdw + l]; },
+          [&](int wi, int k) { return ZH[wi * kTcLdw + k]; }, m0, n0, 0, g, t);
+      tc_put2(c, [&](int r, int k, float v) { GW[r * 32 + k] += v; }, m0, n0, g, t);
+    }
     tc_gemm<kTcWin, 32, 32>(
         [&](int wi, int l) { return DZP[wi * kTcLdw + l]; },
         [&](int l, int k) { return WB[l * kTcLdw + k]; },
@@ -576,29 +563,17 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       GA[GA_BB + lane] += a;
     }
     __syncthreads();
-    /* LayerNorm 2: its parameters, dz */
-    if (tid < 32) {
-      float gw = 0.f, gb = 0.f;
-      for (int wi = 0; wi < kTcWin; wi++) {
-        gw = fmaf(DV[wi * kTcLdw + tid], ZH[wi * kTcLdw + tid], gw);
-        gb += DV[wi * kTcLdw + tid];
-      }
-      GA[GA_LN2W + tid] += gw;
-      GA[GA_LN2B + tid] += gb;
-    }
+    /* LayerNorm 2's input gradient dz */
     {
       const float dv[1] = {DV[warp * kTcLdw + lane]}, zh[1] = {ZH[warp * kTcLdw + lane]};
       float dz[1];
-      tc_ln_bwd_row<1>(dv, zh, RS2[warp], P + d.off[5], dz);
+      tc_ln_bwd_row<1>(dv, zh, RS2[warp], dz);
       DZ[warp * kTcLdw + lane] = dz[0];
     }
     __syncthreads();
-    /* the basis from both uses: dB += z'^T dr + dz^T c; dc = dz B, times
-     * GELU', in place of GELU' */
-    tc_grad<1, 3, TC_BN, TC_WE, 20, kTcWin / 8>(
-        acc, [&](int l, int wi) { return ZP[wi * kTcLdw + l]; },
-        [&](int wi, int cc) { return DR[code(wi, cc)]; });
-    tc_grad<1, 3, TC_BN, TC_WE, 20, kTcWin / 8>(
+    /* the basis's encoder-side use: dB += dz^T c; dc = dz B, times GELU',
+     * in place of GELU' */
+    tc_grad<2, 4, TC_BN, TC_WE, 20, kTcWin / 8>(
         acc, [&](int l, int wi) { return DZ[wi * kTcLdw + l]; },
         [&](int wi, int cc) { return H[code(wi, cc)]; });
     tc_gemm<kTcWin, 320, 32>(
@@ -609,57 +584,42 @@ __global__ void __launch_bounds__(kTcThreads, 1)
           G1[i] = v * G1[i];
         });
     __syncthreads();
-    float *U2 = DR; /* the codes' gradient is spent */
-    ln1_again(base, R, U2, H); /* H is spent too: xhat there */
-    __syncthreads();
-    /* slice encoder Linear: dWe += da^T u, dbe, du = da We (into DY) */
-    tc_linear_bwd<3, 4, TC_WE, TC_TILES>(acc, G1, U2, WE, DY, GA + GA_BE, SK);
-    __syncthreads();
-    /* LayerNorm 1: its parameters, and with dx the input gradient (xhat
-     * from H, where ln1_again put it) */
-    {
-      constexpr int RW = kTcRows / kTcWarps;
-      /* the parameters' sums per warp (its five rows), then over the warps */
-      float gw[2] = {0.f, 0.f}, gb[2] = {0.f, 0.f};
-#pragma unroll
-      for (int q = 0; q < RW; q++) {
-        const int s = warp + kTcWarps * q;
-        if (s >= R) continue;
-        float dv[2], xh[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          dv[i] = sl(DY, s, lane + 32 * i);
-          xh[i] = sl(H, s, lane + 32 * i);
-          gw[i] = fmaf(dv[i], xh[i], gw[i]);
-          gb[i] += dv[i];
-        }
-        if (dx) {
-          float o[2];
-          tc_ln_bwd_row<2>(dv, xh, RS1[s], ln1w, o);
-          dx[(base * 5 + s) * 64 + lane] = o[0];
-          dx[(base * 5 + s) * 64 + lane + 32] = o[1];
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        SK[warp * 128 + lane + 32 * i] = gw[i];
-        SK[warp * 128 + 64 + lane + 32 * i] = gb[i];
-      }
-    }
-    __syncthreads();
-    if (tid < 128) {
+    /* the folded encoder: dWe' += da^T xhat, dbe' */
+    tc_grad<5, 5, TC_WE, TC_TILES, 4, kTcRows / 8>(
+        acc, [&](int o, int s) { return G1[s * kTcLd + o]; },
+        [&](int s, int k) { return XH[s * kTcLd + k]; });
+    if (tid >= kTcThreads - 64) {
+      const int j = tid - (kTcThreads - 64);
       float a = 0.f;
-#pragma unroll
-      for (int q = 0; q < kTcWarps; q++) a += SK[q * 128 + tid];
-      GA[(tid < 64 ? GA_LN1W : GA_LN1B - 64) + tid] += a;
+      for (int s = 0; s < kTcRows; s++) a += G1[s * kTcLd + j];
+      GA[GA_BE + j] += a;
     }
+    if (dx) {
+      /* the input gradient: dxhat = da We' (into DY, spent), then
+       * LayerNorm 1's backward a warp per slice */
+      tc_gemm_slices(
+          [&](int s, int o) { return G1[s * kTcLd + o]; },
+          [&](int o, int k) { return WE[o * kTcLd + k]; },
+          [&](int s, int k, float v) { DY[s * kTcLd + k] = v; }, SK);
+      __syncthreads();
+#pragma unroll 1
+      for (int s = warp; s < R; s += kTcWarps) {
+        const float dv[2] = {DY[s * kTcLd + lane], DY[s * kTcLd + lane + 32]};
+        const float xh[2] = {XH[s * kTcLd + lane], XH[s * kTcLd + lane + 32]};
+        float o[2];
+        tc_ln_bwd_row<2>(dv, xh, RS1[s], o);
+        dx[(base * 5 + s) * 64 + lane] = o[0];
+        dx[(base * 5 + s) * 64 + lane + 32] = o[1];
+      }
+    }
+    tc_cp_wait(); /* fetch's copies (long landed) before the barrier */
     __syncthreads();
   }
   if (!grad) return;
   if (mode == TC_MSE) {
     /* the warps' sums in warp order */
     double *red = reinterpret_cast<double *>(SK); /* the parts are spent */
-    __syncthreads();
+    sse = warp_sum(sse);
     if (lane == 0) red[warp] = sse;
     __syncthreads();
     if (tid == 0) {
@@ -667,36 +627,87 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       for (int q = 0; q < kTcWarps; q++) b += red[q];
       part_sse[blockIdx.x] = b;
     }
+    __syncthreads();
   }
+
+  /* the folded weights' gradients into shared memory (everything from the
+   * slice arrays to the parts is spent), Wd over D^T (spent too) */
+  float *GDT = sm, *GB2 = GDT + 32 * kTcLdb, *GM = GB2 + 32 * 320, *GWB = GW;
+  float *WDs = DT;
+#pragma unroll
+  for (int i = 0; i < kTcSlots; i++) {
+    const int T = warp + kTcWarps * i;
+    if (T >= TC_TILES) continue;
+    if (T < TC_BN)
+      tc_put2(acc[i], [&](int r, int c, float v) { GDT[r * kTcLdb + c] = v; }, T / 20 * 16,
+              T % 20 * 16, g, t);
+    else if (T < TC_WE)
+      tc_put2(acc[i], [&](int r, int c, float v) { GB2[r * 320 + c] = v; },
+              (T - TC_BN) / 20 * 16, (T - TC_BN) % 20 * 16, g, t);
+    else
+      tc_put2(acc[i], [&](int r, int c, float v) { GM[r * 64 + c] = v; }, (T - TC_WE) / 4 * 16,
+              (T - TC_WE) % 4 * 16, g, t);
+  }
+  for (int i = tid; i < 4096; i += kTcThreads) WDs[(i >> 6) * kTcLd + (i & 63)] = __ldg(Wd + i);
+  __syncthreads();
 
   /* this block's partial gradient */
   float *pb = part + (size_t)blockIdx.x * d.P;
-  {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < kTcSlots; i++) {
-      const int T = warp + kTcWarps * i;
-      if (T >= TC_TILES) continue;
-      int e, ntn, cols, off;
-      if (T < TC_WB) e = T - TC_WD, ntn = 4, cols = 64, off = d.off[9];
-      else if (T < TC_BN) e = T - TC_WB, ntn = 2, cols = 32, off = d.off[7];
-      else if (T < TC_WE) e = T - TC_BN, ntn = 20, cols = 320, off = d.off[4];
-      else e = T - TC_WE, ntn = 4, cols = 64, off = d.off[2];
-      float *o = pb + off;
-      tc_put2(acc[i], [&](int r, int c, float v) { o[r * cols + c] = v; }, e / ntn * 16,
-              e % ntn * 16, g, t);
+  /* the normalised basis: dB_f = (its encoder-side sum) + dD^T_f Wd */
+  for (int it = warp; it < 40; it += kTcWarps) {
+    const int f = it >> 3, m0 = (it >> 2 & 1) * 16, n0 = (it & 3) * 16;
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    tc_tile2<8>(
+        c, [&](int l, int m) { return GDT[l * kTcLdb + 64 * f + m]; },
+        [&](int m, int s) { return WDs[m * kTcLd + s]; }, m0, n0, 0, g, t);
+    tc_put2(
+        c,
+        [&](int l, int s, float v) {
+          const int cc = 64 * f + s;
+          pb[d.off[4] + l * 320 + cc] = GB2[l * 320 + cc] + v;
+        },
+        m0, n0, g, t);
+  }
+  /* the decoder: dWd[m][s] = sum over f and l of dD^T[l][64 f + m] B[l][64 f + s] */
+  tc_gemm<64, 64, 160>(
+      [&](int m, int k) { return GDT[(k & 31) * kTcLdb + 64 * (k >> 5) + m]; },
+      [&](int k, int s) { return BN[(k & 31) * kTcLdb + 64 * (k >> 5) + s]; },
+      [&](int m, int s, float v) { pb[d.off[9] + m * 64 + s] = v; });
+  /* the encoder and LayerNorm 1 from dWe' and dbe'; the bottleneck and
+   * LayerNorm 2 from dWb' and dbb'; in double */
+  for (int i = tid; i < 4096; i += kTcThreads) {
+    const int o = i >> 6, j = i & 63;
+    pb[d.off[2] + i] = (float)((double)GM[i] * __ldg(ln1w + j) +
+                               (double)GA[GA_BE + o] * __ldg(ln1b + j));
+  }
+  for (int i = tid; i < 1024; i += kTcThreads) {
+    const int l = i >> 5, k = i & 31;
+    pb[d.off[7] + i] = (float)((double)GWB[i] * __ldg(ln2w + k) +
+                               (double)GA[GA_BB + l] * __ldg(ln2b + k));
+  }
+  if (tid < 64) {
+    const int j = tid;
+    double a = 0, b = 0;
+    for (int o = 0; o < 64; o++) {
+      const double wv = __ldg(We + o * 64 + j);
+      a += wv * GM[o * 64 + j];
+      b += wv * GA[GA_BE + o];
     }
-  }
-  for (int i = tid; i < 64; i += kTcThreads) {
-    pb[d.off[0] + i] = GA[GA_LN1W + i];
-    pb[d.off[1] + i] = GA[GA_LN1B + i];
-    pb[d.off[3] + i] = GA[GA_BE + i];
-    pb[d.off[10] + i] = GA[GA_BD + i];
-  }
-  for (int i = tid; i < 32; i += kTcThreads) {
-    pb[d.off[5] + i] = GA[GA_LN2W + i];
-    pb[d.off[6] + i] = GA[GA_LN2B + i];
-    pb[d.off[8] + i] = GA[GA_BB + i];
+    pb[d.off[0] + j] = (float)a;
+    pb[d.off[1] + j] = (float)b;
+    pb[d.off[3] + j] = GA[GA_BE + j];
+    pb[d.off[10] + j] = GA[GA_BD + j];
+  } else if (tid < 96) {
+    const int k = tid - 64;
+    double a = 0, b = 0;
+    for (int l = 0; l < 32; l++) {
+      const double wv = __ldg(Wb + l * 32 + k);
+      a += wv * GWB[l * 32 + k];
+      b += wv * GA[GA_BB + l];
+    }
+    pb[d.off[5] + k] = (float)a;
+    pb[d.off[6] + k] = (float)b;
+    pb[d.off[8] + k] = GA[GA_BB + k];
   }
 }
 
