@@ -31,6 +31,16 @@ __device__ __forceinline__ void ssae_split_t(float v, unsigned &big, unsigned &s
   small = __float_as_uint(v - __uint_as_float(big));
 }
 
+/* Both halves left for the MMA to truncate: big = v with its 13 low bits
+ * cleared (the MMA's own truncation), small = v - big exactly, truncated
+ * by the MMA (an error below 2^-10 of small, 2^-20 of v, against 2^-21
+ * rounding big): two instructions, one fewer again. The training kernel's
+ * form (k_vjp_tc: gradients to 1e-4), not the inference kernels'. */
+__device__ __forceinline__ void ssae_split_tt(float v, unsigned &big, unsigned &small) {
+  big = __float_as_uint(v) & 0xffffe000u;
+  small = __float_as_uint(v - __uint_as_float(big));
+}
+
 __device__ __forceinline__ void ssae_mma(float (&c)[4], const unsigned (&a)[4],
                                          const unsigned (&b)[2]) {
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "

@@ -93,15 +93,15 @@ __device__ __forceinline__ void tc_tile2(float (&c)[2][4], const FA &A, const FB
   for (int ks = 0; ks < KS; ks++) {
     const int k = k0 + 8 * ks;
     unsigned ab[4], as[4];
-    ssae_split_t(A(m0 + g, k + t), ab[0], as[0]);
-    ssae_split_t(A(m0 + g + 8, k + t), ab[1], as[1]);
-    ssae_split_t(A(m0 + g, k + t + 4), ab[2], as[2]);
-    ssae_split_t(A(m0 + g + 8, k + t + 4), ab[3], as[3]);
+    ssae_split_tt(A(m0 + g, k + t), ab[0], as[0]);
+    ssae_split_tt(A(m0 + g + 8, k + t), ab[1], as[1]);
+    ssae_split_tt(A(m0 + g, k + t + 4), ab[2], as[2]);
+    ssae_split_tt(A(m0 + g + 8, k + t + 4), ab[3], as[3]);
 #pragma unroll
     for (int j = 0; j < 2; j++) {
       unsigned bb[2], bs[2];
-      ssae_split_t(B(k + t, n0 + 8 * j + g), bb[0], bs[0]);
-      ssae_split_t(B(k + t + 4, n0 + 8 * j + g), bb[1], bs[1]);
+      ssae_split_tt(B(k + t, n0 + 8 * j + g), bb[0], bs[0]);
+      ssae_split_tt(B(k + t + 4, n0 + 8 * j + g), bb[1], bs[1]);
       ssae_mma(cs[j], as, bb);
       ssae_mma(cs[j], ab, bs);
       ssae_mma(c[j], ab, bb);
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
    * encoder's pre-GELU gradient da; XH LayerNorm 1's xhat; DY (the
    * trainer's loss: the input first) the output gradient, then (with dx)
    * xhat's gradient. Window arrays: ZH LayerNorm 2's zhat, ZP z', G2 its
-   * GELU', DZP dz' times G2, DV z and then zhat's gradient, DZ dz. */
+   * GELU', DZP dz' times G2, DV zhat's gradient, DZ dz. */
   float *H = sm, *G1 = H + kTcSlice, *XH = G1 + kTcSlice, *DY = XH + kTcSlice;
   float *ZH = DY + kTcSlice, *ZP = ZH + kTcWinA, *G2 = ZP + kTcWinA, *DZP = G2 + kTcWinA;
   float *DV = DZP + kTcWinA, *DZ = DV + kTcWinA;
@@ -451,12 +451,10 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         SK, [&](int wi, int cc) { return H[code(wi, cc)]; },
         [&](int cc, int l) { return BN[l * kTcLdb + cc]; });
     __syncthreads();
-    DV[(tid >> 5) * kTcLdw + (tid & 31)] = tc_k320_sum(SK, tid);
-    __syncthreads();
-    /* LayerNorm 2's zhat, a warp per window (its scale and shift are in
-     * Wb' and bb') */
+    /* LayerNorm 2's zhat, a warp per window, from its z's eight parts (its
+     * scale and shift are in Wb' and bb') */
     {
-      const float z = DV[warp * kTcLdw + lane];
+      const float z = tc_k320_sum(SK, tid);
       const float dv = z - __shfl_sync(0xffffffffu, z, 0);
       const float md = tc_sum32(dv) * (1.0f / 32);
       const float e = dv - md;

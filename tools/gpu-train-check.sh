@@ -95,6 +95,24 @@ x.tofile('$d/x')"
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$PROBE" be_grad cuda 64 5 32 \
       64 1 "$d/p" "$d/x40" "$d/g" >> "$OUT/sanitize_$tool.log" 2>&1
     echo "be_grad: rc=$?"
+    # the drop-in module's backward kernel in its other modes (an upstream
+    # gradient with and without the input's, the fused loss) on 37 windows
+    # (three groups, the last short), when torch sees the GPU
+    if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+      PYTHONPATH=$BUILD/python:$src/tools timeout 240 compute-sanitizer --tool $tool \
+        --error-exitcode 9 --kernel-name kns=k_vjp_tc python3 -c "
+import torch, ssae.torch as st
+torch.manual_seed(0)
+m = st.SpectralShapeAutoencoder().cuda()
+x = torch.randn(37, 320, device='cuda') * 12 - 40
+xg = x.clone().requires_grad_()
+torch.nn.functional.mse_loss(m(xg), x).backward()
+torch.nn.functional.mse_loss(m(x), x).backward()
+m.reconstruction_loss(x).backward()
+torch.cuda.synchronize()
+assert m.uses_kernel and xg.grad is not None" >> "$OUT/sanitize_$tool.log" 2>&1
+      echo "module: rc=$?"
+    fi
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid|Uninitialized" \
       "$OUT/sanitize_$tool.log" | sort | uniq -c | head -8
   done
