@@ -73,10 +73,22 @@ enum { GA_BE = 0, GA_BB = 64, GA_BD = 96, GA_TOTAL = 160 };
  * D^T (32 of kTcLdb each). At the end the gradient tiles go to the start
  * (the slice and window arrays and the parts: kTcDump floats). */
 const int kTcSlice = kTcRows * kTcLd, kTcWinA = kTcWin * kTcLdw;
-const int kTcSmemFloats = 4 * kTcSlice + 6 * kTcWinA + 8 * 512 + kTcRows + kTcWin + GA_TOTAL +
-                          96 + 32 * 32 + 64 * kTcLd + 32 * kTcLdw + 2 * 32 * kTcLdb;
+/* G1 (GELU', then da) in rows of kTcLdg: read transposed by the encoder's
+ * weight gradient (k along its rows), where a row stride of 8 mod 32 banks
+ * puts the fragment's 32 values in 32 banks (68: two to a bank). The split-k
+ * parts: the K = 320 products' in rows of kTcLdk, the slice products' tails
+ * in rows of kTcLdq (their C fragments' stores two to a bank at most: rows
+ * of 32 or 16 floats put eight or four in one). */
+const int kTcLdg = 72, kTcLdk = 36, kTcLdq = 19;
+const int kTcSliceG = kTcRows * kTcLdg;
+const int kTcParts = 16 * 16 * kTcLdq; /* >= 8 * 16 * kTcLdk */
+static_assert(kTcParts >= 8 * 16 * kTcLdk, "the split-k parts");
+const int kTcSmemFloats = 3 * kTcSlice + kTcSliceG + 6 * kTcWinA + kTcParts + kTcRows + kTcWin +
+                          GA_TOTAL + 96 + 32 * 32 + 64 * kTcLd + 32 * kTcLdw + 2 * 32 * kTcLdb;
 const int kTcDump = 32 * kTcLdb + 32 * 320 + 64 * 64;
-static_assert(kTcDump <= 4 * kTcSlice + 6 * kTcWinA + 8 * 512, "the gradients' room at the end");
+static_assert(kTcDump <= 3 * kTcSlice + kTcSliceG + 6 * kTcWinA + kTcParts,
+              "the gradients' room at the end");
+static_assert(kTcSmemFloats * 4 <= 227 * 1024, "a block's shared memory on sm_90");
 
 inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
 /* c[j] += A B over KS k steps of 8 from k0 for the two 16 x 8 tiles at
@@ -144,7 +156,7 @@ __device__ __forceinline__ void tc_gemm(const FA &A, const FB &B, const FS &S) {
 }
 
 /* The 16 x 32 products over K = 320: warp w takes columns 16 (w % 2)..,
- * k part w / 2 (of 40), into parts[part][16 x 32]; tc_k320_sum adds the
+ * k part w / 2 (of 40), into parts[part] (16 rows of kTcLdk); tc_k320_sum adds the
  * eight in order. */
 template <class FA, class FB>
 __device__ __forceinline__ void tc_gemm_k320(float *parts, const FA &A, const FB &B) {
@@ -152,14 +164,15 @@ __device__ __forceinline__ void tc_gemm_k320(float *parts, const FA &A, const FB
   const int n0 = (warp & 1) * 16, kp = warp >> 1;
   float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   tc_tile2<5, 1>(c, A, B, 0, n0, kp * 40, g, t);
-  float *o = parts + kp * 512;
-  tc_put2(c, [&](int r, int col, float v) { o[r * 32 + col] = v; }, 0, n0, g, t);
+  float *o = parts + kp * (16 * kTcLdk);
+  tc_put2(c, [&](int r, int col, float v) { o[r * kTcLdk + col] = v; }, 0, n0, g, t);
 }
 
 __device__ __forceinline__ float tc_k320_sum(const float *parts, int i) {
-  float v = parts[i];
+  const float *q = parts + (i >> 5) * kTcLdk + (i & 31);
+  float v = q[0];
 #pragma unroll
-  for (int p = 1; p < 8; p++) v += parts[p * 512 + i];
+  for (int p = 1; p < 8; p++) v += q[p * (16 * kTcLdk)];
   return v;
 }
 
@@ -183,14 +196,16 @@ __device__ __forceinline__ void tc_gemm_slices(const FA &A, const FB &B, const F
     const int n0 = (warp >> 2) * 16, kq = warp & 3;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     tc_tile2<2>(c, A, B, 64, n0, 16 * kq, g, t);
-    float *o = parts + warp * 256;
-    tc_put2(c, [&](int r, int col, float v) { o[(r - 64) * 16 + col - n0] = v; }, 64, n0, g, t);
+    float *o = parts + warp * (16 * kTcLdq);
+    tc_put2(c, [&](int r, int col, float v) { o[(r - 64) * kTcLdq + col - n0] = v; }, 64, n0, g,
+            t);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < 1024; i += kTcThreads) {
     const int tile = i >> 8, e = i & 255;
-    const float *q = parts + tile * 1024 + e;
-    S(64 + (e >> 4), tile * 16 + (e & 15), ((q[0] + q[256]) + q[512]) + q[768]);
+    const float *q = parts + tile * (64 * kTcLdq) + (e >> 4) * kTcLdq + (e & 15);
+    S(64 + (e >> 4), tile * 16 + (e & 15),
+      ((q[0] + q[16 * kTcLdq]) + q[32 * kTcLdq]) + q[48 * kTcLdq]);
   }
 }
 
@@ -291,10 +306,10 @@ __global__ void __launch_bounds__(kTcThreads, 1)
    * trainer's loss: the input first) the output gradient, then (with dx)
    * xhat's gradient. Window arrays: ZH LayerNorm 2's zhat, ZP z', G2 its
    * GELU', DZP dz' times G2, DV zhat's gradient, DZ dz. */
-  float *H = sm, *G1 = H + kTcSlice, *XH = G1 + kTcSlice, *DY = XH + kTcSlice;
+  float *H = sm, *G1 = H + kTcSlice, *XH = G1 + kTcSliceG, *DY = XH + kTcSlice;
   float *ZH = DY + kTcSlice, *ZP = ZH + kTcWinA, *G2 = ZP + kTcWinA, *DZP = G2 + kTcWinA;
   float *DV = DZP + kTcWinA, *DZ = DV + kTcWinA;
-  float *SK = DZ + kTcWinA, *RS1 = SK + 8 * 512, *RS2 = RS1 + kTcRows, *GA = RS2 + kTcWin;
+  float *SK = DZ + kTcWinA, *RS1 = SK + kTcParts, *RS2 = RS1 + kTcRows, *GA = RS2 + kTcWin;
   float *FB = GA + GA_TOTAL; /* be' [64], bb' [32] */
   float *GW = FB + 96;       /* dWb' [32][32] */
   float *WE = GW + 32 * 32, *WB = WE + 64 * kTcLd, *BN = WB + 32 * kTcLdw, *DT = BN + 32 * kTcLdb;
@@ -441,8 +456,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         [&](int s, int k) { return XH[s * kTcLd + k]; },
         [&](int k, int o) { return WE[o * kTcLd + k]; },
         [&](int s, int o, float v) {
-          const int e = s * kTcLd + o;
-          tc_gelu(v + FB[o], &H[e], &G1[e]);
+          tc_gelu(v + FB[o], &H[s * kTcLd + o], &G1[s * kTcLdg + o]);
         },
         SK);
     __syncthreads();
@@ -578,25 +592,25 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         [&](int wi, int l) { return DZ[wi * kTcLdw + l]; },
         [&](int l, int cc) { return BN[l * kTcLdb + cc]; },
         [&](int wi, int cc, float v) {
-          const int i = code(wi, cc);
-          G1[i] = v * G1[i];
+          float *p = G1 + (wi * 5 + (cc >> 6)) * kTcLdg + (cc & 63);
+          *p = v * *p;
         });
     __syncthreads();
     /* the folded encoder: dWe' += da^T xhat, dbe' */
     tc_grad<5, 5, TC_WE, TC_TILES, 4, kTcRows / 8>(
-        acc, [&](int o, int s) { return G1[s * kTcLd + o]; },
+        acc, [&](int o, int s) { return G1[s * kTcLdg + o]; },
         [&](int s, int k) { return XH[s * kTcLd + k]; });
     if (tid >= kTcThreads - 64) {
       const int j = tid - (kTcThreads - 64);
       float a = 0.f;
-      for (int s = 0; s < kTcRows; s++) a += G1[s * kTcLd + j];
+      for (int s = 0; s < kTcRows; s++) a += G1[s * kTcLdg + j];
       GA[GA_BE + j] += a;
     }
     if (dx) {
       /* the input gradient: dxhat = da We' (into DY, spent), then
        * LayerNorm 1's backward a warp per slice */
       tc_gemm_slices(
-          [&](int s, int o) { return G1[s * kTcLd + o]; },
+          [&](int s, int o) { return G1[s * kTcLdg + o]; },
           [&](int o, int k) { return WE[o * kTcLd + k]; },
           [&](int s, int k, float v) { DY[s * kTcLd + k] = v; }, SK);
       __syncthreads();
