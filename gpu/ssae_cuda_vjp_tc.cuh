@@ -42,9 +42,11 @@
  * folded weights' gradients (the three large matrices: 96 tiles of 16 x 16)
  * stay in registers across the block's groups, 6 per warp (tile T of warp
  * w: slot (T - w) / 16); the bottleneck's and the biases' sums in shared
- * memory. Each block
- * writes one partial gradient at the end, which k_update sums in block
- * order: no atomics, the same bits on every run. */
+ * memory. Each block writes one partial gradient at the end, which
+ * k_update sums in block order: no atomics, the same bits on every run.
+ * The trainer's input (or an upstream gradient) for the next group is
+ * copied into shared memory (cp.async) while the block works on this one.
+ * The operands' tf32 halves are split by truncation (ssae_split_tt). */
 #ifndef SSAE_CUDA_VJP_TC_CUH
 #define SSAE_CUDA_VJP_TC_CUH
 
@@ -68,10 +70,11 @@ enum { GA_BE = 0, GA_BB = 64, GA_BD = 96, GA_TOTAL = 160 };
 
 /* Shared memory, floats: four slice arrays and six window arrays (the
  * kernel names them), the split-k parts, LayerNorm 1's and 2's rstd, the
- * sums, the folded biases (be', bb'), Wb''s gradient, then the folded weights: encoder
- * (64 rows of kTcLd), bottleneck (32 of kTcLdw), the normalised basis and
- * D^T (32 of kTcLdb each). At the end the gradient tiles go to the start
- * (the slice and window arrays and the parts: kTcDump floats). */
+ * sums, the folded biases (be', bb'), Wb''s gradient, then the folded
+ * weights: encoder (64 rows of kTcLd), bottleneck (32 of kTcLdw), the
+ * normalised basis and D^T (32 of kTcLdb each). At the end the gradient
+ * tiles go to the start (the slice and window arrays and the parts:
+ * kTcDump floats). */
 const int kTcSlice = kTcRows * kTcLd, kTcWinA = kTcWin * kTcLdw;
 /* G1 (GELU', then da) in rows of kTcLdg: read transposed by the encoder's
  * weight gradient (k along its rows), where a row stride of 8 mod 32 banks
@@ -91,10 +94,13 @@ static_assert(kTcDump <= 3 * kTcSlice + kTcSliceG + 6 * kTcWinA + kTcParts,
 static_assert(kTcSmemFloats * 4 <= 227 * 1024, "a block's shared memory on sm_90");
 
 inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
+
 /* c[j] += A B over KS k steps of 8 from k0 for the two 16 x 8 tiles at
  * rows m0.., columns n0 + 8 j..: the A fragment serves both (operand
- * loads and splits are most of the instructions). Unrolled, so that the
- * loads of several steps are in flight. */
+ * loads and splits are most of the instructions). Unrolled U steps at a
+ * time, so that the loads of several steps are in flight (the products in
+ * the group loop take 2: unrolled whole, ptxas spilled 124 bytes, and it
+ * was no faster, doc/gpu-kernels.md). */
 template <int KS, int U = KS, class FA, class FB>
 __device__ __forceinline__ void tc_tile2(float (&c)[2][4], const FA &A, const FB &B, int m0,
                                          int n0, int k0, int g, int t) {
