@@ -161,6 +161,32 @@ __device__ __forceinline__ void tc_gemm(const FA &A, const FB &B, const FS &S) {
   }
 }
 
+/* A bias's gradient over the group's slices: the column sums of a slice
+ * array (rows of LD) added to sum[64], by the last two warps (the others
+ * are in a product then). */
+template <int LD>
+__device__ __forceinline__ void tc_bias_sum(const float *a, float *sum) {
+  const int j = (int)threadIdx.x - (kTcThreads - 64);
+  if (j < 0) return;
+  float v = 0.f;
+  for (int s = 0; s < kTcRows; s++) v += a[s * LD + j];
+  sum[j] += v;
+}
+
+/* Out_f (32 x 64) = A_f (32 x 64) B (64 x 64) for the five slices f, the
+ * folding and unfolding of the decoder: 40 tiles of 16 x 16 that the warps
+ * take in turn; A(f, row, k), S(f, row, col, value). */
+template <class FA, class FB, class FS>
+__device__ __forceinline__ void tc_gemm_per_slice(const FA &A, const FB &B, const FS &S) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  for (int it = warp; it < 40; it += kTcWarps) {
+    const int f = it >> 3, m0 = (it >> 2 & 1) * 16, n0 = (it & 3) * 16;
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    tc_tile2<8>(c, [&](int r, int k) { return A(f, r, k); }, B, m0, n0, 0, g, t);
+    tc_put2(c, [&](int r, int col, float v) { S(f, r, col, v); }, m0, n0, g, t);
+  }
+}
+
 /* The 16 x 32 products over K = 320: warp w takes columns 16 (w % 2)..,
  * k part w / 2 (of 40), into parts[part] (16 rows of kTcLdk); tc_k320_sum adds the
  * eight in order. */
@@ -290,6 +316,22 @@ __device__ __forceinline__ void tc_cp16(float *dst, const float *src) {
 __device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void tc_cp_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
+/* The gradients of a LayerNorm's scale and shift at column k, from those of
+ * the folded Linear after it (W, ROWS x N; dWf, its bias's dbf), in
+ * double: the column sum of W o dWf, and (W^T dbf)[k]. */
+template <int ROWS, int N>
+__device__ __forceinline__ void tc_unfold_ln_col(const float *__restrict__ W, const float *dWf,
+                                                 const float *dbf, int k, float *dg, float *db) {
+  double a = 0, c = 0;
+  for (int r = 0; r < ROWS; r++) {
+    const double wv = __ldg(W + r * N + k);
+    a += wv * dWf[r * N + k];
+    c += wv * dbf[r];
+  }
+  *dg = (float)a;
+  *db = (float)c;
+}
+
 /* What k_vjp_tc does: the forward (y_out gets the reconstruction); the
  * forward and the backward from the upstream gradient dyg (the input
  * gradient at dx when not NULL); or the forward and the backward of the
@@ -395,14 +437,9 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   for (int i = tid; i < 32 * 32; i += kTcThreads) GW[i] = 0.f;
   __syncthreads();
   /* D^T_f = B_f Wd^T: DT[l][64 f + m] = sum_s B[l][64 f + s] Wd[m][s] */
-  for (int it = warp; it < 40; it += kTcWarps) {
-    const int f = it >> 3, m0 = (it >> 2 & 1) * 16, n0 = (it & 3) * 16;
-    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    tc_tile2<8>(
-        c, [&](int l, int s) { return BN[l * kTcLdb + 64 * f + s]; },
-        [&](int s, int m) { return H[m * kTcLd + s]; }, m0, n0, 0, g, t);
-    tc_put2(c, [&](int l, int m, float v) { DT[l * kTcLdb + 64 * f + m] = v; }, m0, n0, g, t);
-  }
+  tc_gemm_per_slice([&](int f, int l, int s) { return BN[l * kTcLdb + 64 * f + s]; },
+                    [&](int s, int m) { return H[m * kTcLd + s]; },
+                    [&](int f, int l, int m, float v) { DT[l * kTcLdb + 64 * f + m] = v; });
   tc_cp_wait();
   __syncthreads();
 
@@ -548,12 +585,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     tc_gemm_k320(
         SK, [&](int wi, int cc) { return DY[code(wi, cc)]; },
         [&](int cc, int l) { return DT[l * kTcLdb + cc]; });
-    if (tid >= kTcThreads - 64) {
-      const int j = tid - (kTcThreads - 64);
-      float a = 0.f;
-      for (int s = 0; s < kTcRows; s++) a += DY[s * kTcLd + j];
-      GA[GA_BD + j] += a;
-    }
+    tc_bias_sum<kTcLd>(DY, GA + GA_BD);
     __syncthreads();
     /* DY is spent: the next group's input into it */
     if (staged && grp + gridDim.x < ngroups) fetch(grp + gridDim.x);
@@ -606,12 +638,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     tc_grad<5, 5, TC_WE, TC_TILES, 4, kTcRows / 8>(
         acc, [&](int o, int s) { return G1[s * kTcLdg + o]; },
         [&](int s, int k) { return XH[s * kTcLd + k]; });
-    if (tid >= kTcThreads - 64) {
-      const int j = tid - (kTcThreads - 64);
-      float a = 0.f;
-      for (int s = 0; s < kTcRows; s++) a += G1[s * kTcLdg + j];
-      GA[GA_BE + j] += a;
-    }
+    tc_bias_sum<kTcLdg>(G1, GA + GA_BE);
     if (dx) {
       /* the input gradient: dxhat = da We' (into DY, spent), then
        * LayerNorm 1's backward a warp per slice */
@@ -672,27 +699,20 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   /* this block's partial gradient */
   float *pb = part + (size_t)blockIdx.x * d.P;
   /* the normalised basis: dB_f = (its encoder-side sum) + dD^T_f Wd */
-  for (int it = warp; it < 40; it += kTcWarps) {
-    const int f = it >> 3, m0 = (it >> 2 & 1) * 16, n0 = (it & 3) * 16;
-    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    tc_tile2<8>(
-        c, [&](int l, int m) { return GDT[l * kTcLdb + 64 * f + m]; },
-        [&](int m, int s) { return WDs[m * kTcLd + s]; }, m0, n0, 0, g, t);
-    tc_put2(
-        c,
-        [&](int l, int s, float v) {
-          const int cc = 64 * f + s;
-          pb[d.off[4] + l * 320 + cc] = GB2[l * 320 + cc] + v;
-        },
-        m0, n0, g, t);
-  }
+  tc_gemm_per_slice([&](int f, int l, int m) { return GDT[l * kTcLdb + 64 * f + m]; },
+                    [&](int m, int s) { return WDs[m * kTcLd + s]; },
+                    [&](int f, int l, int s, float v) {
+                      const int cc = 64 * f + s;
+                      pb[d.off[4] + l * 320 + cc] = GB2[l * 320 + cc] + v;
+                    });
   /* the decoder: dWd[m][s] = sum over f and l of dD^T[l][64 f + m] B[l][64 f + s] */
   tc_gemm<64, 64, 160>(
       [&](int m, int k) { return GDT[(k & 31) * kTcLdb + 64 * (k >> 5) + m]; },
       [&](int k, int s) { return BN[(k & 31) * kTcLdb + 64 * (k >> 5) + s]; },
       [&](int m, int s, float v) { pb[d.off[9] + m * 64 + s] = v; });
-  /* the encoder and LayerNorm 1 from dWe' and dbe'; the bottleneck and
-   * LayerNorm 2 from dWb' and dbb'; in double */
+  /* the encoder and LayerNorm 1 from dWe' and dbe' (dWe = dWe' diag(g1) +
+   * dbe' b1^T, dg1 and db1 by tc_unfold_ln_col); the bottleneck and
+   * LayerNorm 2 from dWb' and dbb' likewise; in double */
   for (int i = tid; i < 4096; i += kTcThreads) {
     const int o = i >> 6, j = i & 63;
     pb[d.off[2] + i] = (float)((double)GM[i] * __ldg(ln1w + j) +
@@ -704,27 +724,12 @@ __global__ void __launch_bounds__(kTcThreads, 1)
                                (double)GA[GA_BB + l] * __ldg(ln2b + k));
   }
   if (tid < 64) {
-    const int j = tid;
-    double a = 0, b = 0;
-    for (int o = 0; o < 64; o++) {
-      const double wv = __ldg(We + o * 64 + j);
-      a += wv * GM[o * 64 + j];
-      b += wv * GA[GA_BE + o];
-    }
-    pb[d.off[0] + j] = (float)a;
-    pb[d.off[1] + j] = (float)b;
-    pb[d.off[3] + j] = GA[GA_BE + j];
-    pb[d.off[10] + j] = GA[GA_BD + j];
+    tc_unfold_ln_col<64, 64>(We, GM, GA + GA_BE, tid, pb + d.off[0] + tid, pb + d.off[1] + tid);
+    pb[d.off[3] + tid] = GA[GA_BE + tid];
+    pb[d.off[10] + tid] = GA[GA_BD + tid];
   } else if (tid < 96) {
     const int k = tid - 64;
-    double a = 0, b = 0;
-    for (int l = 0; l < 32; l++) {
-      const double wv = __ldg(Wb + l * 32 + k);
-      a += wv * GWB[l * 32 + k];
-      b += wv * GA[GA_BB + l];
-    }
-    pb[d.off[5] + k] = (float)a;
-    pb[d.off[6] + k] = (float)b;
+    tc_unfold_ln_col<32, 32>(Wb, GWB, GA + GA_BB, k, pb + d.off[5] + k, pb + d.off[6] + k);
     pb[d.off[8] + k] = GA[GA_BB + k];
   }
 }
