@@ -50,6 +50,7 @@
 #ifndef SSAE_CUDA_VJP_TC_CUH
 #define SSAE_CUDA_VJP_TC_CUH
 
+#include "ssae_cuda_layout.cuh"
 #include "ssae_cuda_mma_tf32.cuh"
 
 namespace {
@@ -188,8 +189,8 @@ __device__ __forceinline__ void tc_gemm_per_slice(const FA &A, const FB &B, cons
 }
 
 /* The 16 x 32 products over K = 320: warp w takes columns 16 (w % 2)..,
- * k part w / 2 (of 40), into parts[part] (16 rows of kTcLdk); tc_k320_sum adds the
- * eight in order. */
+ * k part w / 2 (of 40), into parts[part] (16 rows of kTcLdk); tc_k320_sum
+ * adds the eight in order. */
 template <class FA, class FB>
 __device__ __forceinline__ void tc_gemm_k320(float *parts, const FA &A, const FB &B) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -210,8 +211,8 @@ __device__ __forceinline__ float tc_k320_sum(const float *parts, int i) {
 
 /* Out (80 x 64) = A (80 x 64) B (64 x 64), the slice-level products: of
  * the 20 tiles of 16 x 16 the warps take 0-15 whole and the last four
- * (rows 64-79) in quarters of k, summed in order through parts (4096
- * floats) after a barrier. Whole tiles only, 20 over 16 warps, took two
+ * (rows 64-79) in quarters of k, summed in order through parts (rows of
+ * kTcLdq) after a barrier. Whole tiles only, 20 over 16 warps, took two
  * rounds where this takes 1.25 and a short pass. All threads call it. */
 template <class FA, class FB, class FS>
 __device__ __forceinline__ void tc_gemm_slices(const FA &A, const FB &B, const FS &S,
@@ -313,8 +314,12 @@ __device__ __forceinline__ void tc_cp16(float *dst, const float *src) {
                "l"(src)
                : "memory");
 }
-__device__ __forceinline__ void tc_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void tc_cp_wait() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void tc_cp_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void tc_cp_wait() {
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
 
 /* The gradients of a LayerNorm's scale and shift at column k, from those of
  * the folded Linear after it (W, ROWS x N; dWf, its bias's dbf), in
@@ -406,28 +411,23 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   };
   if (staged && blockIdx.x < ngroups) fetch(blockIdx.x);
 
-  /* the folded weights, once per block (the LayerNorms' scales multiplied
-   * in as the inference kernels' fold does: the same bits; the shifts'
-   * products in double); Wd into H for D^T below */
+  /* the folded weights, once per block, by the inference kernels' fold
+   * (ssae_cuda_layout.cuh: the same bits); Wd into H for D^T below */
   for (int i = tid; i < 4096; i += kTcThreads) {
     const int o = i >> 6, k = i & 63;
-    WE[o * kTcLd + k] = __ldg(We + i) * __ldg(ln1w + k);
+    WE[o * kTcLd + k] = ssae_fold_ln_weight(We, ln1w, 64, 64, k * 64 + o);
     H[o * kTcLd + k] = __ldg(Wd + i);
   }
-  for (int i = tid; i < 1024; i += kTcThreads)
-    WB[(i >> 5) * kTcLdw + (i & 31)] = __ldg(Wb + i) * __ldg(ln2w + (i & 31));
+  for (int i = tid; i < 1024; i += kTcThreads) {
+    const int l = i >> 5, k = i & 31;
+    WB[l * kTcLdw + k] = ssae_fold_ln_weight(Wb, ln2w, 32, 32, k * 32 + l);
+  }
   for (int i = tid; i < 32 * 320; i += kTcThreads)
     BN[(i / 320) * kTcLdb + i % 320] = __ldg(w.bn + i);
-  if (tid < 64) {
-    double a = __ldg(be + tid);
-    for (int k = 0; k < 64; k++) a += (double)__ldg(We + tid * 64 + k) * __ldg(ln1b + k);
-    FB[tid] = (float)a;
-  } else if (tid < 96) {
-    const int l = tid - 64;
-    double a = __ldg(bbias + l);
-    for (int k = 0; k < 32; k++) a += (double)__ldg(Wb + l * 32 + k) * __ldg(ln2b + k);
-    FB[tid] = (float)a;
-  }
+  if (tid < 64)
+    FB[tid] = ssae_fold_ln_bias(We, ln1b, be, 64, tid);
+  else if (tid < 96)
+    FB[tid] = ssae_fold_ln_bias(Wb, ln2b, bbias, 32, tid - 64);
   float acc[kTcSlots][2][4];
 #pragma unroll
   for (int i = 0; i < kTcSlots; i++)

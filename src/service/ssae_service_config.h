@@ -104,12 +104,12 @@ ssae_config *ssae_config_load_mem(const char *text, size_t len,
 ssae_config *ssae_config_new_default(int channels, ssae_err *err);
 void ssae_config_free(ssae_config *c);
 
-/* The command-line flags that go over the file; NULL/0 fields leave the
- * file's value. Secrets have no flag (never on a command line). */
 /* engine.status_every's range, (0, MAX] seconds: the machines' state (MQTT,
  * metrics) comes at that cadence. */
 #define SSAE_CONFIG_STATUS_EVERY_MAX 3600.0
 
+/* The command-line flags that go over the file; NULL/0 fields leave the
+ * file's value. Secrets have no flag (never on a command line). */
 typedef struct ssae_config_overrides {
   const char *node;      /* --node NAME */
   const char *names;     /* --names A,B,...: one per channel */
