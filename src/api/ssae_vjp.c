@@ -46,12 +46,15 @@ struct ssae_vjp {
   size_t M, F, L, S, C, P;
   size_t off[SSAE_N_TENSORS + 1];
   kernels k;
-  float *params, *bn, *bn_t, *enc_t, *bnw_t, *dec_t;
-  double *gnorm, *acc;
+  float *params, *bn, *bn_t, *dec_t;
+  folded fd;             /* the folded weights the chunks run on */
+  int fold_stale;        /* D^T to make before the next call's chunks */
+  pieces fold, sum, unf; /* its making, the final sum's slices, the unfolding */
+  double *gnorm, *acc;   /* acc: the final sum, folded (fd.off[FG_N] doubles) */
   size_t *slice0, n_slices; /* the final sum's slices: [slice0[k], slice0[k+1]) */
   int threads;
   work *w;
-  float *ugrad; /* one parameter gradient per unit, grown on demand */
+  float *ugrad; /* one folded gradient per unit, grown on demand */
   double *csse; /* the fused loss: each chunk's squared errors, grown too */
   size_t cap_chunks;
   float *tgrad; /* per thread: a chunk's gradient before it joins its unit's */
@@ -75,11 +78,11 @@ struct ssae_vjp {
 #define GRAD_T struct ssae_vjp
 #include "ssae_grad_chunk.h"
 
-/* Floats of activations the backward needs, per window: xhat, u (F*M
- * each), h, gd1, r (F*S each), rstd1 (F), zhat, v, zp, gd2 (L each),
- * rstd2. A chunk keeps CHUNK windows' worth (the last one too). */
+/* Floats of activations the backward needs, per window: xhat (F*M), h,
+ * gd1 (F*S each), rstd1 (F), zhat, zp, gd2 (L each), rstd2. A chunk keeps
+ * CHUNK windows' worth (the last one too). */
 static size_t act_per_window(const ssae_vjp *g) {
-  return 2 * g->F * g->M + 3 * g->F * g->S + g->F + 4 * g->L + 1;
+  return g->F * g->M + 2 * g->F * g->S + g->F + 3 * g->L + 1;
 }
 
 /* w with its kept activations in act (a chunk's block) instead of the
@@ -87,10 +90,8 @@ static size_t act_per_window(const ssae_vjp *g) {
 static work with_act(const ssae_vjp *g, const work *scratch, float *act) {
   work w = *scratch;
   const size_t R = (size_t)CHUNK * g->F, N = CHUNK;
-  float **dst[] = {&w.xhat, &w.u, &w.h, &w.gd1, &w.r, &w.rstd1,
-                   &w.zhat, &w.v, &w.zp, &w.gd2, &w.rstd2};
-  const size_t len[] = {R * g->M, R * g->M, R * g->S, R * g->S, R * g->S, R,
-                        N * g->L, N * g->L, N * g->L, N * g->L, N};
+  float **dst[] = {&w.xhat, &w.h, &w.gd1, &w.rstd1, &w.zhat, &w.zp, &w.gd2, &w.rstd2};
+  const size_t len[] = {R * g->M, R * g->S, R * g->S, R, N * g->L, N * g->L, N * g->L, N};
   for (size_t i = 0; i < sizeof len / sizeof *len; i++) {
     *dst[i] = act;
     act += len[i];
@@ -139,13 +140,14 @@ static double chunk_loss_grad(const float *x, float *y, size_t len, size_t numel
 static void chunks_share(ssae_vjp *g, int slot) {
   const job *jb = &g->cur;
   work *w = &g->w[slot];
-  float *tmp = g->tgrad + (size_t)slot * g->P;
-  const size_t nc = n_chunks(jb->n), win = g->F * g->M, P = g->P;
+  pieces_run(&g->fold, g, fold_piece);
+  const size_t nc = n_chunks(jb->n), win = g->F * g->M, Q = g->fd.off[FG_N];
+  float *tmp = g->tgrad + (size_t)slot * Q;
   for (;;) {
     size_t u = atomic_fetch_add(&g->next, 1);
     if (u >= g->n_units) break;
     size_t c0 = u * g->unit_chunks, c1 = c0 + g->unit_chunks < nc ? c0 + g->unit_chunks : nc;
-    float *ug = g->ugrad + u * P;
+    float *ug = g->ugrad + u * Q;
     for (size_t c = c0; c < c1; c++) {
       size_t first = c * CHUNK, nw = jb->n - first < CHUNK ? jb->n - first : CHUNK;
       work kept = jb->act ? with_act(g, w, jb->act + c * CHUNK * act_per_window(g)) : *w;
@@ -154,7 +156,7 @@ static void chunks_share(ssae_vjp *g, int slot) {
         jb->csse[c] = chunk_loss_grad(jb->x + first * win, kept.y, nw * win, jb->n * win);
         chunk_backward(g, &kept, nw, kept.y, c == c0 ? ug : tmp, NULL, 1);
         if (c != c0)
-          for (size_t i = 0; i < P; i++) ug[i] += tmp[i];
+          for (size_t i = 0; i < Q; i++) ug[i] += tmp[i];
         continue;
       }
       if (!jb->dy) {
@@ -166,22 +168,24 @@ static void chunks_share(ssae_vjp *g, int slot) {
       chunk_backward(g, &kept, nw, jb->dy + first * win, c == c0 ? ug : tmp,
                      jb->dx ? jb->dx + first * win : NULL, 1);
       if (c != c0)
-        for (size_t i = 0; i < P; i++) ug[i] += tmp[i];
+        for (size_t i = 0; i < Q; i++) ug[i] += tmp[i];
     }
   }
 }
 
-/* The units' gradients summed in unit order, in double, a slice of the
- * parameters at a time (slices of the basis hold whole rows), taken
- * through the basis normalisation and written out as floats: the whole
- * end of a backward in one parallel phase. */
+static void sum_piece(ssae_vjp *g, size_t k) {
+  sum_parts(g, g->ugrad, g->n_units, g->slice0[k], g->slice0[k + 1]);
+}
+
+static void unfold_one(ssae_vjp *g, size_t k) { unfold_piece(g, k, g->cur.dparams); }
+
+/* The units' folded gradients summed in unit order, in double, a slice at
+ * a time, then turned into the parameters' gradients a piece at a time:
+ * the whole end of a backward in one parallel phase. */
 static void sum_share(ssae_vjp *g, int slot) {
   (void)slot;
-  for (;;) {
-    size_t k = atomic_fetch_add(&g->next, 1);
-    if (k >= g->n_slices) break;
-    sum_parts(g, g->ugrad, g->n_units, g->slice0[k], g->slice0[k + 1], g->cur.dparams);
-  }
+  pieces_run(&g->sum, g, sum_piece);
+  pieces_run(&g->unf, g, unfold_one);
 }
 
 static void pool_body(void *p, int slot) {
@@ -216,9 +220,17 @@ static void run_phase(ssae_vjp *g, void (*share)(ssae_vjp *, int), size_t pieces
   ssae_pool_run(g->pool, pool_body, g);
 }
 
+/* The chunks of the current job, after D^T's pieces when the parameters
+ * changed. */
+static void run_chunks(ssae_vjp *g) {
+  pieces_reset(&g->fold, fold_pieces(g));
+  run_phase(g, chunks_share, g->n_units);
+  g->fold_stale = 0;
+}
+
 static void run_job(ssae_vjp *g) {
   plan_units(g, g->cur.n);
-  run_phase(g, chunks_share, g->n_units);
+  run_chunks(g);
 }
 
 void ssae_vjp_set_team(ssae_vjp *g, ssae_team_fn team, int threads) {
@@ -237,9 +249,8 @@ void ssae_vjp_free(ssae_vjp *g) {
   free(g->params);
   free(g->bn);
   free(g->bn_t);
-  free(g->enc_t);
-  free(g->bnw_t);
   free(g->dec_t);
+  folded_free(&g->fd);
   free(g->gnorm);
   free(g->acc);
   free(g->slice0);
@@ -272,17 +283,17 @@ ssae_vjp *ssae_vjp_new(const ssae_dims *d, int threads, ssae_err *err) {
   g->params = xcalloc(g->P, sizeof(float));
   g->bn = xcalloc(g->L * g->C, sizeof(float));
   g->bn_t = xcalloc(g->L * g->C, sizeof(float));
-  g->enc_t = xcalloc(g->S * g->M, sizeof(float));
-  g->bnw_t = xcalloc(g->L * g->L, sizeof(float));
   g->dec_t = xcalloc(g->M * g->S, sizeof(float));
   g->gnorm = xcalloc(g->L, sizeof(double));
-  g->acc = xcalloc(g->P, sizeof(double));
+  int ok = !folded_alloc(&g->fd, g->M, g->F, g->L, g->S);
+  const size_t Q = g->fd.off[FG_N];
+  g->acc = xcalloc(Q, sizeof(double));
   g->w = calloc((size_t)g->threads, sizeof(work));
-  g->tgrad = xcalloc((size_t)g->threads * g->P, sizeof(float));
-  g->slice0 = plan_slices(g, &g->n_slices);
-  int ok = g->params && g->bn && g->bn_t && g->enc_t && g->bnw_t && g->dec_t && g->gnorm &&
-           g->acc && g->w && g->tgrad && g->slice0;
-  for (int i = 0; ok && i < g->threads; i++) ok = !work_alloc(&g->w[i], g);
+  g->tgrad = xcalloc((size_t)g->threads * Q, sizeof(float));
+  g->slice0 = ok ? plan_slices(g, &g->n_slices) : NULL;
+  ok = ok && g->params && g->bn && g->bn_t && g->dec_t && g->gnorm && g->acc && g->w &&
+       g->tgrad && g->slice0;
+  for (int i = 0; ok && i < g->threads; i++) ok = !work_alloc(&g->w[i], g->M, g->F, g->L, g->S);
   if (!ok) {
     ssae_err_set(err, "out of memory for the gradient buffers");
     ssae_vjp_free(g);
@@ -369,20 +380,21 @@ int ssae_vjp_loss(ssae_vjp *g, const float *x, size_t n, double *loss, float *dp
 
 static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const float *dy,
                         int loss, float *dparams, float *dx, ssae_err *err) {
-  size_t P = g->P;
   plan_units(g, n);
   if (g->n_units > g->cap_units) {
-    float *ug = realloc(g->ugrad, g->n_units * P * sizeof(float));
+    float *ug = realloc(g->ugrad, g->n_units * g->fd.off[FG_N] * sizeof(float));
     if (!ug) return ssae_err_set(err, "out of memory for a batch of %zu windows", n);
     g->ugrad = ug;
     g->cap_units = g->n_units;
   }
   if (n) {
     g->cur = (job){x, dy, n, NULL, dx, act, loss, g->csse, dparams};
-    run_phase(g, chunks_share, g->n_units);
+    run_chunks(g);
+    pieces_reset(&g->sum, g->n_slices);
+    pieces_reset(&g->unf, unfold_pieces(g));
     run_phase(g, sum_share, g->n_slices);
   } else {
-    memset(dparams, 0, P * sizeof *dparams);
+    memset(dparams, 0, g->P * sizeof *dparams);
   }
   return 0;
 }

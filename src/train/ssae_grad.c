@@ -33,24 +33,31 @@ struct ssae_grad {
   float *params;           /* copy of the parameters */
   float *bn, *bn_t;        /* normalised basis [L x C] and its transpose */
   double *gnorm;           /* row norms of global_basis */
-  float *enc_t, *bnw_t, *dec_t; /* transposed weights for the products */
+  float *dec_t;            /* the decoder's weight transposed */
+  folded fd;               /* the folded weights the chunks run on */
   int threads; /* the calling thread and the pool's helpers */
   int n_w;     /* work buffers allocated (the threads asked for) */
   work *w;     /* w[k]: the pool's slot k */
   float *xg;   /* slot k's chunk of windows gathered from job.win, at k*CHUNK*F*M */
-  /* chunk gradient buffers and sse, grown on demand */
+  /* chunk gradient buffers (folded, fd.off[FG_N] floats each) and sse,
+   * grown on demand */
   float *cgrad;
   double *csse;
   size_t n_chunks_cap;
-  double *acc;            /* double sum of the chunk gradients */
+  double *acc;            /* double sum of the chunk gradients (folded) */
   size_t *slice0, n_slices; /* the final sum's slices: [slice0[k], slice0[k+1]) */
   ssae_pool *pool;
   job cur;
   atomic_size_t next_chunk;
-  /* the final sum under way: the chunks' gradients, how many, where to */
+  /* D^T to make before the next job's chunks (the parameters changed),
+   * and its pieces */
+  int fold_stale;
+  pieces fold;
+  /* the final sum under way: how many chunks' gradients, its slices, the
+   * unfolding's pieces, where the gradient goes */
   size_t sum_n;
+  pieces sum, unf;
   float *sum_out;
-  atomic_size_t next_slice;
 };
 
 static void *xcalloc(size_t n, size_t size) {
@@ -112,6 +119,7 @@ static void run_share(void *arg, int index) {
   ssae_grad *g = arg;
   const job *jb = &g->cur;
   size_t nc = n_chunks(jb->n);
+  pieces_run(&g->fold, g, fold_piece);
   for (;;) {
     size_t c = atomic_fetch_add(&g->next_chunk, 1);
     if (c >= nc) break;
@@ -126,26 +134,32 @@ static void run_share(void *arg, int index) {
     if (jb->scores)
       chunk_run(g, &g->w[index], x, nw, 0, NULL, NULL, jb->scores + first);
     else
-      chunk_run(g, &g->w[index], x, nw, jb->scale, g->cgrad + c * g->P,
+      chunk_run(g, &g->w[index], x, nw, jb->scale, g->cgrad + c * g->fd.off[FG_N],
                 &g->csse[c], NULL);
   }
 }
 
 static void run_job(ssae_grad *g) {
   atomic_store(&g->next_chunk, 0);
+  pieces_reset(&g->fold, fold_pieces(g));
   if (n_chunks(g->cur.n) > 1) ssae_pool_run(g->pool, run_share, g);
   else run_share(g, 0);
+  g->fold_stale = 0;
 }
 
-/* The final sum's slices, claimed one at a time. */
+static void sum_piece(ssae_grad *g, size_t k) {
+  sum_parts(g, g->cgrad, g->sum_n, g->slice0[k], g->slice0[k + 1]);
+}
+
+static void unfold_one(ssae_grad *g, size_t k) { unfold_piece(g, k, g->sum_out); }
+
+/* The final sum's slices, then the unfolding's pieces, claimed one at a
+ * time. */
 static void sum_share(void *arg, int index) {
   ssae_grad *g = arg;
   (void)index;
-  for (;;) {
-    size_t k = atomic_fetch_add(&g->next_slice, 1);
-    if (k >= g->n_slices) break;
-    sum_parts(g, g->cgrad, g->sum_n, g->slice0[k], g->slice0[k + 1], g->sum_out);
-  }
+  pieces_run(&g->sum, g, sum_piece);
+  pieces_run(&g->unf, g, unfold_one);
 }
 
 /* Chunks from which the final sum is shared among the threads (below, it
@@ -164,9 +178,8 @@ void ssae_grad_free(ssae_grad *g) {
   free(g->bn);
   free(g->bn_t);
   free(g->gnorm);
-  free(g->enc_t);
-  free(g->bnw_t);
   free(g->dec_t);
+  folded_free(&g->fd);
   free(g->cgrad);
   free(g->csse);
   free(g->acc);
@@ -211,19 +224,18 @@ ssae_grad *ssae_grad_new(const ssae_dims *d, int threads, ssae_err *err) {
   g->bn = xcalloc(g->L * g->C, sizeof(float));
   g->bn_t = xcalloc(g->L * g->C, sizeof(float));
   g->gnorm = xcalloc(g->L, sizeof(double));
-  g->enc_t = xcalloc(g->S * g->M, sizeof(float));
-  g->bnw_t = xcalloc(g->L * g->L, sizeof(float));
   g->dec_t = xcalloc(g->M * g->S, sizeof(float));
-  g->acc = xcalloc(g->P, sizeof(double));
+  if (folded_alloc(&g->fd, g->M, g->F, g->L, g->S)) goto oom;
+  g->acc = xcalloc(g->fd.off[FG_N], sizeof(double));
   g->slice0 = plan_slices(g, &g->n_slices);
   g->xg = xcalloc((size_t)threads * CHUNK * g->F * g->M, sizeof(float));
   g->w = calloc((size_t)threads, sizeof(work));
   g->n_w = g->w ? threads : 0;
-  if (!g->params || !g->bn || !g->bn_t || !g->gnorm || !g->enc_t ||
-      !g->bnw_t || !g->dec_t || !g->acc || !g->slice0 || !g->xg || !g->w)
+  if (!g->params || !g->bn || !g->bn_t || !g->gnorm || !g->dec_t || !g->acc ||
+      !g->slice0 || !g->xg || !g->w)
     goto oom;
   for (int i = 0; i < threads; i++)
-    if (work_alloc(&g->w[i], g)) goto oom;
+    if (work_alloc(&g->w[i], g->M, g->F, g->L, g->S)) goto oom;
 
   if (!(g->pool = ssae_pool_new(threads - 1))) goto oom;
   /* Fewer threads when the system refuses some: the chunks are shared
@@ -249,7 +261,7 @@ int ssae_grad_set_params(ssae_grad *g, const float *params, ssae_err *err) {
 
 static int grow_chunks(ssae_grad *g, size_t nc, ssae_err *err) {
   if (nc <= g->n_chunks_cap) return 0;
-  float *cg = realloc(g->cgrad, nc * g->P * sizeof(float));
+  float *cg = realloc(g->cgrad, nc * g->fd.off[FG_N] * sizeof(float));
   if (!cg) return ssae_err_set(err, "out of memory for a batch of %zu windows",
                                nc * CHUNK);
   g->cgrad = cg;
@@ -279,7 +291,8 @@ static int grad_job(ssae_grad *g, size_t n, double scale, double *sse, float *gr
   *sse = total;
   g->sum_n = nc;
   g->sum_out = grad;
-  atomic_store(&g->next_slice, 0);
+  pieces_reset(&g->sum, g->n_slices);
+  pieces_reset(&g->unf, unfold_pieces(g));
   if (nc >= SUM_SHARED_FROM) ssae_pool_run(g->pool, sum_share, g);
   else sum_share(g, 0);
   return 0;

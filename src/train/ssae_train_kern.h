@@ -79,22 +79,24 @@ static void KSFX(mm_nn)(size_t R, size_t K, size_t N, const float *restrict A,
   }
 }
 
-/* G[P x N] += A[R x P]^T * B[R x N]: the weight gradients, summed over the
- * R rows in order. Tiles of KRT rows of G by 2 KVL columns. */
-static void KSFX(mm_tn_acc)(size_t R, size_t P, size_t N,
-                            const float *restrict A, const float *restrict B,
-                            float *restrict G) {
+/* G[P x N] = A[R x P]^T * B[R x N]: the weight gradients, summed over the
+ * R rows in order; A's rows lda floats apart (P columns of a wider matrix
+ * give G's rows of a piece). Tiles of KRT rows of G by 2 KVL columns. G is written,
+ * not added to: zeroing a gradient first (glibc's memset streams past the
+ * caches above a size) would cost as much as a product. */
+static void KSFX(mm_tn)(size_t R, size_t P, size_t N, const float *restrict A, size_t lda,
+                        const float *restrict B, float *restrict G) {
   const size_t N2 = N & ~(size_t)(2 * KVL - 1), PT = P - P % KRT;
   for (size_t p = 0; p < PT; p += KRT) {
     for (size_t j = 0; j < N2; j += 2 * KVL) {
       KV g0[KRT], g1[KRT];
       _Pragma("GCC unroll 16") for (int q = 0; q < KRT; q++) {
-        KLD8(g0[q], G + (p + (size_t)q) * N + j);
-        KLD8(g1[q], G + (p + (size_t)q) * N + j + KVL);
+        g0[q] = (KV){0};
+        g1[q] = (KV){0};
       }
       for (size_t i = 0; i < R; i++) {
         const float *b = B + i * N + j;
-        const float *a = A + i * P + p;
+        const float *a = A + i * lda + p;
         KV v0, v1;
         KLD8(v0, b);
         KLD8(v1, b + KVL);
@@ -111,18 +113,20 @@ static void KSFX(mm_tn_acc)(size_t R, size_t P, size_t N,
     }
     for (size_t pp = p; pp < p + KRT; pp++)
       for (size_t j = N2; j < N; j++) {
-        float s = G[pp * N + j];
-        for (size_t i = 0; i < R; i++) s += A[i * P + pp] * B[i * N + j];
+        float s = 0.0f;
+        for (size_t i = 0; i < R; i++) s += A[i * lda + pp] * B[i * N + j];
         G[pp * N + j] = s;
       }
   }
-  for (size_t pp = PT; pp < P; pp++)
+  for (size_t pp = PT; pp < P; pp++) {
+    float *g = G + pp * N;
+    for (size_t j = 0; j < N; j++) g[j] = 0.0f;
     for (size_t i = 0; i < R; i++) {
-      float x = A[i * P + pp];
+      float x = A[i * lda + pp];
       const float *b = B + i * N;
-      float *g = G + pp * N;
       for (size_t j = 0; j < N; j++) g[j] += x * b[j];
     }
+  }
 }
 
 /* exp(x) for x <= 0 (clamped at -87, where float underflows): Cody-Waite
@@ -182,14 +186,13 @@ static void KSFX(gelu_fwd)(size_t n, const float *restrict a,
   }
 }
 
-/* Layer normalisation of R rows of length n; the statistics in double
- * (log-mel inputs sit far from zero, about -100 ... +20 dB), KVL/2 partial
- * sums a row, added in lane order. exact: xhat from x - mean in double (the
- * VJP's), else in float (the trainer's). */
+/* Layer normalisation of R rows of length n, without its scale and shift
+ * (the chunks fold those into the Linears after them): xhat and 1/std. The
+ * statistics in double (log-mel inputs sit far from zero, about -100 ...
+ * +20 dB), KVL/2 partial sums a row, added in lane order. exact: xhat from
+ * x - mean in double (the VJP's), else in float (the trainer's). */
 static void KSFX(ln_fwd)(size_t R, size_t n, const float *restrict x,
-                         const float *restrict gw, const float *restrict gb,
-                         float *restrict xhat, float *restrict out,
-                         float *restrict rstd, int exact) {
+                         float *restrict xhat, float *restrict rstd, int exact) {
   const size_t nv = n & ~(size_t)(KVHL - 1);
   for (size_t i = 0; i < R; i++) {
     const float *xi = x + i * n;
@@ -219,24 +222,18 @@ static void KSFX(ln_fwd)(size_t R, size_t n, const float *restrict x,
     const double rs = 1.0 / sqrt(ss / (double)n + LN_EPS);
     const float m = (float)mean, r = (float)rs;
     rstd[i] = r;
-    float *xh = xhat + i * n, *o = out + i * n;
+    float *xh = xhat + i * n;
     for (size_t j = 0; j < nv; j += KVHL) {
-      KVH v, w, b, h;
+      KVH v, h;
       KLD8(v, xi + j);
-      KLD8(w, gw + j);
-      KLD8(b, gb + j);
       if (exact)
         h = __builtin_convertvector((__builtin_convertvector(v, KVD) - mean) * (double)r, KVH);
       else
         h = (v - m) * r;
       KST8(xh + j, h);
-      KVH ov = h * w + b;
-      KST8(o + j, ov);
     }
-    for (size_t j = nv; j < n; j++) {
+    for (size_t j = nv; j < n; j++)
       xh[j] = exact ? (float)((xi[j] - mean) * r) : (xi[j] - m) * r;
-      o[j] = xh[j] * gw[j] + gb[j];
-    }
   }
 }
 #undef KVD
