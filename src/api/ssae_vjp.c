@@ -49,7 +49,7 @@ struct ssae_vjp {
   float *params, *bn, *bn_t, *dec_t;
   folded fd;             /* the folded weights the chunks run on */
   int fold_stale;        /* D^T to make before the next call's chunks */
-  pieces fold, sum, unf; /* its making, the final sum's slices, the unfolding */
+  pieces fold, sum;      /* its making, the final sum's slices */
   double *gnorm, *acc;   /* acc: the final sum, folded (fd.off[FG_N] doubles) */
   size_t *slice0, n_slices; /* the final sum's slices: [slice0[k], slice0[k+1]) */
   int threads;
@@ -140,7 +140,7 @@ static double chunk_loss_grad(const float *x, float *y, size_t len, size_t numel
 static void chunks_share(ssae_vjp *g, int slot) {
   const job *jb = &g->cur;
   work *w = &g->w[slot];
-  pieces_run(&g->fold, g, fold_piece);
+  pieces_claim_run(&g->fold, g, fold_piece);
   const size_t nc = n_chunks(jb->n), win = g->F * g->M, Q = g->fd.off[FG_N];
   float *tmp = g->tgrad + (size_t)slot * Q;
   for (;;) {
@@ -173,19 +173,18 @@ static void chunks_share(ssae_vjp *g, int slot) {
   }
 }
 
+/* Slice k of the final sum, and what waited on it. */
 static void sum_piece(ssae_vjp *g, size_t k) {
   sum_parts(g, g->ugrad, g->n_units, g->slice0[k], g->slice0[k + 1]);
+  final_sum_slice_done(g, k, g->cur.dparams);
 }
 
-static void unfold_one(ssae_vjp *g, size_t k) { unfold_piece(g, k, g->cur.dparams); }
-
 /* The units' folded gradients summed in unit order, in double, a slice at
- * a time, then turned into the parameters' gradients a piece at a time:
- * the whole end of a backward in one parallel phase. */
+ * a time, each part of the parameters' gradients made as soon as what it
+ * needs is summed: the whole end of a backward in one parallel phase. */
 static void sum_share(ssae_vjp *g, int slot) {
   (void)slot;
-  pieces_run(&g->sum, g, sum_piece);
-  pieces_run(&g->unf, g, unfold_one);
+  pieces_claim_run(&g->sum, g, sum_piece);
 }
 
 static void pool_body(void *p, int slot) {
@@ -391,7 +390,7 @@ static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const
     g->cur = (job){x, dy, n, NULL, dx, act, loss, g->csse, dparams};
     run_chunks(g);
     pieces_reset(&g->sum, g->n_slices);
-    pieces_reset(&g->unf, unfold_pieces(g));
+    final_sum_reset(g);
     run_phase(g, sum_share, g->n_slices);
   } else {
     memset(dparams, 0, g->P * sizeof *dparams);

@@ -53,10 +53,10 @@ struct ssae_grad {
    * and its pieces */
   int fold_stale;
   pieces fold;
-  /* the final sum under way: how many chunks' gradients, its slices, the
-   * unfolding's pieces, where the gradient goes */
+  /* the final sum under way: how many chunks' gradients, its slices,
+   * where the gradient goes */
   size_t sum_n;
-  pieces sum, unf;
+  pieces sum;
   float *sum_out;
 };
 
@@ -119,7 +119,7 @@ static void run_share(void *arg, int index) {
   ssae_grad *g = arg;
   const job *jb = &g->cur;
   size_t nc = n_chunks(jb->n);
-  pieces_run(&g->fold, g, fold_piece);
+  pieces_claim_run(&g->fold, g, fold_piece);
   for (;;) {
     size_t c = atomic_fetch_add(&g->next_chunk, 1);
     if (c >= nc) break;
@@ -147,19 +147,17 @@ static void run_job(ssae_grad *g) {
   g->fold_stale = 0;
 }
 
+/* Slice k of the final sum, and what waited on it. */
 static void sum_piece(ssae_grad *g, size_t k) {
   sum_parts(g, g->cgrad, g->sum_n, g->slice0[k], g->slice0[k + 1]);
+  final_sum_slice_done(g, k, g->sum_out);
 }
 
-static void unfold_one(ssae_grad *g, size_t k) { unfold_piece(g, k, g->sum_out); }
-
-/* The final sum's slices, then the unfolding's pieces, claimed one at a
- * time. */
+/* The final sum's slices, claimed one at a time. */
 static void sum_share(void *arg, int index) {
   ssae_grad *g = arg;
   (void)index;
-  pieces_run(&g->sum, g, sum_piece);
-  pieces_run(&g->unf, g, unfold_one);
+  pieces_claim_run(&g->sum, g, sum_piece);
 }
 
 /* Chunks from which the final sum is shared among the threads (below, it
@@ -292,7 +290,7 @@ static int grad_job(ssae_grad *g, size_t n, double scale, double *sse, float *gr
   g->sum_n = nc;
   g->sum_out = grad;
   pieces_reset(&g->sum, g->n_slices);
-  pieces_reset(&g->unf, unfold_pieces(g));
+  final_sum_reset(g);
   if (nc >= SUM_SHARED_FROM) ssae_pool_run(g->pool, sum_share, g);
   else sum_share(g, 0);
   return 0;

@@ -233,28 +233,6 @@ static size_t first_nonfinite(const float *p, size_t n) {
   return n;
 }
 
-/* Parameters per slice of a final sum, about (a part's last slice is
- * shorter), and how many are summed side by side (a cache line of each
- * part's floats). */
-#define SUM_SLICE 1024
-#define SUM_LANES 16
-
-/* The final sum's slices of the folded gradient, part by part, SUM_SLICE
- * floats each. Returns the *n + 1 bounds (malloc'd), or NULL without
- * memory. */
-static size_t *plan_slices(const GRAD_T *g, size_t *n) {
-  const size_t *fo = g->fd.off;
-  size_t count = 0;
-  for (int t = 0; t < FG_N; t++) count += (fo[t + 1] - fo[t] + SUM_SLICE - 1) / SUM_SLICE;
-  size_t *b = malloc((count + 1) * sizeof *b), k = 0;
-  if (!b) return NULL;
-  for (int t = 0; t < FG_N; t++)
-    for (size_t i = fo[t]; i < fo[t + 1]; i += SUM_SLICE) b[k++] = i;
-  b[k] = fo[FG_N];
-  *n = k;
-  return b;
-}
-
 /* Slice [i0, i1) of the final sum (one of plan_slices'): the n parts'
  * folded gradients (Q floats each, at parts) added in part order in
  * double, SUM_LANES sums in registers across the parts (each part's row
@@ -302,6 +280,7 @@ static void chunk_forward(const GRAD_T *g, work *w, const float *x, size_t nw, f
   k->ln_fwd(nw, L, w->z, w->zhat, w->rstd2, exact);
   k->mm_nn(nw, L, L, w->zhat, fd->wb_t, fd->bb, w->p);
   k->gelu_fwd(nw * L, w->p, w->zp, w->gd2);
+  pieces_wait(&g->fold); /* D^T, made at the phase's start */
   k->mm_nn(nw, L, F * M, w->zp, fd->dt, fd->bd, y);
 }
 

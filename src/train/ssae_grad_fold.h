@@ -14,10 +14,15 @@
  * which takes a window's products from 167 k to 105 k multiply-adds (no
  * reconstruction codes, no LayerNorm 1 backward unless dx is wanted). The
  * chunks' gradients are the folded weights'; the final sum turns them into
- * the parameters' once (unfold_piece). What the folding adds per call
- * (D^T's product, and the unfolding's two products of the same size) is
- * cut into pieces that the threads of the call's phases share: on one
- * thread it would take what the folding saves at 512 windows on 16. */
+ * the parameters' once (unfold_linear, unfold_rows). What the folding adds
+ * per call (D^T's product, and the unfolding's two products of the same
+ * size) is shared among the threads of the call's phases: on one thread it
+ * would take what the folding saves at 512 windows on 16. D^T is made in
+ * pieces at the start of the chunk phase, and each chunk waits for them
+ * only before its last product; the unfolding is done group by group by
+ * whichever thread sums a group's last slice, so no thread waits on
+ * another there (waiting threads spin, which costs most where threads
+ * outnumber free cores). */
 #ifndef SSAE_GRAD_FOLD_H
 #define SSAE_GRAD_FOLD_H
 
@@ -27,12 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Work inside a parallel phase cut into n pieces that the phase's threads
- * claim one at a time (pieces_run), with a count of those done: a thread
- * that finds none left to claim waits until the claimed ones are done, so
- * that what follows in the phase may read all of them. Claimed pieces are
- * being run by threads that are running, so the wait ends however many of
- * the phase's threads the system started. */
+/* Work at the start of a parallel phase cut into n pieces that the phase's
+ * threads claim one at a time (pieces_claim_run), with a count of those
+ * done that a thread waits on (pieces_wait) only where it first needs
+ * their results. */
 typedef struct pieces {
   atomic_size_t next, done;
   size_t n;
@@ -43,6 +46,17 @@ static void pieces_reset(pieces *p, size_t n) {
   atomic_store_explicit(&p->next, 0, memory_order_relaxed);
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
 }
+
+/* Waits until every piece of p is done: claimed pieces are being run by
+ * threads that are running, so the wait ends however many of the phase's
+ * threads the system started. */
+static void pieces_wait(const pieces *p) {
+  for (unsigned spin = 0; atomic_load_explicit(&p->done, memory_order_acquire) < p->n; spin++)
+    if (spin > 1000) sched_yield();
+}
+
+/* Basis rows per group of the final sum's unfolding (unfold_rows). */
+#define UNFOLD_ROWS 4
 
 /* The folded gradient's parts, in its vector's order: We' [S x M], be' [S],
  * the normalised basis B [L x C], Wb' [L x L], bb' [L], D^T [L x F M],
@@ -60,7 +74,15 @@ typedef struct folded {
   float *dt, *d, *bd;     /* D^T [L x F M], D [F M x L], bd repeated F times [F M] */
   float *sum;             /* the summed folded gradient, as floats [Q] */
   float *db;              /* the decoder's part of the basis gradient [L x C] */
+  float *wdp;             /* dWd's part from each group of basis rows [groups x M x S] */
   double *ln;             /* the unfolding's column sums [2 max(M, L)] */
+  /* The final sum's dependencies (final_sum_reset): for each group of
+   * UNFOLD_ROWS basis rows, its two slices (of dB' and of dD^T) not yet
+   * summed; the other parts' slices not yet summed; the groups whose dWd
+   * part is not yet made. Whoever brings a count to zero does what
+   * waited on it, so no thread waits. */
+  atomic_size_t *rows_left, lin_left, wd_left;
+  size_t lin_slices;
 } folded;
 
 static int folded_alloc(folded *fd, size_t M, size_t F, size_t L, size_t S) {
@@ -68,15 +90,16 @@ static int folded_alloc(folded *fd, size_t M, size_t F, size_t L, size_t S) {
   const size_t part[FG_N] = {S * M, S, L * C, L * L, L, L * FM, M};
   fd->off[0] = 0;
   for (int i = 0; i < FG_N; i++) fd->off[i + 1] = fd->off[i] + part[i];
-  const size_t Q = fd->off[FG_N];
-  size_t len[] = {S * M, S * M, S, L * L, L * L, L, L * FM, FM * L, FM, Q, L * C};
+  const size_t Q = fd->off[FG_N], groups = (L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
+  size_t len[] = {S * M, S * M, S, L * L, L * L, L, L * FM, FM * L, FM, Q, L * C, groups * M * S};
   float **dst[] = {&fd->we, &fd->we_t, &fd->be, &fd->wb,  &fd->wb_t, &fd->bb,
-                   &fd->dt, &fd->d,    &fd->bd, &fd->sum, &fd->db};
+                   &fd->dt, &fd->d,    &fd->bd, &fd->sum, &fd->db,  &fd->wdp};
   size_t total = 0;
   for (size_t i = 0; i < sizeof len / sizeof *len; i++) total += len[i];
   fd->buf = calloc(total ? total : 1, sizeof(float));
   fd->ln = calloc(2 * (M > L ? M : L), sizeof(double));
-  if (!fd->buf || !fd->ln) return -1;
+  fd->rows_left = calloc(groups, sizeof *fd->rows_left);
+  if (!fd->buf || !fd->ln || !fd->rows_left) return -1;
   float *p = fd->buf;
   for (size_t i = 0; i < sizeof len / sizeof *len; i++) {
     *dst[i] = p;
@@ -89,6 +112,7 @@ static int folded_alloc(folded *fd, size_t M, size_t F, size_t L, size_t S) {
 static void folded_free(folded *fd) {
   free(fd->buf);
   free(fd->ln);
+  free(fd->rows_left);
 }
 
 /* W' = W diag(g) and b' = bias + W b for a Linear of `out` rows of n after
@@ -142,25 +166,25 @@ static void unfold_ln(size_t out, size_t n, const float *W, const float *g, cons
 #if defined(GRAD_T) && !defined(SSAE_GRAD_FOLD_FUNCS)
 #define SSAE_GRAD_FOLD_FUNCS
 
-/* Runs fn(g, k) for each piece k this thread claims of p, then waits
- * until every piece is done (see pieces). */
-static void pieces_run(pieces *p, GRAD_T *g, void (*fn)(GRAD_T *, size_t)) {
+/* Runs fn(g, k) for each piece k of p this thread claims, counting each
+ * done; returns when none is left to claim (pieces_wait waits for the
+ * others'). */
+static void pieces_claim_run(pieces *p, GRAD_T *g, void (*fn)(GRAD_T *, size_t)) {
   for (;;) {
     size_t k = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
     if (k >= p->n) break;
     fn(g, k);
     atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
   }
-  for (unsigned spin = 0; atomic_load_explicit(&p->done, memory_order_acquire) < p->n; spin++)
-    if (spin > 1000) sched_yield();
 }
 
 /* Rows of the basis taken as L F rows of S (row (l, f) is B_f's row l) per
  * piece of D^T's making. */
 #define FOLD_ROWS 16
 
-/* Pieces of D^T to make before a call's chunks run: none when the
- * parameters have not changed since the last call made them. */
+/* Pieces of D^T to make at the start of a call's chunk phase (each chunk
+ * waits for them before its last product): none when the parameters have
+ * not changed since the last call made them. */
 static size_t fold_pieces(const GRAD_T *g) {
   return g->fold_stale ? (g->L * g->F + FOLD_ROWS - 1) / FOLD_ROWS : 0;
 }
@@ -204,54 +228,106 @@ static void basis_rows_back(const GRAD_T *g, size_t l0, size_t l1) {
   }
 }
 
-/* Basis rows and decoder weight rows per piece of the unfolding. */
-#define UNFOLD_ROWS 4
-#define UNFOLD_WD_ROWS 8
+/* Parameters per slice of a final sum, about (a part's last slice is
+ * shorter; the basis's and D^T's slices are groups of UNFOLD_ROWS rows),
+ * and how many are summed side by side (a cache line of each part's
+ * floats). */
+#define SUM_SLICE 1024
+#define SUM_LANES 16
 
-/* The pieces of the unfolding (unfold_piece): the Linears and LayerNorms
- * (the longest piece, claimed first), the basis's rows in groups, the
- * decoder weight's rows in groups. */
-static size_t unfold_pieces(const GRAD_T *g) {
-  return (g->L + UNFOLD_ROWS - 1) / UNFOLD_ROWS + (g->M + UNFOLD_WD_ROWS - 1) / UNFOLD_WD_ROWS +
-         1;
+/* The final sum's slices of the folded gradient, part by part. Returns the
+ * *n + 1 bounds (malloc'd), or NULL without memory; counts the slices
+ * that are not basis or D^T rows into g->fd.lin_slices. */
+static size_t *plan_slices(GRAD_T *g, size_t *n) {
+  const size_t *fo = g->fd.off;
+  size_t step[FG_N], count = 0;
+  g->fd.lin_slices = 0;
+  for (int t = 0; t < FG_N; t++) {
+    step[t] = t == FG_B ? UNFOLD_ROWS * g->C
+              : t == FG_DT ? UNFOLD_ROWS * g->F * g->M
+                           : SUM_SLICE;
+    size_t k = (fo[t + 1] - fo[t] + step[t] - 1) / step[t];
+    count += k;
+    if (t != FG_B && t != FG_DT) g->fd.lin_slices += k;
+  }
+  size_t *b = malloc((count + 1) * sizeof *b), k = 0;
+  if (!b) return NULL;
+  for (int t = 0; t < FG_N; t++)
+    for (size_t i = fo[t]; i < fo[t + 1]; i += step[t]) b[k++] = i;
+  b[k] = fo[FG_N];
+  *n = k;
+  return b;
 }
 
-/* Piece k of turning the summed folded gradient (g->acc, g->fd.sum) into
- * the parameters' (P floats at out), after the final sum:
- *   first: the LayerNorms' and Linears' from dWe', dbe', dWb', dbb'
- *     (unfold_ln), and bd's;
- *   basis rows l: dB = dB' + dD^T Wd (row (l, f): dD^T_f's row l times Wd),
- *     then through the basis normalisation;
- *   decoder weight rows m: dWd = sum_f (dD^T_f)^T B_f, as one product over
- *     the L F rows of both. */
-static void unfold_piece(GRAD_T *g, size_t k, float *out) {
+/* Before a final sum: every dependency count full. */
+static void final_sum_reset(GRAD_T *g) {
+  folded *fd = &g->fd;
+  const size_t groups = (g->L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
+  for (size_t r = 0; r < groups; r++)
+    atomic_store_explicit(&fd->rows_left[r], 2, memory_order_relaxed);
+  atomic_store_explicit(&fd->lin_left, fd->lin_slices, memory_order_relaxed);
+  atomic_store_explicit(&fd->wd_left, groups, memory_order_relaxed);
+}
+
+/* The Linears', LayerNorms' and bd's gradients from the summed dWe', dbe',
+ * dWb', dbb', dbd (unfold_ln), into out (P floats). */
+static void unfold_linear(GRAD_T *g, float *out) {
+  const size_t M = g->M, L = g->L, S = g->S;
+  const size_t *off = g->off, *fo = g->fd.off;
+  const float *P = g->params;
+  const double *A = g->acc;
+  unfold_ln(S, M, P + off[2], P + off[0], P + off[1], A + fo[FG_WE], A + fo[FG_BE],
+            out + off[0], out + off[1], out + off[2], out + off[3], g->fd.ln, g->fd.ln + M);
+  unfold_ln(L, L, P + off[7], P + off[5], P + off[6], A + fo[FG_WB], A + fo[FG_BB],
+            out + off[5], out + off[6], out + off[7], out + off[8], g->fd.ln, g->fd.ln + L);
+  for (size_t m = 0; m < M; m++) out[off[10] + m] = (float)A[fo[FG_BD] + m];
+}
+
+/* Group r of basis rows, once its dB' and dD^T rows are summed:
+ *   dB = dB' + dD^T Wd (row (l, f): dD^T_f's row l times Wd), then through
+ *   the basis normalisation, into out;
+ *   its part of dWd = sum_f (dD^T_f)^T B_f (one product over the group's
+ *   L F rows of both), into fd.wdp; the group that makes the last part
+ *   adds them all, in group order, into out. */
+static void unfold_rows(GRAD_T *g, size_t r, float *out) {
   const size_t M = g->M, L = g->L, S = g->S, C = g->C, F = g->F, FM = F * M;
   const size_t *off = g->off, *fo = g->fd.off;
   const float *P = g->params, *ddt = g->fd.sum + fo[FG_DT];
-  const size_t nb = (L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
-  if (k == 0) {
-    const double *A = g->acc;
-    unfold_ln(S, M, P + off[2], P + off[0], P + off[1], A + fo[FG_WE], A + fo[FG_BE],
-              out + off[0], out + off[1], out + off[2], out + off[3], g->fd.ln, g->fd.ln + M);
-    unfold_ln(L, L, P + off[7], P + off[5], P + off[6], A + fo[FG_WB], A + fo[FG_BB],
-              out + off[5], out + off[6], out + off[7], out + off[8], g->fd.ln, g->fd.ln + L);
-    for (size_t m = 0; m < M; m++) out[off[10] + m] = (float)A[fo[FG_BD] + m];
+  const size_t l0 = r * UNFOLD_ROWS, l1 = l0 + UNFOLD_ROWS < L ? l0 + UNFOLD_ROWS : L;
+  float *db = g->fd.db + l0 * C;
+  g->k.mm_nn((l1 - l0) * F, M, S, ddt + l0 * FM, P + off[9], NULL, db);
+  double *dB = g->acc + fo[FG_B] + l0 * C;
+  for (size_t i = 0; i < (l1 - l0) * C; i++) dB[i] += db[i];
+  basis_rows_back(g, l0, l1);
+  for (size_t i = 0; i < (l1 - l0) * C; i++) out[off[4] + l0 * C + i] = (float)dB[i];
+  const size_t MS = M * S;
+  g->k.mm_tn((l1 - l0) * F, M, S, ddt + l0 * FM, M, g->bn + l0 * C, g->fd.wdp + r * MS);
+  if (atomic_fetch_sub_explicit(&g->fd.wd_left, 1, memory_order_acq_rel) != 1) return;
+  const size_t groups = (L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
+  float *dwd = out + off[9];
+  memcpy(dwd, g->fd.wdp, MS * sizeof(float));
+  for (size_t q = 1; q < groups; q++)
+    for (size_t i = 0; i < MS; i++) dwd[i] += g->fd.wdp[q * MS + i];
+}
+
+/* After slice k of the final sum (plan_slices') is summed: what waited on
+ * it, when it was the last thing that did. out: the parameters' gradient
+ * (P floats). Each result is the same whoever does it. */
+static void final_sum_slice_done(GRAD_T *g, size_t k, float *out) {
+  const size_t i0 = g->slice0[k], *fo = g->fd.off;
+  folded *fd = &g->fd;
+  size_t r;
+  if (i0 >= fo[FG_B] && i0 < fo[FG_B + 1])
+    r = (i0 - fo[FG_B]) / (UNFOLD_ROWS * g->C);
+  else if (i0 >= fo[FG_DT] && i0 < fo[FG_DT + 1])
+    r = (i0 - fo[FG_DT]) / (UNFOLD_ROWS * g->F * g->M);
+  else {
+    if (atomic_fetch_sub_explicit(&fd->lin_left, 1, memory_order_acq_rel) == 1)
+      unfold_linear(g, out);
     return;
   }
-  k--;
-  if (k < nb) {
-    const size_t l0 = k * UNFOLD_ROWS, l1 = l0 + UNFOLD_ROWS < L ? l0 + UNFOLD_ROWS : L;
-    float *db = g->fd.db + l0 * C;
-    g->k.mm_nn((l1 - l0) * F, M, S, ddt + l0 * FM, P + off[9], NULL, db);
-    double *dB = g->acc + fo[FG_B] + l0 * C;
-    for (size_t i = 0; i < (l1 - l0) * C; i++) dB[i] += db[i];
-    basis_rows_back(g, l0, l1);
-    for (size_t i = 0; i < (l1 - l0) * C; i++) out[off[4] + l0 * C + i] = (float)dB[i];
-  } else {
-    const size_t m0 = (k - nb) * UNFOLD_WD_ROWS;
-    const size_t m1 = m0 + UNFOLD_WD_ROWS < M ? m0 + UNFOLD_WD_ROWS : M;
-    g->k.mm_tn(L * F, m1 - m0, S, ddt + m0, M, g->bn, out + off[9] + m0 * S);
-  }
+  if (atomic_fetch_sub_explicit(&fd->rows_left[r], 1, memory_order_acq_rel) == 1)
+    unfold_rows(g, r, out);
 }
 
 #endif
