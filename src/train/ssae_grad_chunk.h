@@ -298,6 +298,9 @@ static void chunk_backward(const GRAD_T *g, work *w, size_t nw, const float *dy,
   /* y = z' D^T + bd */
   col_sums(R, M, dy, grad + fo[FG_BD]);
   k->mm_tn(nw, L, FM, w->zp, L, dy, grad + fo[FG_DT]);
+  /* D, made at the phase's start: a backward from kept activations runs no
+   * forward, and parameters set again since that forward make it again */
+  pieces_wait(&g->fold);
   k->mm_nn(nw, FM, L, dy, fd->d, NULL, w->dzp);
   /* bottleneck GELU and Linear (Wb', bb'), LayerNorm 2 without its affine */
   for (size_t i = 0; i < nw * L; i++) w->dzp[i] *= w->gd2[i];

@@ -95,8 +95,11 @@ typedef struct result {
 } result;
 
 /* Forward, backward (recomputing) and forward_save + backward_saved of n
- * windows on v. */
-static result run(ssae_vjp *v, const float *x, const float *dy, size_t n, size_t P, size_t win) {
+ * windows on v, the parameters (v's) set again between the last two (the
+ * same values: the backward's phase makes the folded decoder again while
+ * its chunks run, ThreadSanitizer's case). */
+static result run(ssae_vjp *v, const float *params, const float *x, const float *dy, size_t n,
+                  size_t P, size_t win) {
   ssae_err err = {{0}};
   result r = {malloc(n * win * sizeof(float)), malloc(P * sizeof(float)),
               malloc(n * win * sizeof(float)), malloc(P * sizeof(float)),
@@ -108,6 +111,7 @@ static result run(ssae_vjp *v, const float *x, const float *dy, size_t n, size_t
   CHECK(ssae_vjp_forward(v, x, n, r.y, &err) == 0, "forward: %s", err.msg);
   CHECK(ssae_vjp_backward(v, x, n, dy, r.dp, r.dx, &err) == 0, "backward: %s", err.msg);
   CHECK(ssae_vjp_forward_save(v, x, n, y2, act, &err) == 0, "forward_save: %s", err.msg);
+  CHECK(ssae_vjp_set_params(v, params, &err) == 0, "set_params: %s", err.msg);
   CHECK(ssae_vjp_backward_saved(v, act, n, dy, r.dp_saved, r.dx_saved, &err) == 0,
         "backward_saved: %s", err.msg);
   CHECK(!memcmp(r.y, y2, n * win * sizeof(float)) &&
@@ -193,22 +197,23 @@ int main(void) {
       x[i] = (float)(-40 + 40 * (urand() - 0.5) - 0.3 * (double)(i % 64));
       dy[i] = (float)(urand() - 0.5);
     }
-    result ref = run(one, x, dy, n, P, win);
-    result r_own = run(own, x, dy, n, P, win);
+    result ref = run(one, params, x, dy, n, P, win);
+    result r_own = run(own, params, x, dy, n, P, win);
     same(&ref, &r_own, n, P, win, "ssae's 3 threads");
     atomic_store(&entered_mask, 0);
-    result r_lent = run(lent, x, dy, n, P, win);
+    result r_lent = run(lent, params, x, dy, n, P, win);
     same(&ref, &r_lent, n, P, win, "an OpenMP team of 4");
     if (n >= 100)
       CHECK(popcount(atomic_load(&entered_mask)) > 1, "%zu windows: the team ran on %d thread(s)",
             n, popcount(atomic_load(&entered_mask)));
-    result r_small = run(small, x, dy, n, P, win);
+    result r_small = run(small, params, x, dy, n, P, win);
     same(&ref, &r_small, n, P, win, "a team of 8 on 2 slots");
     if (n == 10000) {
       /* several chunks to a unit: the sum of the two halves' gradients
        * (one chunk to a unit each) */
       size_t h = n / 2;
-      result a = run(one, x, dy, h, P, win), b = run(one, x + h * win, dy + h * win, h, P, win);
+      result a = run(one, params, x, dy, h, P, win);
+      result b = run(one, params, x + h * win, dy + h * win, h, P, win);
       size_t bad = 0;
       for (size_t i = 0; i < P; i++) {
         double want = (double)a.dp[i] + b.dp[i];
@@ -236,7 +241,7 @@ int main(void) {
     if (!x || !dy) FAIL("out of memory");
     for (size_t i = 0; i < n * win; i++) x[i] = (float)(i % 97) - 60, dy[i] = (float)(i % 5) - 2;
     atomic_store(&entered_mask, 0);
-    result a = run(one, x, dy, n, P, win), b = run(lent, x, dy, n, P, win);
+    result a = run(one, params, x, dy, n, P, win), b = run(lent, params, x, dy, n, P, win);
     same(&a, &b, n, P, win, "the team taken back");
     CHECK(atomic_load(&entered_mask) == 0, "the team ran after it was taken back");
     result_free(&a);
