@@ -4,7 +4,10 @@ with a fixed server name per test. A fixed name because JACK's registry
 (8 server slots) frees the slot of a server that died without
 unregistering (a test's server-gone case may end in SIGKILL) only when a
 server of the same name starts; a name per run would leak a slot each
-time. Skips the test (exit 77) when jackd does not start or answer."""
+time. Skips the test (exit 77) when jackd does not start or answer; fails
+at once, saying so, when a server of that name is already running (a run
+killed before it could stop its own), where the test's clients would
+otherwise meet the wrong server."""
 import os
 import signal
 import subprocess
@@ -23,6 +26,11 @@ class Jack:
         self.env["HOME"] = tmp
         self.env["JACK_NO_AUDIO_RESERVATION"] = "1"
         self.env["JACK_PROMISCUOUS_SERVER"] = ""
+        probe = dict(self.env, JACK_NO_START_SERVER="1")
+        if subprocess.run(["jack_lsp"], env=probe, capture_output=True).returncode == 0:
+            raise AssertionError("a JACK server named %s is already running (left by a run that "
+                                 "was killed?); stop it (pkill -f 'jackd -n %s') and run again"
+                                 % (name, name))
         self.log = open(os.path.join(tmp, "jackd.log"), "w")
         self.proc = subprocess.Popen(
             ["jackd", "-n", name, "-d", "dummy", "-r", str(rate), "-p", "256"],

@@ -117,6 +117,11 @@ def window_scores(tmp, model, wav):
     return [(float(t), float(s)) for _, _, t, s in rows]
 
 
+# every `ssae jack` started, killed at the end if still running (a failed
+# check must not leave a client behind)
+CLIENTS = []
+
+
 def start_client(jack, tmp, model, thr, name, events, extra=("--inputs", "1", "--passthrough")):
     p = subprocess.Popen(
         [SSAE, "jack", "--model", model, "--backend", "cpu", "--name", name,
@@ -124,6 +129,7 @@ def start_client(jack, tmp, model, thr, name, events, extra=("--inputs", "1", "-
          "--smoothing", "0.05", "--on", "3", "--off", "3", "--status", "0",
          "--events", events] + list(extra),
         env=jack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    CLIENTS.append(p)
     line = p.stderr.readline()  # "client ... running": the engine has started
     t_start = time.monotonic()
     if "running" not in line:
@@ -295,6 +301,7 @@ def main():
                 mon = subprocess.Popen([SSAE, "monitor", "--backend", "cpu", "--device", "system",
                                         "--events", mev, "--no-meter"], env=menv,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                CLIENTS.append(mon)
                 # Running before the server goes (a slow start, e.g. under a
                 # sanitizer, must not meet a server on its way out).
                 mline = mon.stderr.readline()
@@ -365,6 +372,10 @@ def main():
             assert any(e["event"] == "server_shutdown" for e in evs), evs
             assert evs[-1]["event"] == "status" and evs[-1]["dropped"] == 0, evs
         finally:
+            for c in CLIENTS:
+                if c.poll() is None:
+                    c.kill()
+                    c.wait()
             jack.stop()
     return 0
 
