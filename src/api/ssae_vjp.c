@@ -90,12 +90,9 @@ static size_t act_per_window(const ssae_vjp *g) {
 static work with_act(const ssae_vjp *g, const work *scratch, float *act) {
   work w = *scratch;
   const size_t R = (size_t)CHUNK * g->F, N = CHUNK;
-  float **dst[] = {&w.xhat, &w.h, &w.gd1, &w.rstd1, &w.zhat, &w.zp, &w.gd2, &w.rstd2};
+  float **const dst[] = {&w.xhat, &w.h, &w.gd1, &w.rstd1, &w.zhat, &w.zp, &w.gd2, &w.rstd2};
   const size_t len[] = {R * g->M, R * g->S, R * g->S, R, N * g->L, N * g->L, N * g->L, N};
-  for (size_t i = 0; i < sizeof len / sizeof *len; i++) {
-    *dst[i] = act;
-    act += len[i];
-  }
+  carve(act, dst, len, sizeof len / sizeof *len);
   return w;
 }
 
@@ -222,9 +219,8 @@ static void run_phase(ssae_vjp *g, void (*share)(ssae_vjp *, int), size_t pieces
 /* The chunks of the current job, after D^T's pieces when the parameters
  * changed. */
 static void run_chunks(ssae_vjp *g) {
-  pieces_reset(&g->fold, fold_pieces(g));
+  fold_begin(g);
   run_phase(g, chunks_share, g->n_units);
-  g->fold_stale = 0;
 }
 
 static void run_job(ssae_vjp *g) {
@@ -389,7 +385,6 @@ static int backward_job(ssae_vjp *g, const float *x, float *act, size_t n, const
   if (n) {
     g->cur = (job){x, dy, n, NULL, dx, act, loss, g->csse, dparams};
     run_chunks(g);
-    pieces_reset(&g->sum, g->n_slices);
     final_sum_reset(g);
     run_phase(g, sum_share, g->n_slices);
   } else {

@@ -141,10 +141,9 @@ static void run_share(void *arg, int index) {
 
 static void run_job(ssae_grad *g) {
   atomic_store(&g->next_chunk, 0);
-  pieces_reset(&g->fold, fold_pieces(g));
+  fold_begin(g);
   if (n_chunks(g->cur.n) > 1) ssae_pool_run(g->pool, run_share, g);
   else run_share(g, 0);
-  g->fold_stale = 0;
 }
 
 /* Slice k of the final sum, and what waited on it. */
@@ -289,7 +288,6 @@ static int grad_job(ssae_grad *g, size_t n, double scale, double *sse, float *gr
   *sse = total;
   g->sum_n = nc;
   g->sum_out = grad;
-  pieces_reset(&g->sum, g->n_slices);
   final_sum_reset(g);
   if (nc >= SUM_SHARED_FROM) ssae_pool_run(g->pool, sum_share, g);
   else sum_share(g, 0);

@@ -6,9 +6,9 @@
  * then, after the object's type is complete and GRAD_T names it, for the
  * functions on it. That type has the fields k (kernels), M, F, L, S, C, P,
  * off, params, bn, bn_t, gnorm, dec_t, fd (the folded weights), fold_stale
- * (D^T to make: set_derived sets it, the caller clears it after the phase
- * that ran fold_piece) and acc (the summed folded gradient, fd.off[FG_N]
- * doubles). `exact` picks the VJP's LayerNorm arithmetic (x - mean and the
+ * (D^T to make: set_derived sets it, fold_begin consumes it), the pieces
+ * fold and sum, slice0 and n_slices (the final sum's slices) and acc (the
+ * summed folded gradient, fd.off[FG_N] doubles). `exact` picks the VJP's LayerNorm arithmetic (x - mean and the
  * input gradient's means in double) over the trainer's (those in float). */
 #ifndef SSAE_GRAD_CHUNK_H
 #define SSAE_GRAD_CHUNK_H
@@ -114,23 +114,35 @@ typedef struct work {
   float *y, *dc, *dzp, *dzh, *dz, *dxh;         /* output, gradients */
 } work;
 
-static int work_alloc(work *w, size_t M, size_t F, size_t L, size_t S) {
-  size_t R = (size_t)CHUNK * F, N = CHUNK;
-  size_t len[] = {R * M, R * S, R * S, R * S, R, N * L, N * L, N * L, N * L,
-                  N * L, N,     R * M, R * S, N * L, N * L, N * L, R * M};
-  float **dst[] = {&w->xhat, &w->a,  &w->h,  &w->gd1, &w->rstd1, &w->z,
-                   &w->zhat, &w->p,  &w->zp, &w->gd2, &w->rstd2, &w->y,
-                   &w->dc,   &w->dzp, &w->dzh, &w->dz, &w->dxh};
-  size_t total = 0;
-  for (size_t i = 0; i < sizeof len / sizeof *len; i++) total += len[i];
-  w->buf = calloc(total ? total : 1, sizeof(float));
-  if (!w->buf) return -1;
-  float *p = w->buf;
-  for (size_t i = 0; i < sizeof len / sizeof *len; i++) {
+/* Points *dst[i] at consecutive runs of len[i] floats from p; returns the
+ * end. */
+static float *carve(float *p, float **const dst[], const size_t len[], size_t n) {
+  for (size_t i = 0; i < n; i++) {
     *dst[i] = p;
     p += len[i];
   }
-  return 0;
+  return p;
+}
+
+/* One zeroed allocation carved into the n runs (carve); NULL without
+ * memory. */
+static float *carve_alloc(float **const dst[], const size_t len[], size_t n) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += len[i];
+  float *buf = calloc(total ? total : 1, sizeof(float));
+  if (buf) carve(buf, dst, len, n);
+  return buf;
+}
+
+static int work_alloc(work *w, size_t M, size_t F, size_t L, size_t S) {
+  size_t R = (size_t)CHUNK * F, N = CHUNK;
+  const size_t len[] = {R * M, R * S, R * S, R * S, R, N * L, N * L, N * L, N * L,
+                        N * L, N,     R * M, R * S, N * L, N * L, N * L, R * M};
+  float **const dst[] = {&w->xhat, &w->a,  &w->h,  &w->gd1, &w->rstd1, &w->z,
+                         &w->zhat, &w->p,  &w->zp, &w->gd2, &w->rstd2, &w->y,
+                         &w->dc,   &w->dzp, &w->dzh, &w->dz, &w->dxh};
+  w->buf = carve_alloc(dst, len, sizeof len / sizeof *len);
+  return w->buf ? 0 : -1;
 }
 
 #include "ssae_grad_fold.h"
@@ -183,7 +195,7 @@ static void norm_row(GRAD_T *g, const float *G, size_t l, double s) {
  * normalised basis, its row norms and transpose, the decoder transposed,
  * and the folded LayerNorms (We', be', Wb', bb', bd repeated). D^T = B Wd^T
  * (655 k multiply-adds at the default dimensions) is left to the threads
- * of the next call's first phase: fold_pieces, fold_piece. */
+ * of the next call's first phase: fold_begin, fold_piece. */
 static void set_derived(GRAD_T *g, const float *params) {
   size_t M = g->M, L = g->L, S = g->S, C = g->C, F = g->F;
   folded *fd = &g->fd;

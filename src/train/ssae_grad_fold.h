@@ -91,21 +91,14 @@ static int folded_alloc(folded *fd, size_t M, size_t F, size_t L, size_t S) {
   fd->off[0] = 0;
   for (int i = 0; i < FG_N; i++) fd->off[i + 1] = fd->off[i] + part[i];
   const size_t Q = fd->off[FG_N], groups = (L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
-  size_t len[] = {S * M, S * M, S, L * L, L * L, L, L * FM, FM * L, FM, Q, L * C, groups * M * S};
-  float **dst[] = {&fd->we, &fd->we_t, &fd->be, &fd->wb,  &fd->wb_t, &fd->bb,
-                   &fd->dt, &fd->d,    &fd->bd, &fd->sum, &fd->db,  &fd->wdp};
-  size_t total = 0;
-  for (size_t i = 0; i < sizeof len / sizeof *len; i++) total += len[i];
-  fd->buf = calloc(total ? total : 1, sizeof(float));
+  const size_t len[] = {S * M, S * M, S,  L * L, L * L, L,
+                        L * FM, FM * L, FM, Q, L * C, groups * M * S};
+  float **const dst[] = {&fd->we, &fd->we_t, &fd->be, &fd->wb,  &fd->wb_t, &fd->bb,
+                         &fd->dt, &fd->d,    &fd->bd, &fd->sum, &fd->db,  &fd->wdp};
+  fd->buf = carve_alloc(dst, len, sizeof len / sizeof *len);
   fd->ln = calloc(2 * (M > L ? M : L), sizeof(double));
   fd->rows_left = calloc(groups, sizeof *fd->rows_left);
-  if (!fd->buf || !fd->ln || !fd->rows_left) return -1;
-  float *p = fd->buf;
-  for (size_t i = 0; i < sizeof len / sizeof *len; i++) {
-    *dst[i] = p;
-    p += len[i];
-  }
-  return 0;
+  return fd->buf && fd->ln && fd->rows_left ? 0 : -1;
 }
 
 /* Accepts a half-made one (zeroed before folded_alloc). */
@@ -182,11 +175,12 @@ static void pieces_claim_run(pieces *p, GRAD_T *g, void (*fn)(GRAD_T *, size_t))
  * piece of D^T's making. */
 #define FOLD_ROWS 16
 
-/* Pieces of D^T to make at the start of a call's chunk phase (each chunk
- * waits for them before its last product): none when the parameters have
- * not changed since the last call made them. */
-static size_t fold_pieces(const GRAD_T *g) {
-  return g->fold_stale ? (g->L * g->F + FOLD_ROWS - 1) / FOLD_ROWS : 0;
+/* Before a phase that runs chunks: the pieces of D^T its threads make at
+ * its start (a chunk waits for them where it first uses D^T or D), none
+ * when the parameters have not changed since a phase last made them. */
+static void fold_begin(GRAD_T *g) {
+  pieces_reset(&g->fold, g->fold_stale ? (g->L * g->F + FOLD_ROWS - 1) / FOLD_ROWS : 0);
+  g->fold_stale = 0;
 }
 
 /* Piece k of D^T = B Wd^T: rows (l, f) of the basis times Wd^T give D^T's
@@ -259,9 +253,10 @@ static size_t *plan_slices(GRAD_T *g, size_t *n) {
   return b;
 }
 
-/* Before a final sum: every dependency count full. */
+/* Before a final sum: its slices to claim, every dependency count full. */
 static void final_sum_reset(GRAD_T *g) {
   folded *fd = &g->fd;
+  pieces_reset(&g->sum, g->n_slices);
   const size_t groups = (g->L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
   for (size_t r = 0; r < groups; r++)
     atomic_store_explicit(&fd->rows_left[r], 2, memory_order_relaxed);
