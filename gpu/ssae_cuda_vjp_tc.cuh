@@ -96,18 +96,22 @@ static_assert(kTcSmemFloats * 4 <= 227 * 1024, "a block's shared memory on sm_90
 
 inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
 
-/* c[j] += A B over KS k steps of 8 from k0 for the two 16 x 8 tiles at
- * rows m0.., columns n0 + 8 j..: the A fragment serves both (operand
- * loads and splits are most of the instructions). Unrolled U steps at a
- * time, so that the loads of several steps are in flight (the products in
- * the group loop take 2: unrolled whole, ptxas spilled 124 bytes, and it
- * was no faster, doc/gpu-kernels.md). */
-template <int KS, int U = KS, class FA, class FB>
-__device__ __forceinline__ void tc_tile2(float (&c)[2][4], const FA &A, const FB &B, int m0,
+/* c[j] += A B over KS k steps of 8 from k0 for the NJ (two or one)
+ * 16 x 8 tiles at rows m0.., columns n0 + 8 j..: the A fragment serves
+ * them all (operand loads and splits are most of the instructions).
+ * Unrolled U steps at a time, so that the loads of several steps are in
+ * flight (the products in the group loop take 2: unrolled whole, ptxas
+ * spilled 124 bytes, and it was no faster, doc/gpu-kernels.md). */
+template <int KS, int U = KS, int NJ = 2, class FA, class FB>
+__device__ __forceinline__ void tc_tile2(float (&c)[NJ][4], const FA &A, const FB &B, int m0,
                                          int n0, int k0, int g, int t) {
   /* the small terms in their own accumulators, added at the end: four
    * independent chains of MMAs instead of two chains of three */
-  float cs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  float cs[NJ][4];
+#pragma unroll
+  for (int j = 0; j < NJ; j++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) cs[j][r] = 0.f;
 #pragma unroll U
   for (int ks = 0; ks < KS; ks++) {
     const int k = k0 + 8 * ks;
@@ -117,7 +121,7 @@ __device__ __forceinline__ void tc_tile2(float (&c)[2][4], const FA &A, const FB
     ssae_split_tt(A(m0 + g, k + t + 4), ab[2], as[2]);
     ssae_split_tt(A(m0 + g + 8, k + t + 4), ab[3], as[3]);
 #pragma unroll
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < NJ; j++) {
       unsigned bb[2], bs[2];
       ssae_split_tt(B(k + t, n0 + 8 * j + g), bb[0], bs[0]);
       ssae_split_tt(B(k + t + 4, n0 + 8 * j + g), bb[1], bs[1]);
@@ -127,7 +131,7 @@ __device__ __forceinline__ void tc_tile2(float (&c)[2][4], const FA &A, const FB
     }
   }
 #pragma unroll
-  for (int j = 0; j < 2; j++)
+  for (int j = 0; j < NJ; j++)
 #pragma unroll
     for (int r = 0; r < 4; r++) c[j][r] += cs[j][r];
 }
@@ -149,16 +153,38 @@ __device__ __forceinline__ void tc_put2(const float (&c)[2][4], const FS &S, int
 }
 
 /* Out (MR x NC) = A (MR x K) B (K x NC), each element through S(row, col,
- * value); the block's warps take the 16 x 16 tiles in turn. */
-template <int MR, int NC, int K, class FA, class FB, class FS>
+ * value); the block's warps take the 16 x 16 tiles in turn, from warp W0
+ * (a product of a few tiles put on warps that have nothing else then). */
+template <int MR, int NC, int K, int W0 = 0, class FA, class FB, class FS>
 __device__ __forceinline__ void tc_gemm(const FA &A, const FB &B, const FS &S) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   constexpr int nt = NC / 16, items = (MR / 16) * nt;
-  for (int it = warp; it < items; it += kTcWarps) {
+  for (int it = (warp + kTcWarps - W0) % kTcWarps; it < items; it += kTcWarps) {
     const int m0 = it / nt * 16, n0 = it % nt * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     tc_tile2<K / 8, 2>(c, A, B, m0, n0, 0, g, t);
     tc_put2(c, S, m0, n0, g, t);
+  }
+}
+
+/* Out (16 x 320) = A (16 x 32) B (32 x 320), the window-level products
+ * over the slices' codes: 40 blocks of 16 x 8, warp w the two of columns
+ * 16 w.., the eight left over one each on warps 0-7 (whole tiles, 20 on
+ * 16 warps, took two rounds on four; in the basis's backward warps 0-7
+ * also have a gradient tile fewer than warps 8-15). */
+template <class FA, class FB, class FS>
+__device__ __forceinline__ void tc_gemm_w320(const FA &A, const FB &B, const FS &S) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  {
+    float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    tc_tile2<4, 2>(c, A, B, 0, 16 * warp, 0, g, t);
+    tc_put2(c, S, 0, 16 * warp, g, t);
+  }
+  if (warp < 8) {
+    const int n0 = 256 + 8 * warp;
+    float c[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+    tc_tile2<4, 2, 1>(c, A, B, 0, n0, 0, g, t);
+    tc_put(c[0], S, 0, n0, g, t);
   }
 }
 
@@ -189,14 +215,21 @@ __device__ __forceinline__ void tc_gemm_per_slice(const FA &A, const FB &B, cons
 }
 
 /* The 16 x 32 products over K = 320: warp w takes columns 16 (w % 2)..,
- * k part w / 2 (of 40), into parts[part] (16 rows of kTcLdk); tc_k320_sum
- * adds the eight in order. */
-template <class FA, class FB>
+ * k part w / 2 of eight, into parts[part] (16 rows of kTcLdk); tc_k320_sum
+ * adds the eight in order. The parts are five k steps each, or (SKEW, for
+ * the stage where warps 0-7 also have a gradient tile more than warps 8-15)
+ * four on warps 0-7 and six on warps 8-15. */
+template <bool SKEW, class FA, class FB>
 __device__ __forceinline__ void tc_gemm_k320(float *parts, const FA &A, const FB &B) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int n0 = (warp & 1) * 16, kp = warp >> 1;
   float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-  tc_tile2<5, 1>(c, A, B, 0, n0, kp * 40, g, t);
+  if (!SKEW)
+    tc_tile2<5, 1>(c, A, B, 0, n0, kp * 40, g, t);
+  else if (kp < 4)
+    tc_tile2<4, 1>(c, A, B, 0, n0, kp * 32, g, t);
+  else
+    tc_tile2<6, 1>(c, A, B, 0, n0, 128 + (kp - 4) * 48, g, t);
   float *o = parts + kp * (16 * kTcLdk);
   tc_put2(c, [&](int r, int col, float v) { o[r * kTcLdk + col] = v; }, 0, n0, g, t);
 }
@@ -504,7 +537,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
         SK);
     __syncthreads();
     /* z = B c */
-    tc_gemm_k320(
+    tc_gemm_k320<false>(
         SK, [&](int wi, int cc) { return H[code(wi, cc)]; },
         [&](int cc, int l) { return BN[l * kTcLdb + cc]; });
     __syncthreads();
@@ -520,24 +553,27 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       if (lane == 0) RS2[warp] = rf;
     }
     __syncthreads();
-    /* bottleneck: z' = GELU(zhat Wb'^T + bb'); the product's two tiles on
-     * two warps, the GELUs a thread each */
-    tc_gemm<kTcWin, 32, 32>(
-        [&](int wi, int k) { return ZH[wi * kTcLdw + k]; },
-        [&](int k, int l) { return WB[l * kTcLdw + k]; },
-        [&](int wi, int l, float v) { ZP[wi * kTcLdw + l] = v + FB[64 + l]; });
-    __syncthreads();
-    {
-      const int e = (tid >> 5) * kTcLdw + (tid & 31);
-      const float a = ZP[e];
-      tc_gelu(a, &ZP[e], &G2[e]);
+    /* bottleneck: z' = GELU(zhat Wb'^T + bb'), GELU' kept: the product's
+     * four 16 x 8 blocks on warps 0-3, the GELUs in its epilogue (a stage
+     * of their own cost a barrier) */
+    if (warp < 4) {
+      float c[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+      tc_tile2<32 / 8, 2, 1>( /* K = 32 */
+          c, [&](int wi, int k) { return ZH[wi * kTcLdw + k]; },
+          [&](int k, int l) { return WB[l * kTcLdw + k]; }, 0, 8 * warp, 0, g, t);
+      tc_put(
+          c[0],
+          [&](int wi, int l, float v) {
+            tc_gelu(v + FB[64 + l], &ZP[wi * kTcLdw + l], &G2[wi * kTcLdw + l]);
+          },
+          0, 8 * warp, g, t);
     }
     __syncthreads();
 
     if (!grad) {
       /* y = z' D^T + bd */
       float *yg = y_out + base * 320;
-      tc_gemm<kTcWin, 320, 32>(
+      tc_gemm_w320(
           [&](int wi, int l) { return ZP[wi * kTcLdw + l]; },
           [&](int l, int cc) { return DT[l * kTcLdb + cc]; },
           [&](int wi, int cc, float v) {
@@ -562,7 +598,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       /* the loss's, in the product's epilogue (x in DY since LayerNorm
        * 1): y - x, its square added to this thread's sum in double, and
        * s2 (y - x) in place; zero past the last window */
-      tc_gemm<kTcWin, 320, 32>(
+      tc_gemm_w320(
           [&](int wi, int l) { return ZP[wi * kTcLdw + l]; },
           [&](int l, int cc) { return DT[l * kTcLdb + cc]; },
           [&](int wi, int cc, float v) {
@@ -582,7 +618,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     tc_grad<0, 2, TC_DT, TC_BN, 20, kTcWin / 8>(
         acc, [&](int l, int wi) { return ZP[wi * kTcLdw + l]; },
         [&](int wi, int cc) { return DY[code(wi, cc)]; });
-    tc_gemm_k320(
+    tc_gemm_k320<true>(
         SK, [&](int wi, int cc) { return DY[code(wi, cc)]; },
         [&](int cc, int l) { return DT[l * kTcLdb + cc]; });
     tc_bias_sum<kTcLd>(DY, GA + GA_BD);
@@ -603,7 +639,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
           [&](int wi, int k) { return ZH[wi * kTcLdw + k]; }, m0, n0, 0, g, t);
       tc_put2(c, [&](int r, int k, float v) { GW[r * 32 + k] += v; }, m0, n0, g, t);
     }
-    tc_gemm<kTcWin, 32, 32>(
+    tc_gemm<kTcWin, 32, 32, 4>( /* on warps 4 and 5: 0-3 have GW's tiles */
         [&](int wi, int l) { return DZP[wi * kTcLdw + l]; },
         [&](int l, int k) { return WB[l * kTcLdw + k]; },
         [&](int wi, int k, float v) { DV[wi * kTcLdw + k] = v; });
@@ -626,7 +662,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     tc_grad<2, 4, TC_BN, TC_WE, 20, kTcWin / 8>(
         acc, [&](int l, int wi) { return DZ[wi * kTcLdw + l]; },
         [&](int wi, int cc) { return H[code(wi, cc)]; });
-    tc_gemm<kTcWin, 320, 32>(
+    tc_gemm_w320(
         [&](int wi, int l) { return DZ[wi * kTcLdw + l]; },
         [&](int l, int cc) { return BN[l * kTcLdb + cc]; },
         [&](int wi, int cc, float v) {
