@@ -8,8 +8,9 @@
  * off, params, bn, bn_t, gnorm, dec_t, fd (the folded weights), fold_stale
  * (D^T to make: set_derived sets it, fold_begin consumes it), the pieces
  * fold and sum, slice0 and n_slices (the final sum's slices) and acc (the
- * summed folded gradient, fd.off[FG_N] doubles). `exact` picks the VJP's LayerNorm arithmetic (x - mean and the
- * input gradient's means in double) over the trainer's (those in float). */
+ * summed folded gradient, fd.off[FG_N] doubles). `exact` picks the VJP's
+ * LayerNorm arithmetic (x - mean and the input gradient's means in double)
+ * over the trainer's (those in float). */
 #ifndef SSAE_GRAD_CHUNK_H
 #define SSAE_GRAD_CHUNK_H
 

@@ -83,6 +83,7 @@ typedef struct folded {
    * waited on it, so no thread waits. */
   atomic_size_t *rows_left, lin_left, wd_left;
   size_t lin_slices;
+  size_t groups; /* groups of UNFOLD_ROWS basis rows */
 } folded;
 
 static int folded_alloc(folded *fd, size_t M, size_t F, size_t L, size_t S) {
@@ -91,6 +92,7 @@ static int folded_alloc(folded *fd, size_t M, size_t F, size_t L, size_t S) {
   fd->off[0] = 0;
   for (int i = 0; i < FG_N; i++) fd->off[i + 1] = fd->off[i] + part[i];
   const size_t Q = fd->off[FG_N], groups = (L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
+  fd->groups = groups;
   const size_t len[] = {S * M, S * M, S,  L * L, L * L, L,
                         L * FM, FM * L, FM, Q, L * C, groups * M * S};
   float **const dst[] = {&fd->we, &fd->we_t, &fd->be, &fd->wb,  &fd->wb_t, &fd->bb,
@@ -257,11 +259,10 @@ static size_t *plan_slices(GRAD_T *g, size_t *n) {
 static void final_sum_reset(GRAD_T *g) {
   folded *fd = &g->fd;
   pieces_reset(&g->sum, g->n_slices);
-  const size_t groups = (g->L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
-  for (size_t r = 0; r < groups; r++)
+  for (size_t r = 0; r < fd->groups; r++)
     atomic_store_explicit(&fd->rows_left[r], 2, memory_order_relaxed);
   atomic_store_explicit(&fd->lin_left, fd->lin_slices, memory_order_relaxed);
-  atomic_store_explicit(&fd->wd_left, groups, memory_order_relaxed);
+  atomic_store_explicit(&fd->wd_left, fd->groups, memory_order_relaxed);
 }
 
 /* The Linears', LayerNorms' and bd's gradients from the summed dWe', dbe',
@@ -298,10 +299,9 @@ static void unfold_rows(GRAD_T *g, size_t r, float *out) {
   const size_t MS = M * S;
   g->k.mm_tn((l1 - l0) * F, M, S, ddt + l0 * FM, M, g->bn + l0 * C, g->fd.wdp + r * MS);
   if (atomic_fetch_sub_explicit(&g->fd.wd_left, 1, memory_order_acq_rel) != 1) return;
-  const size_t groups = (L + UNFOLD_ROWS - 1) / UNFOLD_ROWS;
   float *dwd = out + off[9];
   memcpy(dwd, g->fd.wdp, MS * sizeof(float));
-  for (size_t q = 1; q < groups; q++)
+  for (size_t q = 1; q < g->fd.groups; q++)
     for (size_t i = 0; i < MS; i++) dwd[i] += g->fd.wdp[q * MS + i];
 }
 
