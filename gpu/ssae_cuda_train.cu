@@ -1,7 +1,7 @@
 /* CUDA training backend (see ssae_cuda_train.h); the kernels are in
  * ssae_cuda_train_kernels.cuh.
  *
- * Per Adam step two launches:
+ * Per Adam step three launches:
  *  - k_vjp_tc (ssae_cuda_vjp_tc.cuh) for the default dimensions on sm_80+:
  *    groups of 16 windows gathered through the offset table, every product
  *    on the tensor cores in 3xTF32, one partial gradient and sum of squared
@@ -15,8 +15,9 @@
  *    A block that takes several groups adds them in group order, so the
  *    partials depend only on the batch and the grid size, which is a
  *    function of the batch size alone.
- *  - k_update: sums the partials in block order in double; one block per
- *    basis row takes the gradient through B = G/max(|G|, 1e-12) (as the CPU
+ *  - k_part_sum: sums the partials in double in a fixed order (four
+ *    threads a parameter);
+ *  - k_update: one block per basis row takes the gradient through B = G/max(|G|, 1e-12) (as the CPU
  *    does, in double), applies Adam, and derives the next step's normalised
  *    basis and transposed weights (so the products read coalesced rows).
  * Everything is a fixed-order sum: no atomics, the same bits on every run.
@@ -53,6 +54,7 @@ struct ctrain {
   cudaStream_t st;
   dev_w w;
   float *d_part;
+  double *d_psum; /* the partials' sums (k_part_sum) */
   double *d_psse;
   float *d_gout;
   double *d_sse, *h_sse; /* per step of an epoch */
@@ -120,7 +122,7 @@ void destroy(ctrain *c) {
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
   if (c->st) cudaStreamDestroy(c->st);
   void *dev_ptrs[] = {c->w.p,   c->w.m,    c->w.v,    c->w.bn,  c->w.bnt, c->w.enct,
-                      c->w.bnwt, c->w.dect, c->w.gnorm, c->d_part, c->d_psse, c->d_gout,
+                      c->w.bnwt, c->w.dect, c->w.gnorm, c->d_part, c->d_psum, c->d_psse, c->d_gout,
                       c->d_sse, c->d_x,    c->d_sc};
   for (size_t i = 0; i < sizeof dev_ptrs / sizeof *dev_ptrs; i++) cudaFree(dev_ptrs[i]);
   cudaFreeHost(c->h_sse);
@@ -133,8 +135,12 @@ unsigned grid_update(const dims_t &d) {
 
 int launch_update(ctrain *c, int upd, int nparts, double *sse_out, const adam_args &a,
                   ssae_err *err) {
+  if (upd != UPD_PREP) {
+    k_part_sum<<<grid_part_sum(c->d), kThreads, 0, c->st>>>(c->d, c->d_part, nparts, c->d_psum);
+    CK(cudaGetLastError(), "launching the gradient sum");
+  }
   k_update<<<grid_update(c->d), kThreads, sizeof(double) * (size_t)c->d.C, c->st>>>(
-      c->d, c->w, c->d_part, nparts, c->d_psse, sse_out, upd, a, c->d_gout, NULL);
+      c->d, c->w, c->d_psum, nparts, c->d_psse, sse_out, upd, a, c->d_gout, NULL);
   CK(cudaGetLastError(), "launching the update kernel");
   return 0;
 }
@@ -492,6 +498,7 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
   CKN(cudaMalloc(&c->w.dect, sizeof(float) * d.M * d.S), "allocating weights");
   CKN(cudaMalloc(&c->w.gnorm, sizeof(double) * d.L), "allocating the basis norms");
   CKN(cudaMalloc(&c->d_part, sizeof(float) * P * kMaxBlocks), "allocating partial gradients");
+  CKN(cudaMalloc(&c->d_psum, sizeof(double) * P), "allocating the gradient sum");
   CKN(cudaMalloc(&c->d_psse, sizeof(double) * kMaxBlocks), "allocating partial losses");
   CKN(cudaMalloc(&c->d_gout, sizeof(float) * P), "allocating the gradient");
   CKN(cudaMalloc(&c->d_sse, sizeof(double)), "allocating the loss");

@@ -11,15 +11,15 @@
  *   k_update(UPD_PREP)      normalised basis and transposes from params
  *   k_vjp_tc or k_vjp       forward, or forward + backward (one partial
  *                           gradient per block, dx per window)
- *   k_update(UPD_GRAD_OUT)  partials summed in block order in double,
- *                           through the basis normalisation, to dparams
+ *   k_part_sum              partials summed in double in a fixed order
+ *   k_update(UPD_GRAD_OUT)  through the basis normalisation, to dparams
  * all on the caller's stream; the forward on the inference kernels instead
  * compares the parameters (the flat vector, or the caller's tensors where
  * they lie) with the last call's (k_params_gather) and folds them
  * (k_fold) only when they changed. The fused reconstruction loss runs the
  * trainer's own step instead (k_vjp_tc or k_fwd_bwd on the squared error,
  * each block's sum of squares beside its partial gradient), then
- * k_update(UPD_GRAD_OUT) and k_loss_sum. */
+ * k_part_sum, k_update(UPD_GRAD_OUT) and k_loss_sum. */
 #include "ssae_cuda_vjp.h"
 
 #include "ssae_train.h"
@@ -240,6 +240,7 @@ struct ssae_cuda_vjp {
   size_t scores_cap;
   dev_w w;     /* w.p is set per call to the caller's parameters */
   float *part; /* kVjpMaxBlocks partial gradients */
+  double *psum; /* their sum (k_part_sum) */
   double *part_sse; /* and their sums of squared errors (the fused loss) */
   cudaEvent_t done; /* the last call's work */
   int have_done;
@@ -391,13 +392,15 @@ int forward_parts(ssae_cuda_vjp *v, const param_parts &pp, const float *x, size_
   return end(v, s, err);
 }
 
-/* Queues the sum of the first nparts partial gradients, in block order, to
+/* Queues the sum of the first nparts partial gradients, in a fixed order, to
  * dparams. */
 int grad_out(ssae_cuda_vjp *v, int nparts, float *dparams, cudaStream_t s, ssae_err *err) {
   adam_args a;
   memset(&a, 0, sizeof a);
+  k_part_sum<<<grid_part_sum(v->d), kThreads, 0, s>>>(v->d, v->part, nparts, v->psum);
+  CKV(cudaGetLastError(), "launching the gradient sum");
   k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
-             kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, v->part, nparts,
+             kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, v->psum, nparts,
                                                              NULL, NULL, UPD_GRAD_OUT, a,
                                                              dparams, NULL);
   CKV(cudaGetLastError(), "launching the gradient sum");
@@ -489,6 +492,7 @@ int graph_call(ssae_cuda_vjp *v, cudaStream_t s, size_t n, ssae_err *err, F &&ca
   const size_t o_enct = room(sizeof(float) * MS), o_dect = room(sizeof(float) * MS);
   const size_t o_bnwt = room(sizeof(float) * d.L * d.L), o_gnorm = room(sizeof(double) * d.L);
   const size_t o_part = room(sizeof(float) * (size_t)d.P * kVjpMaxBlocks);
+  const size_t o_psum = room(sizeof(double) * (size_t)d.P);
   const size_t o_sse = room(sizeof(double) * kVjpMaxBlocks);
   const size_t o_wf = room(v->fwd_inf ? sizeof(float) * v->lo.total : 0);
   const size_t o_scores = room(sizeof(float) * (n ? n : 1));
@@ -503,6 +507,7 @@ int graph_call(ssae_cuda_vjp *v, cudaStream_t s, size_t n, ssae_err *err, F &&ca
   g.w.bnwt = (float *)(a + o_bnwt);
   g.w.gnorm = (double *)(a + o_gnorm);
   g.part = (float *)(a + o_part);
+  g.psum = (double *)(a + o_psum);
   g.part_sse = (double *)(a + o_sse);
   g.wf = v->fwd_inf ? (float *)(a + o_wf) : NULL;
   g.scores = (float *)(a + o_scores);
@@ -529,8 +534,9 @@ extern "C" void ssae_cuda_vjp_free(ssae_cuda_vjp *v) {
   if (!v) return;
   {
     device_scope on_dev(v->dev);
-    void *ptrs[] = {v->w.bn, v->w.bnt,   v->w.enct, v->w.bnwt, v->w.dect,
-                    v->w.gnorm, v->part, v->part_sse, v->wf, v->scores, v->seen, v->changed};
+    void *ptrs[] = {v->w.bn,   v->w.bnt, v->w.enct, v->w.bnwt,     v->w.dect,
+                    v->w.gnorm, v->part,  v->psum,   v->part_sse,   v->wf,
+                    v->scores,  v->seen,  v->changed};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) cudaFree(ptrs[i]);
     if (v->done) cudaEventDestroy(v->done);
   }
@@ -634,6 +640,7 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   CKN(cudaMalloc(&v->w.dect, sizeof(float) * d.M * d.S), "allocating weights");
   CKN(cudaMalloc(&v->w.gnorm, sizeof(double) * d.L), "allocating the basis norms");
   CKN(cudaMalloc(&v->part, sizeof(float) * P * kVjpMaxBlocks), "allocating partial gradients");
+  CKN(cudaMalloc(&v->psum, sizeof(double) * P), "allocating the gradient sum");
   CKN(cudaMalloc(&v->part_sse, sizeof(double) * kVjpMaxBlocks), "allocating partial losses");
   CKN(cudaEventCreateWithFlags(&v->done, cudaEventDisableTiming), "creating an event");
 #undef CKN

@@ -8,7 +8,7 @@
  * fp32 accuracy), others on the CUDA trainer's kernels
  * (gpu/ssae_cuda_train_kernels.cuh: float32 products); both keep LayerNorm
  * statistics in float64, sum the blocks' partial gradients in float64 in
- * block order and use no atomics: the same bits on every run on one
+ * a fixed order and use no atomics: the same bits on every run on one
  * device. The backward takes an upstream gradient of the
  * reconstruction instead of the trainer's mean squared error, and also
  * gives the input gradient. SSAE_CUDA_VJP=simt (read when an object is

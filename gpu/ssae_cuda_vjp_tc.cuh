@@ -33,17 +33,19 @@
  *
  * One block of 16 warps per SM takes groups of 16 windows (80 slices) in
  * turn. A group's activations live in shared memory, slice-major (a slice's
- * 64 values in a row of 68 floats: the A fragments' eight rows fall in
- * distinct banks), window-level ones in rows of 36. A product is a set of
- * 16 x 16 output tiles that the warps take in turn, operands read through
- * accessors (any layout or transpose; the folded weights are made in shared
- * memory once per block); the K = 320 products over the latent (16 x 32
- * outputs) are split over k in eight parts summed in a fixed order. The
- * folded weights' gradients (the three large matrices: 96 tiles of 16 x 16)
- * stay in registers across the block's groups, 6 per warp (tile T of warp
- * w: slot (T - w) / 16); the bottleneck's and the biases' sums in shared
- * memory. Each block writes one partial gradient at the end, which
- * k_update sums in block order: no atomics, the same bits on every run.
+ * 64 values in a row of 68 floats), window-level ones in rows of 36: every
+ * row stride is 4 mod 32 banks, where the fragments' 8-byte loads
+ * (tc_tile2) fall in distinct banks. A product is a set of 16 x 16 output
+ * tiles that the warps take in turn, operands read through views of any
+ * layout or transpose (tc_rm, tc_cm, tc_code; the folded weights are made
+ * in shared memory once per block); the K = 320 products over the latent
+ * (16 x 32 outputs) are split over k in eight parts summed in a fixed
+ * order. The folded weights' gradients (the three large matrices: 96 tiles
+ * of 16 x 16) stay in registers across the block's groups, 6 per warp
+ * (tile T of warp w: slot (T - w) / 16); the bottleneck's and the biases'
+ * sums in shared memory. Each block writes one partial gradient at the
+ * end, which k_part_sum adds up in a fixed order: no atomics, the same bits
+ * on every run.
  * The trainer's input (or an upstream gradient) for the next group is
  * copied into shared memory (cp.async) while the block works on this one.
  * The operands' tf32 halves are split by truncation (ssae_split_tt). */
@@ -77,31 +79,72 @@ enum { GA_BE = 0, GA_BB = 64, GA_BD = 96, GA_TOTAL = 160 };
  * tiles go to the start (the slice and window arrays and the parts:
  * kTcDump floats). */
 const int kTcSlice = kTcRows * kTcLd, kTcWinA = kTcWin * kTcLdw;
-/* G1 (GELU', then da) in rows of kTcLdg: read transposed by the encoder's
- * weight gradient (k along its rows), where a row stride of 8 mod 32 banks
- * puts the fragment's 32 values in 32 banks (68: two to a bank). The split-k
- * parts: the K = 320 products' in rows of kTcLdk, the slice products' tails
- * in rows of kTcLdq (their C fragments' stores two to a bank at most: rows
- * of 32 or 16 floats put eight or four in one). */
-const int kTcLdg = 72, kTcLdk = 36, kTcLdq = 19;
-const int kTcSliceG = kTcRows * kTcLdg;
+/* The split-k parts: the K = 320 products' in rows of kTcLdk, the slice
+ * products' tails in rows of kTcLdq (even: their 8-byte stores). */
+const int kTcLdk = 36, kTcLdq = 20;
 const int kTcParts = 16 * 16 * kTcLdq; /* >= 8 * 16 * kTcLdk */
 static_assert(kTcParts >= 8 * 16 * kTcLdk, "the split-k parts");
-const int kTcSmemFloats = 3 * kTcSlice + kTcSliceG + 6 * kTcWinA + kTcParts + kTcRows + kTcWin +
+const int kTcSmemFloats = 4 * kTcSlice + 6 * kTcWinA + kTcParts + kTcRows + kTcWin +
                           GA_TOTAL + 96 + 32 * 32 + 64 * kTcLd + 32 * kTcLdw + 2 * 32 * kTcLdb;
 const int kTcDump = 32 * kTcLdb + 32 * 320 + 64 * 64;
-static_assert(kTcDump <= 3 * kTcSlice + kTcSliceG + 6 * kTcWinA + kTcParts,
+static_assert(kTcDump <= 4 * kTcSlice + 6 * kTcWinA + kTcParts,
               "the gradients' room at the end");
 static_assert(kTcSmemFloats * 4 <= 227 * 1024, "a block's shared memory on sm_90");
 
 inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
 
+/* Operands in shared memory, as views: at(r, c), the element (r, c), and
+ * pair(r, c), it and its neighbour in memory as one 8-byte load: (r, c + 1)
+ * for views whose pairs run along c (kPairCol), (r + 1, c) otherwise; pair
+ * is only asked for at even r (columns) or even c (rows). */
+template <int LD>
+struct tc_rm { /* row-major: (r, c) at p[r * LD + c] */
+  const float *p;
+  static constexpr bool kPairCol = true;
+  __device__ __forceinline__ float at(int r, int c) const { return p[r * LD + c]; }
+  __device__ __forceinline__ float2 pair(int r, int c) const {
+    return *reinterpret_cast<const float2 *>(p + r * LD + c);
+  }
+};
+template <int LD>
+struct tc_cm { /* column-major: (r, c) at p[c * LD + r] */
+  const float *p;
+  static constexpr bool kPairCol = false;
+  __device__ __forceinline__ float at(int r, int c) const { return p[c * LD + r]; }
+  __device__ __forceinline__ float2 pair(int r, int c) const {
+    return *reinterpret_cast<const float2 *>(p + c * LD + r);
+  }
+};
+/* a slice array as windows' codes: window r's code c (its five slices side
+ * by side) at p[(5 r + c / 64) * kTcLd + c % 64] */
+struct tc_code {
+  const float *p;
+  static constexpr bool kPairCol = true;
+  __device__ __forceinline__ float at(int r, int c) const {
+    return p[(r * 5 + (c >> 6)) * kTcLd + (c & 63)];
+  }
+  __device__ __forceinline__ float2 pair(int r, int c) const {
+    return *reinterpret_cast<const float2 *>(p + (r * 5 + (c >> 6)) * kTcLd + (c & 63));
+  }
+};
+
 /* c[j] += A B over KS k steps of 8 from k0 for the NJ (two or one)
- * 16 x 8 tiles at rows m0.., columns n0 + 8 j..: the A fragment serves
- * them all (operand loads and splits are most of the instructions).
- * Unrolled U steps at a time, so that the loads of several steps are in
- * flight (the products in the group loop take 2: unrolled whole, ptxas
- * spilled 124 bytes, and it was no faster, doc/gpu-kernels.md). */
+ * 16 x 8 tiles of the output block at m0, n0 (16 x 8 NJ): the A fragment
+ * serves them all (operand loads and splits are most of the
+ * instructions). Unrolled U steps at a time, so that the loads of several
+ * steps are in flight (the products in the group loop take 2: unrolled
+ * whole, ptxas spilled 124 bytes, and it was no faster,
+ * doc/gpu-kernels.md).
+ *
+ * The fragments' rows, columns and k are permuted (the MMA does not care
+ * which k it sums in which lane, nor which row or column is which as long
+ * as the output is put back by the same map, tc_put): lane (g, t) takes
+ * rows m0 + 2g and m0 + 2g + 1 (the fragment's g and g + 8), k steps
+ * k + 2t and k + 2t + 1 (its t and t + 4) and, with NJ = 2, columns
+ * n0 + 2g + j (tile j's g), so that each pair of a fragment's values is
+ * adjacent in memory whichever way the operand is laid out: one 8-byte
+ * load where there were two of 4, and with row strides of 4 mod 32 banks
+ * the half-warps' 8-byte loads fall in 32 distinct banks. */
 template <int KS, int U = KS, int NJ = 2, class FA, class FB>
 __device__ __forceinline__ void tc_tile2(float (&c)[NJ][4], const FA &A, const FB &B, int m0,
                                          int n0, int k0, int g, int t) {
@@ -112,19 +155,38 @@ __device__ __forceinline__ void tc_tile2(float (&c)[NJ][4], const FA &A, const F
   for (int j = 0; j < NJ; j++)
 #pragma unroll
     for (int r = 0; r < 4; r++) cs[j][r] = 0.f;
+  const int m = m0 + 2 * g, n = NJ == 2 ? n0 + 2 * g : n0 + g;
 #pragma unroll U
   for (int ks = 0; ks < KS; ks++) {
-    const int k = k0 + 8 * ks;
+    const int k = k0 + 8 * ks + 2 * t;
+    float a[4], b[NJ][2];
+    if (FA::kPairCol) { /* (m, k) (m, k + 1); (m + 1, k) (m + 1, k + 1) */
+      const float2 u = A.pair(m, k), v = A.pair(m + 1, k);
+      a[0] = u.x, a[2] = u.y, a[1] = v.x, a[3] = v.y;
+    } else { /* (m, k) (m + 1, k); (m, k + 1) (m + 1, k + 1) */
+      const float2 u = A.pair(m, k), v = A.pair(m, k + 1);
+      a[0] = u.x, a[1] = u.y, a[2] = v.x, a[3] = v.y;
+    }
+    if (!FB::kPairCol) { /* (k, n + j) (k + 1, n + j) */
+#pragma unroll
+      for (int j = 0; j < NJ; j++) {
+        const float2 u = B.pair(k, n + j);
+        b[j][0] = u.x, b[j][1] = u.y;
+      }
+    } else if (NJ == 2) { /* (k, n) (k, n + 1); (k + 1, n) (k + 1, n + 1) */
+      const float2 u = B.pair(k, n), v = B.pair(k + 1, n);
+      b[0][0] = u.x, b[NJ - 1][0] = u.y, b[0][1] = v.x, b[NJ - 1][1] = v.y;
+    } else {
+      b[0][0] = B.at(k, n), b[0][1] = B.at(k + 1, n);
+    }
     unsigned ab[4], as[4];
-    ssae_split_tt(A(m0 + g, k + t), ab[0], as[0]);
-    ssae_split_tt(A(m0 + g + 8, k + t), ab[1], as[1]);
-    ssae_split_tt(A(m0 + g, k + t + 4), ab[2], as[2]);
-    ssae_split_tt(A(m0 + g + 8, k + t + 4), ab[3], as[3]);
+#pragma unroll
+    for (int r = 0; r < 4; r++) ssae_split_tt(a[r], ab[r], as[r]);
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
       unsigned bb[2], bs[2];
-      ssae_split_tt(B(k + t, n0 + 8 * j + g), bb[0], bs[0]);
-      ssae_split_tt(B(k + t + 4, n0 + 8 * j + g), bb[1], bs[1]);
+      ssae_split_tt(b[j][0], bb[0], bs[0]);
+      ssae_split_tt(b[j][1], bb[1], bs[1]);
       ssae_mma(cs[j], as, bb);
       ssae_mma(cs[j], ab, bs);
       ssae_mma(c[j], ab, bb);
@@ -136,55 +198,112 @@ __device__ __forceinline__ void tc_tile2(float (&c)[NJ][4], const FA &A, const F
     for (int r = 0; r < 4; r++) c[j][r] += cs[j][r];
 }
 
+/* The output of tc_tile2 through S(row, column, value), by its map: lane
+ * (g, t)'s rows m0 + 2g and m0 + 2g + 1; its columns n0 + 2t and
+ * n0 + 2t + 1 (NJ = 1), or tile j's n0 + 4t + j and n0 + 4t + 2 + j. */
 template <class FS>
 __device__ __forceinline__ void tc_put(const float (&c)[4], const FS &S, int m0, int n0, int g,
                                        int t) {
-  S(m0 + g, n0 + 2 * t, c[0]);
-  S(m0 + g, n0 + 2 * t + 1, c[1]);
-  S(m0 + g + 8, n0 + 2 * t, c[2]);
-  S(m0 + g + 8, n0 + 2 * t + 1, c[3]);
+  const int m = m0 + 2 * g, n = n0 + 2 * t;
+  S(m, n, c[0]);
+  S(m, n + 1, c[1]);
+  S(m + 1, n, c[2]);
+  S(m + 1, n + 1, c[3]);
 }
 
 template <class FS>
 __device__ __forceinline__ void tc_put2(const float (&c)[2][4], const FS &S, int m0, int n0,
                                         int g, int t) {
-  tc_put(c[0], S, m0, n0, g, t);
-  tc_put(c[1], S, m0, n0 + 8, g, t);
+  const int m = m0 + 2 * g, n = n0 + 4 * t;
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    S(m, n + j, c[j][0]);
+    S(m, n + 2 + j, c[j][1]);
+    S(m + 1, n + j, c[j][2]);
+    S(m + 1, n + 2 + j, c[j][3]);
+  }
 }
 
-/* Out (MR x NC) = A (MR x K) B (K x NC), each element through S(row, col,
- * value); the block's warps take the 16 x 16 tiles in turn, from warp W0
- * (a product of a few tiles put on warps that have nothing else then). */
-template <int MR, int NC, int K, int W0 = 0, class FA, class FB, class FS>
-__device__ __forceinline__ void tc_gemm(const FA &A, const FB &B, const FS &S) {
+/* The same as pairs of adjacent columns, S2(row, column, (value, next)):
+ * one 8-byte store where the map's scalar stores would put four lanes in
+ * a bank (rows 2g apart in strides of 4 mod 32 banks). */
+template <class FS2>
+__device__ __forceinline__ void tc_put_v(const float (&c)[4], const FS2 &S2, int m0, int n0,
+                                         int g, int t) {
+  const int m = m0 + 2 * g, n = n0 + 2 * t;
+  S2(m, n, make_float2(c[0], c[1]));
+  S2(m + 1, n, make_float2(c[2], c[3]));
+}
+
+template <class FS2>
+__device__ __forceinline__ void tc_put2_v(const float (&c)[2][4], const FS2 &S2, int m0, int n0,
+                                          int g, int t) {
+  const int m = m0 + 2 * g, n = n0 + 4 * t;
+  S2(m, n, make_float2(c[0][0], c[1][0]));
+  S2(m, n + 2, make_float2(c[0][1], c[1][1]));
+  S2(m + 1, n, make_float2(c[0][2], c[1][2]));
+  S2(m + 1, n + 2, make_float2(c[0][3], c[1][3]));
+}
+
+/* a plain 8-byte store at p + r * LD + c, as an S2 */
+template <int LD>
+struct tc_st2 {
+  float *p;
+  __device__ __forceinline__ void operator()(int r, int c, float2 v) const {
+    *reinterpret_cast<float2 *>(p + r * LD + c) = v;
+  }
+};
+
+/* A view through a function: at(r, c) = f(r, c), pair by two loads (the
+ * products once per block, whose operands are not plain arrays). */
+template <class F>
+struct tc_fn {
+  F f;
+  static constexpr bool kPairCol = true;
+  __device__ __forceinline__ float at(int r, int c) const { return f(r, c); }
+  __device__ __forceinline__ float2 pair(int r, int c) const {
+    return make_float2(f(r, c), f(r, c + 1));
+  }
+};
+template <class F>
+__device__ __forceinline__ tc_fn<F> tc_via(F f) {
+  return tc_fn<F>{f};
+}
+
+/* Out (MR x NC) = A (MR x K) B (K x NC), through S2 (column pairs,
+ * tc_put2_v); the block's warps take the 16 x 16 tiles in turn, from warp
+ * W0 (a product of a few tiles put on warps that have nothing else then). */
+template <int MR, int NC, int K, int W0 = 0, class FA, class FB, class FS2>
+__device__ __forceinline__ void tc_gemm(const FA &A, const FB &B, const FS2 &S2) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   constexpr int nt = NC / 16, items = (MR / 16) * nt;
   for (int it = (warp + kTcWarps - W0) % kTcWarps; it < items; it += kTcWarps) {
     const int m0 = it / nt * 16, n0 = it % nt * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     tc_tile2<K / 8, 2>(c, A, B, m0, n0, 0, g, t);
-    tc_put2(c, S, m0, n0, g, t);
+    tc_put2_v(c, S2, m0, n0, g, t);
   }
 }
 
 /* Out (16 x 320) = A (16 x 32) B (32 x 320), the window-level products
- * over the slices' codes: 40 blocks of 16 x 8, warp w the two of columns
- * 16 w.., the eight left over one each on warps 0-7 (whole tiles, 20 on
- * 16 warps, took two rounds on four; in the basis's backward warps 0-7
- * also have a gradient tile fewer than warps 8-15). */
-template <class FA, class FB, class FS>
-__device__ __forceinline__ void tc_gemm_w320(const FA &A, const FB &B, const FS &S) {
+ * over the slices' codes, through S2 (column pairs, tc_put2_v): 40 blocks
+ * of 16 x 8, warp w the two of columns 16 w.., the eight left over one
+ * each on warps 0-7 (whole tiles, 20 on 16 warps, took two rounds on four;
+ * in the basis's backward warps 0-7 also have a gradient tile fewer than
+ * warps 8-15). */
+template <class FA, class FB, class FS2>
+__device__ __forceinline__ void tc_gemm_w320(const FA &A, const FB &B, const FS2 &S2) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   {
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     tc_tile2<4, 2>(c, A, B, 0, 16 * warp, 0, g, t);
-    tc_put2(c, S, 0, 16 * warp, g, t);
+    tc_put2_v(c, S2, 0, 16 * warp, g, t);
   }
   if (warp < 8) {
     const int n0 = 256 + 8 * warp;
     float c[1][4] = {{0.f, 0.f, 0.f, 0.f}};
     tc_tile2<4, 2, 1>(c, A, B, 0, n0, 0, g, t);
-    tc_put(c[0], S, 0, n0, g, t);
+    tc_put_v(c[0], S2, 0, n0, g, t);
   }
 }
 
@@ -209,7 +328,7 @@ __device__ __forceinline__ void tc_gemm_per_slice(const FA &A, const FB &B, cons
   for (int it = warp; it < 40; it += kTcWarps) {
     const int f = it >> 3, m0 = (it >> 2 & 1) * 16, n0 = (it & 3) * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    tc_tile2<8>(c, [&](int r, int k) { return A(f, r, k); }, B, m0, n0, 0, g, t);
+    tc_tile2<8>(c, tc_via([&](int r, int k) { return A(f, r, k); }), tc_via(B), m0, n0, 0, g, t);
     tc_put2(c, [&](int r, int col, float v) { S(f, r, col, v); }, m0, n0, g, t);
   }
 }
@@ -230,8 +349,7 @@ __device__ __forceinline__ void tc_gemm_k320(float *parts, const FA &A, const FB
     tc_tile2<4, 1>(c, A, B, 0, n0, kp * 32, g, t);
   else
     tc_tile2<6, 1>(c, A, B, 0, n0, 128 + (kp - 4) * 48, g, t);
-  float *o = parts + kp * (16 * kTcLdk);
-  tc_put2(c, [&](int r, int col, float v) { o[r * kTcLdk + col] = v; }, 0, n0, g, t);
+  tc_put2_v(c, tc_st2<kTcLdk>{parts + kp * (16 * kTcLdk)}, 0, n0, g, t);
 }
 
 __device__ __forceinline__ float tc_k320_sum(const float *parts, int i) {
@@ -242,36 +360,44 @@ __device__ __forceinline__ float tc_k320_sum(const float *parts, int i) {
   return v;
 }
 
-/* Out (80 x 64) = A (80 x 64) B (64 x 64), the slice-level products: of
- * the 20 tiles of 16 x 16 the warps take 0-15 whole and the last four
- * (rows 64-79) in quarters of k, summed in order through parts (rows of
- * kTcLdq) after a barrier. Whole tiles only, 20 over 16 warps, took two
- * rounds where this takes 1.25 and a short pass. All threads call it. */
-template <class FA, class FB, class FS>
-__device__ __forceinline__ void tc_gemm_slices(const FA &A, const FB &B, const FS &S,
+/* Out (80 x 64) = A (80 x 64) B (64 x 64), the slice-level products,
+ * through S2 (column pairs, tc_put2_v): of the 20 tiles of 16 x 16 the
+ * warps take 0-15 whole and the last four (rows 64-79) in quarters of k,
+ * summed in order through parts (rows of kTcLdq) after a barrier. Whole
+ * tiles only, 20 over 16 warps, took two rounds where this takes 1.25 and
+ * a short pass. All threads call it. */
+template <class FA, class FB, class FS2>
+__device__ __forceinline__ void tc_gemm_slices(const FA &A, const FB &B, const FS2 &S2,
                                                float *parts) {
-  static_assert(kTcRows == 80 && kTcWarps == 16, "the split below");
+  static_assert(kTcRows == 80 && kTcWarps == 16 && kTcThreads == 512, "the split below");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   {
     const int m0 = warp / 4 * 16, n0 = warp % 4 * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     tc_tile2<8, 2>(c, A, B, m0, n0, 0, g, t);
-    tc_put2(c, S, m0, n0, g, t);
+    tc_put2_v(c, S2, m0, n0, g, t);
   }
   {
     const int n0 = (warp >> 2) * 16, kq = warp & 3;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
     tc_tile2<2>(c, A, B, 64, n0, 16 * kq, g, t);
-    float *o = parts + warp * (16 * kTcLdq);
-    tc_put2(c, [&](int r, int col, float v) { o[(r - 64) * kTcLdq + col - n0] = v; }, 64, n0, g,
-            t);
+    float *o = parts + warp * (16 * kTcLdq); /* part (tile, kq) */
+    tc_put2_v(
+        c,
+        [&](int r, int col, float2 v) {
+          *reinterpret_cast<float2 *>(o + (r - 64) * kTcLdq + col - n0) = v;
+        },
+        64, n0, g, t);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < 1024; i += kTcThreads) {
-    const int tile = i >> 8, e = i & 255;
+  { /* a column pair a thread: 4 tiles of 16 x 16 */
+    const int i = threadIdx.x, tile = i >> 7, e = (i & 127) * 2;
     const float *q = parts + tile * (64 * kTcLdq) + (e >> 4) * kTcLdq + (e & 15);
-    S(64 + (e >> 4), tile * 16 + (e & 15),
-      ((q[0] + q[16 * kTcLdq]) + q[32 * kTcLdq]) + q[48 * kTcLdq]);
+    float2 v[4];
+#pragma unroll
+    for (int p = 0; p < 4; p++) v[p] = *reinterpret_cast<const float2 *>(q + p * (16 * kTcLdq));
+    S2(64 + (e >> 4), tile * 16 + (e & 15),
+       make_float2(((v[0].x + v[1].x) + v[2].x) + v[3].x, ((v[0].y + v[1].y) + v[2].y) + v[3].y));
   }
 }
 
@@ -392,7 +518,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
    * trainer's loss: the input first) the output gradient, then (with dx)
    * xhat's gradient. Window arrays: ZH LayerNorm 2's zhat, ZP z', G2 its
    * GELU', DZP dz' times G2, DV zhat's gradient, DZ dz. */
-  float *H = sm, *G1 = H + kTcSlice, *XH = G1 + kTcSliceG, *DY = XH + kTcSlice;
+  float *H = sm, *G1 = H + kTcSlice, *XH = G1 + kTcSlice, *DY = XH + kTcSlice;
   float *ZH = DY + kTcSlice, *ZP = ZH + kTcWinA, *G2 = ZP + kTcWinA, *DZP = G2 + kTcWinA;
   float *DV = DZP + kTcWinA, *DZ = DV + kTcWinA;
   float *SK = DZ + kTcWinA, *RS1 = SK + kTcParts, *RS2 = RS1 + kTcRows, *GA = RS2 + kTcWin;
@@ -427,8 +553,10 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       const int s = i >> 4, q = (i & 15) * 4;
       float *dst = DY + s * kTcLd + q;
       if (s < Rn) {
-        const float *src = mode == TC_MSE ? xwin(b0 + s / 5) + s % 5 * 64 + q
-                                          : dyg + ((b0 * 5 + s) * 64 + q);
+        /* contiguous windows: the group's rows one after another */
+        const float *src = mode != TC_MSE ? dyg + (b0 * 320 + 4 * i)
+                           : offs         ? xwin(b0 + s / 5) + s % 5 * 64 + q
+                                          : x + (b0 * 320 + 4 * i);
         if (((size_t)src & 15) == 0) {
           tc_cp16(dst, src);
         } else {
@@ -529,17 +657,18 @@ __global__ void __launch_bounds__(kTcThreads, 1)
      * product's epilogue (a pass of its own cost a barrier and made the
      * compiler spill: doc/gpu-kernels.md) */
     tc_gemm_slices(
-        [&](int s, int k) { return XH[s * kTcLd + k]; },
-        [&](int k, int o) { return WE[o * kTcLd + k]; },
-        [&](int s, int o, float v) {
-          tc_gelu(v + FB[o], &H[s * kTcLd + o], &G1[s * kTcLdg + o]);
+        tc_rm<kTcLd>{XH}, tc_cm<kTcLd>{WE},
+        [&](int s, int o, float2 v) {
+          float2 h, d;
+          tc_gelu(v.x + FB[o], &h.x, &d.x);
+          tc_gelu(v.y + FB[o + 1], &h.y, &d.y);
+          *reinterpret_cast<float2 *>(H + s * kTcLd + o) = h;
+          *reinterpret_cast<float2 *>(G1 + s * kTcLd + o) = d;
         },
         SK);
     __syncthreads();
     /* z = B c */
-    tc_gemm_k320<false>(
-        SK, [&](int wi, int cc) { return H[code(wi, cc)]; },
-        [&](int cc, int l) { return BN[l * kTcLdb + cc]; });
+    tc_gemm_k320<false>(SK, tc_code{H}, tc_cm<kTcLdb>{BN});
     __syncthreads();
     /* LayerNorm 2's zhat, a warp per window, from its z's eight parts (its
      * scale and shift are in Wb' and bb') */
@@ -559,8 +688,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     if (warp < 4) {
       float c[1][4] = {{0.f, 0.f, 0.f, 0.f}};
       tc_tile2<32 / 8, 2, 1>( /* K = 32 */
-          c, [&](int wi, int k) { return ZH[wi * kTcLdw + k]; },
-          [&](int k, int l) { return WB[l * kTcLdw + k]; }, 0, 8 * warp, 0, g, t);
+          c, tc_rm<kTcLdw>{ZH}, tc_cm<kTcLdw>{WB}, 0, 8 * warp, 0, g, t);
       tc_put(
           c[0],
           [&](int wi, int l, float v) {
@@ -574,10 +702,12 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       /* y = z' D^T + bd */
       float *yg = y_out + base * 320;
       tc_gemm_w320(
-          [&](int wi, int l) { return ZP[wi * kTcLdw + l]; },
-          [&](int l, int cc) { return DT[l * kTcLdb + cc]; },
-          [&](int wi, int cc, float v) {
-            if (wi < nw) yg[wi * 320 + cc] = v + __ldg(bd + (cc & 63));
+          tc_rm<kTcLdw>{ZP}, tc_rm<kTcLdb>{DT},
+          [&](int wi, int cc, float2 v) {
+            if (wi < nw) {
+              yg[wi * 320 + cc] = v.x + __ldg(bd + (cc & 63));
+              yg[wi * 320 + cc + 1] = v.y + __ldg(bd + (cc & 63) + 1);
+            }
           });
       __syncthreads();
       continue;
@@ -599,16 +729,18 @@ __global__ void __launch_bounds__(kTcThreads, 1)
        * 1): y - x, its square added to this thread's sum in double, and
        * s2 (y - x) in place; zero past the last window */
       tc_gemm_w320(
-          [&](int wi, int l) { return ZP[wi * kTcLdw + l]; },
-          [&](int l, int cc) { return DT[l * kTcLdb + cc]; },
-          [&](int wi, int cc, float v) {
-            float *p = DY + code(wi, cc);
-            const float dd = (v + __ldg(bd + (cc & 63))) - *p;
+          tc_rm<kTcLdw>{ZP}, tc_rm<kTcLdb>{DT},
+          [&](int wi, int cc, float2 v) {
+            float2 *p = reinterpret_cast<float2 *>(DY + code(wi, cc));
+            const float2 x2 = *p;
+            const float d0 = (v.x + __ldg(bd + (cc & 63))) - x2.x;
+            const float d1 = (v.y + __ldg(bd + (cc & 63) + 1)) - x2.y;
             if (wi < nw) {
-              sse += (double)dd * (double)dd;
-              *p = s2 * dd;
+              sse += (double)d0 * (double)d0;
+              sse += (double)d1 * (double)d1;
+              *p = make_float2(s2 * d0, s2 * d1);
             } else {
-              *p = 0.f;
+              *p = make_float2(0.f, 0.f);
             }
           });
       __syncthreads();
@@ -616,11 +748,9 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     /* the folded decoder: dD^T += z'^T dy, dz' = dy D (times GELU' below),
      * dbd */
     tc_grad<0, 2, TC_DT, TC_BN, 20, kTcWin / 8>(
-        acc, [&](int l, int wi) { return ZP[wi * kTcLdw + l]; },
-        [&](int wi, int cc) { return DY[code(wi, cc)]; });
+        acc, tc_cm<kTcLdw>{ZP}, tc_code{DY});
     tc_gemm_k320<true>(
-        SK, [&](int wi, int cc) { return DY[code(wi, cc)]; },
-        [&](int cc, int l) { return DT[l * kTcLdb + cc]; });
+        SK, tc_code{DY}, tc_cm<kTcLdb>{DT});
     tc_bias_sum<kTcLd>(DY, GA + GA_BD);
     __syncthreads();
     /* DY is spent: the next group's input into it */
@@ -635,14 +765,18 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       const int m0 = warp >> 1 << 4, n0 = (warp & 1) << 4;
       float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       tc_tile2<kTcWin / 8>(
-          c, [&](int l, int wi) { return DZP[wi * kTcLdw + l]; },
-          [&](int wi, int k) { return ZH[wi * kTcLdw + k]; }, m0, n0, 0, g, t);
-      tc_put2(c, [&](int r, int k, float v) { GW[r * 32 + k] += v; }, m0, n0, g, t);
+          c, tc_cm<kTcLdw>{DZP}, tc_rm<kTcLdw>{ZH}, m0, n0, 0, g, t);
+      tc_put2_v(
+          c,
+          [&](int r, int k, float2 v) {
+            float2 *p = reinterpret_cast<float2 *>(GW + r * 32 + k);
+            const float2 o = *p;
+            *p = make_float2(o.x + v.x, o.y + v.y);
+          },
+          m0, n0, g, t);
     }
     tc_gemm<kTcWin, 32, 32, 4>( /* on warps 4 and 5: 0-3 have GW's tiles */
-        [&](int wi, int l) { return DZP[wi * kTcLdw + l]; },
-        [&](int l, int k) { return WB[l * kTcLdw + k]; },
-        [&](int wi, int k, float v) { DV[wi * kTcLdw + k] = v; });
+        tc_rm<kTcLdw>{DZP}, tc_rm<kTcLdw>{WB}, tc_st2<kTcLdw>{DV});
     if (warp == 8) {
       float a = 0.f;
       for (int wi = 0; wi < kTcWin; wi++) a += DZP[wi * kTcLdw + lane];
@@ -659,29 +793,24 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     __syncthreads();
     /* the basis's encoder-side use: dB += dz^T c; dc = dz B, times GELU',
      * in place of GELU' */
-    tc_grad<2, 4, TC_BN, TC_WE, 20, kTcWin / 8>(
-        acc, [&](int l, int wi) { return DZ[wi * kTcLdw + l]; },
-        [&](int wi, int cc) { return H[code(wi, cc)]; });
+    tc_grad<2, 4, TC_BN, TC_WE, 20, kTcWin / 8>(acc, tc_cm<kTcLdw>{DZ}, tc_code{H});
     tc_gemm_w320(
-        [&](int wi, int l) { return DZ[wi * kTcLdw + l]; },
-        [&](int l, int cc) { return BN[l * kTcLdb + cc]; },
-        [&](int wi, int cc, float v) {
-          float *p = G1 + (wi * 5 + (cc >> 6)) * kTcLdg + (cc & 63);
-          *p = v * *p;
+        tc_rm<kTcLdw>{DZ}, tc_rm<kTcLdb>{BN},
+        [&](int wi, int cc, float2 v) {
+          float2 *p = reinterpret_cast<float2 *>(G1 + code(wi, cc));
+          const float2 d = *p;
+          *p = make_float2(v.x * d.x, v.y * d.y);
         });
     __syncthreads();
     /* the folded encoder: dWe' += da^T xhat, dbe' */
-    tc_grad<5, 5, TC_WE, TC_TILES, 4, kTcRows / 8>(
-        acc, [&](int o, int s) { return G1[s * kTcLdg + o]; },
-        [&](int s, int k) { return XH[s * kTcLd + k]; });
-    tc_bias_sum<kTcLdg>(G1, GA + GA_BE);
+    tc_grad<5, 5, TC_WE, TC_TILES, 4, kTcRows / 8>(acc, tc_cm<kTcLd>{G1}, tc_rm<kTcLd>{XH});
+    tc_bias_sum<kTcLd>(G1, GA + GA_BE);
     if (dx) {
       /* the input gradient: dxhat = da We' (into DY, spent), then
        * LayerNorm 1's backward a warp per slice */
       tc_gemm_slices(
-          [&](int s, int o) { return G1[s * kTcLdg + o]; },
-          [&](int o, int k) { return WE[o * kTcLd + k]; },
-          [&](int s, int k, float v) { DY[s * kTcLd + k] = v; }, SK);
+          tc_rm<kTcLd>{G1}, tc_rm<kTcLd>{WE},
+          tc_st2<kTcLd>{DY}, SK);
       __syncthreads();
 #pragma unroll 1
       for (int s = warp; s < R; s += kTcWarps) {
@@ -743,9 +872,12 @@ __global__ void __launch_bounds__(kTcThreads, 1)
                     });
   /* the decoder: dWd[m][s] = sum over f and l of dD^T[l][64 f + m] B[l][64 f + s] */
   tc_gemm<64, 64, 160>(
-      [&](int m, int k) { return GDT[(k & 31) * kTcLdb + 64 * (k >> 5) + m]; },
-      [&](int k, int s) { return BN[(k & 31) * kTcLdb + 64 * (k >> 5) + s]; },
-      [&](int m, int s, float v) { pb[d.off[9] + m * 64 + s] = v; });
+      tc_via([&](int m, int k) { return GDT[(k & 31) * kTcLdb + 64 * (k >> 5) + m]; }),
+      tc_via([&](int k, int s) { return BN[(k & 31) * kTcLdb + 64 * (k >> 5) + s]; }),
+      [&](int m, int s, float2 v) {
+        pb[d.off[9] + m * 64 + s] = v.x;
+        pb[d.off[9] + m * 64 + s + 1] = v.y;
+      });
   /* the encoder and LayerNorm 1 from dWe' and dbe' (dWe = dWe' diag(g1) +
    * dbe' b1^T, dg1 and db1 by tc_unfold_ln_col); the bottleneck and
    * LayerNorm 2 from dWb' and dbb' likewise; in double */

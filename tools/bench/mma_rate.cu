@@ -79,9 +79,7 @@ __global__ void k_tile3(float *out, long long *cycles) {
   for (int it = 0; it < kTileIters; it++) {
     const int tile = (warp + it) % 20, m0 = tile / 4 * 16, n0 = tile % 4 * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    tc_tile2<8>(
-        c, [&](int m, int k) { return A[m * kLd + k]; },
-        [&](int k, int n) { return B[n * kLd + k]; }, m0, n0, 0, g, t);
+    tc_tile2<8>(c, tc_rm<kLd>{A}, tc_cm<kLd>{B}, m0, n0, 0, g, t);
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
