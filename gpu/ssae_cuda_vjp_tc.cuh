@@ -97,24 +97,22 @@ inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
  * pair(r, c), it and its neighbour in memory as one 8-byte load: (r, c + 1)
  * for views whose pairs run along c (kPairCol), (r + 1, c) otherwise; pair
  * is only asked for at even r (columns) or even c (rows). */
-template <int LD>
-struct tc_rm { /* row-major: (r, c) at p[r * LD + c] */
+template <int LD, bool ROW_MAJOR>
+struct tc_view { /* (r, c) at p[r * LD + c] (row-major) or p[c * LD + r] */
   const float *p;
-  static constexpr bool kPairCol = true;
-  __device__ __forceinline__ float at(int r, int c) const { return p[r * LD + c]; }
+  static constexpr bool kPairCol = ROW_MAJOR;
+  __device__ __forceinline__ int idx(int r, int c) const {
+    return ROW_MAJOR ? r * LD + c : c * LD + r;
+  }
+  __device__ __forceinline__ float at(int r, int c) const { return p[idx(r, c)]; }
   __device__ __forceinline__ float2 pair(int r, int c) const {
-    return *reinterpret_cast<const float2 *>(p + r * LD + c);
+    return *reinterpret_cast<const float2 *>(p + idx(r, c));
   }
 };
 template <int LD>
-struct tc_cm { /* column-major: (r, c) at p[c * LD + r] */
-  const float *p;
-  static constexpr bool kPairCol = false;
-  __device__ __forceinline__ float at(int r, int c) const { return p[c * LD + r]; }
-  __device__ __forceinline__ float2 pair(int r, int c) const {
-    return *reinterpret_cast<const float2 *>(p + c * LD + r);
-  }
-};
+using tc_rm = tc_view<LD, true>;
+template <int LD>
+using tc_cm = tc_view<LD, false>;
 /* a slice array as windows' codes: window r's code c (its five slices side
  * by side) at p[(5 r + c / 64) * kTcLd + c % 64] */
 struct tc_code {
