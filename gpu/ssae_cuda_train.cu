@@ -17,9 +17,10 @@
  *    function of the batch size alone.
  *  - k_part_sum: sums the partials in double in a fixed order (four
  *    threads a parameter);
- *  - k_update: one block per basis row takes the gradient through B = G/max(|G|, 1e-12) (as the CPU
- *    does, in double), applies Adam, and derives the next step's normalised
- *    basis and transposed weights (so the products read coalesced rows).
+ *  - k_update: one block per basis row takes the gradient through
+ *    B = G/max(|G|, 1e-12) (as the CPU does, in double), applies Adam, and
+ *    derives the next step's normalised basis and transposed weights (so
+ *    the products read coalesced rows).
  * Everything is a fixed-order sum: no atomics, the same bits on every run.
  *
  * The host queues the steps of an epoch without waiting, at most kInflight
@@ -121,9 +122,10 @@ void destroy(ctrain *c) {
   for (int i = 0; i < kInflight; i++)
     if (c->ev[i]) cudaEventDestroy(c->ev[i]);
   if (c->st) cudaStreamDestroy(c->st);
-  void *dev_ptrs[] = {c->w.p,   c->w.m,    c->w.v,    c->w.bn,  c->w.bnt, c->w.enct,
-                      c->w.bnwt, c->w.dect, c->w.gnorm, c->d_part, c->d_psum, c->d_psse, c->d_gout,
-                      c->d_sse, c->d_x,    c->d_sc};
+  void *dev_ptrs[] = {c->w.p,    c->w.m,    c->w.v,     c->w.bn,   c->w.bnt,
+                      c->w.enct, c->w.bnwt, c->w.dect,  c->w.gnorm, c->d_part,
+                      c->d_psum, c->d_psse, c->d_gout,  c->d_sse,  c->d_x,
+                      c->d_sc};
   for (size_t i = 0; i < sizeof dev_ptrs / sizeof *dev_ptrs; i++) cudaFree(dev_ptrs[i]);
   cudaFreeHost(c->h_sse);
   free(c);

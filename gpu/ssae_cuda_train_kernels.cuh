@@ -1,9 +1,9 @@
 /* The device side of CUDA training (gpu/ssae_cuda_train.cu): the
  * dimensions and shared-memory layout the kernels share with the host,
  * the forward + backward kernel (k_fwd_bwd), the partial gradients' sum
- * (k_part_sum), the gradient + Adam kernel (k_update) and Adam alone (k_adam_only, a test hook). Included
- * by ssae_cuda_train.cu and ssae_cuda_train_vjp.cu (file-local: each has
- * its own copy). */
+ * (k_part_sum), the gradient + Adam kernel (k_update) and Adam alone
+ * (k_adam_only, a test hook). Included by ssae_cuda_train.cu and
+ * ssae_cuda_train_vjp.cu (file-local: each has its own copy). */
 #ifndef SSAE_CUDA_TRAIN_KERNELS_CUH
 #define SSAE_CUDA_TRAIN_KERNELS_CUH
 
