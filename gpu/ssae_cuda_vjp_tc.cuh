@@ -37,8 +37,8 @@
  * row stride is 4 mod 32 banks, where the fragments' 8-byte loads
  * (tc_tile2) fall in distinct banks. A product is a set of 16 x 16 output
  * tiles that the warps take in turn, operands read through views of any
- * layout or transpose (tc_rm, tc_cm, tc_code; the folded weights are made
- * in shared memory once per block); the K = 320 products over the latent
+ * layout or transpose (ssae_cuda_tc_tile.cuh, and tc_code below; the folded
+ * weights are made in shared memory once per block); the K = 320 products over the latent
  * (16 x 32 outputs) are split over k in eight parts summed in a fixed
  * order. The folded weights' gradients (the three large matrices: 96 tiles
  * of 16 x 16) stay in registers across the block's groups, 6 per warp
@@ -53,7 +53,7 @@
 #define SSAE_CUDA_VJP_TC_CUH
 
 #include "ssae_cuda_layout.cuh"
-#include "ssae_cuda_mma_tf32.cuh"
+#include "ssae_cuda_tc_tile.cuh"
 
 namespace {
 
@@ -93,180 +93,19 @@ static_assert(kTcSmemFloats * 4 <= 227 * 1024, "a block's shared memory on sm_90
 
 inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
 
-/* Operands in shared memory, as views: at(r, c), the element (r, c), and
- * pair(r, c), it and its neighbour in memory as one 8-byte load: (r, c + 1)
- * for views whose pairs run along c (kPairCol), (r + 1, c) otherwise; pair
- * is only asked for at even r (columns) or even c (rows). */
-template <int LD, bool ROW_MAJOR>
-struct tc_view { /* (r, c) at p[r * LD + c] (row-major) or p[c * LD + r] */
+/* a slice array as windows' codes: window r's code c (its five slices side
+ * by side) at p[(5 r + c / 64) * kTcLd + c % 64] */
+struct tc_code {
   const float *p;
-  static constexpr bool kPairCol = ROW_MAJOR;
-  __device__ __forceinline__ int idx(int r, int c) const {
-    return ROW_MAJOR ? r * LD + c : c * LD + r;
+  static constexpr bool kPairCol = true;
+  __device__ __forceinline__ static int idx(int r, int c) {
+    return (r * 5 + (c >> 6)) * kTcLd + (c & 63);
   }
   __device__ __forceinline__ float at(int r, int c) const { return p[idx(r, c)]; }
   __device__ __forceinline__ float2 pair(int r, int c) const {
     return *reinterpret_cast<const float2 *>(p + idx(r, c));
   }
 };
-template <int LD>
-using tc_rm = tc_view<LD, true>;
-template <int LD>
-using tc_cm = tc_view<LD, false>;
-/* a slice array as windows' codes: window r's code c (its five slices side
- * by side) at p[(5 r + c / 64) * kTcLd + c % 64] */
-struct tc_code {
-  const float *p;
-  static constexpr bool kPairCol = true;
-  __device__ __forceinline__ float at(int r, int c) const {
-    return p[(r * 5 + (c >> 6)) * kTcLd + (c & 63)];
-  }
-  __device__ __forceinline__ float2 pair(int r, int c) const {
-    return *reinterpret_cast<const float2 *>(p + (r * 5 + (c >> 6)) * kTcLd + (c & 63));
-  }
-};
-
-/* c[j] += A B over KS k steps of 8 from k0 for the NJ (two or one)
- * 16 x 8 tiles of the output block at m0, n0 (16 x 8 NJ): the A fragment
- * serves them all (operand loads and splits are most of the
- * instructions). Unrolled U steps at a time, so that the loads of several
- * steps are in flight (the products in the group loop take 2: unrolled
- * whole, ptxas spilled 124 bytes, and it was no faster,
- * doc/gpu-kernels.md).
- *
- * The fragments' rows, columns and k are permuted (the MMA does not care
- * which k it sums in which lane, nor which row or column is which as long
- * as the output is put back by the same map, tc_put): lane (g, t) takes
- * rows m0 + 2g and m0 + 2g + 1 (the fragment's g and g + 8), k steps
- * k + 2t and k + 2t + 1 (its t and t + 4) and, with NJ = 2, columns
- * n0 + 2g + j (tile j's g), so that each pair of a fragment's values is
- * adjacent in memory whichever way the operand is laid out: one 8-byte
- * load where there were two of 4, and with row strides of 4 mod 32 banks
- * the half-warps' 8-byte loads fall in 32 distinct banks. */
-template <int KS, int U = KS, int NJ = 2, class FA, class FB>
-__device__ __forceinline__ void tc_tile2(float (&c)[NJ][4], const FA &A, const FB &B, int m0,
-                                         int n0, int k0, int g, int t) {
-  /* the small terms in their own accumulators, added at the end: four
-   * independent chains of MMAs instead of two chains of three */
-  float cs[NJ][4];
-#pragma unroll
-  for (int j = 0; j < NJ; j++)
-#pragma unroll
-    for (int r = 0; r < 4; r++) cs[j][r] = 0.f;
-  const int m = m0 + 2 * g, n = NJ == 2 ? n0 + 2 * g : n0 + g;
-#pragma unroll U
-  for (int ks = 0; ks < KS; ks++) {
-    const int k = k0 + 8 * ks + 2 * t;
-    float a[4], b[NJ][2];
-    if (FA::kPairCol) { /* (m, k) (m, k + 1); (m + 1, k) (m + 1, k + 1) */
-      const float2 u = A.pair(m, k), v = A.pair(m + 1, k);
-      a[0] = u.x, a[2] = u.y, a[1] = v.x, a[3] = v.y;
-    } else { /* (m, k) (m + 1, k); (m, k + 1) (m + 1, k + 1) */
-      const float2 u = A.pair(m, k), v = A.pair(m, k + 1);
-      a[0] = u.x, a[1] = u.y, a[2] = v.x, a[3] = v.y;
-    }
-    if (!FB::kPairCol) { /* (k, n + j) (k + 1, n + j) */
-#pragma unroll
-      for (int j = 0; j < NJ; j++) {
-        const float2 u = B.pair(k, n + j);
-        b[j][0] = u.x, b[j][1] = u.y;
-      }
-    } else if (NJ == 2) { /* (k, n) (k, n + 1); (k + 1, n) (k + 1, n + 1) */
-      const float2 u = B.pair(k, n), v = B.pair(k + 1, n);
-      b[0][0] = u.x, b[NJ - 1][0] = u.y, b[0][1] = v.x, b[NJ - 1][1] = v.y;
-    } else {
-      b[0][0] = B.at(k, n), b[0][1] = B.at(k + 1, n);
-    }
-    unsigned ab[4], as[4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) ssae_split_tt(a[r], ab[r], as[r]);
-#pragma unroll
-    for (int j = 0; j < NJ; j++) {
-      unsigned bb[2], bs[2];
-      ssae_split_tt(b[j][0], bb[0], bs[0]);
-      ssae_split_tt(b[j][1], bb[1], bs[1]);
-      ssae_mma(cs[j], as, bb);
-      ssae_mma(cs[j], ab, bs);
-      ssae_mma(c[j], ab, bb);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < NJ; j++)
-#pragma unroll
-    for (int r = 0; r < 4; r++) c[j][r] += cs[j][r];
-}
-
-/* The output of tc_tile2 through S(row, column, value), by its map: lane
- * (g, t)'s rows m0 + 2g and m0 + 2g + 1; its columns n0 + 2t and
- * n0 + 2t + 1 (NJ = 1), or tile j's n0 + 4t + j and n0 + 4t + 2 + j. */
-template <class FS>
-__device__ __forceinline__ void tc_put(const float (&c)[4], const FS &S, int m0, int n0, int g,
-                                       int t) {
-  const int m = m0 + 2 * g, n = n0 + 2 * t;
-  S(m, n, c[0]);
-  S(m, n + 1, c[1]);
-  S(m + 1, n, c[2]);
-  S(m + 1, n + 1, c[3]);
-}
-
-template <class FS>
-__device__ __forceinline__ void tc_put2(const float (&c)[2][4], const FS &S, int m0, int n0,
-                                        int g, int t) {
-  const int m = m0 + 2 * g, n = n0 + 4 * t;
-#pragma unroll
-  for (int j = 0; j < 2; j++) {
-    S(m, n + j, c[j][0]);
-    S(m, n + 2 + j, c[j][1]);
-    S(m + 1, n + j, c[j][2]);
-    S(m + 1, n + 2 + j, c[j][3]);
-  }
-}
-
-/* The same as pairs of adjacent columns, S2(row, column, (value, next)):
- * one 8-byte store where the map's scalar stores would put four lanes in
- * a bank (rows 2g apart in strides of 4 mod 32 banks). */
-template <class FS2>
-__device__ __forceinline__ void tc_put_v(const float (&c)[4], const FS2 &S2, int m0, int n0,
-                                         int g, int t) {
-  const int m = m0 + 2 * g, n = n0 + 2 * t;
-  S2(m, n, make_float2(c[0], c[1]));
-  S2(m + 1, n, make_float2(c[2], c[3]));
-}
-
-template <class FS2>
-__device__ __forceinline__ void tc_put2_v(const float (&c)[2][4], const FS2 &S2, int m0, int n0,
-                                          int g, int t) {
-  const int m = m0 + 2 * g, n = n0 + 4 * t;
-  S2(m, n, make_float2(c[0][0], c[1][0]));
-  S2(m, n + 2, make_float2(c[0][1], c[1][1]));
-  S2(m + 1, n, make_float2(c[0][2], c[1][2]));
-  S2(m + 1, n + 2, make_float2(c[0][3], c[1][3]));
-}
-
-/* a plain 8-byte store at p + r * LD + c, as an S2 */
-template <int LD>
-struct tc_st2 {
-  float *p;
-  __device__ __forceinline__ void operator()(int r, int c, float2 v) const {
-    *reinterpret_cast<float2 *>(p + r * LD + c) = v;
-  }
-};
-
-/* A view through a function: at(r, c) = f(r, c), pair by two loads (the
- * products once per block, whose operands are not plain arrays). */
-template <class F>
-struct tc_fn {
-  F f;
-  static constexpr bool kPairCol = true;
-  __device__ __forceinline__ float at(int r, int c) const { return f(r, c); }
-  __device__ __forceinline__ float2 pair(int r, int c) const {
-    return make_float2(f(r, c), f(r, c + 1));
-  }
-};
-template <class F>
-__device__ __forceinline__ tc_fn<F> tc_via(F f) {
-  return tc_fn<F>{f};
-}
 
 /* Out (MR x NC) = A (MR x K) B (K x NC), through S2 (column pairs,
  * tc_put2_v); the block's warps take the 16 x 16 tiles in turn, from warp
@@ -531,8 +370,6 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   const size_t ngroups = (n + kTcWin - 1) / kTcWin;
   const bool grad = mode != TC_FORWARD;
   double sse = 0; /* TC_MSE: this thread's squared errors */
-  /* window wi's code cc (its slices side by side) in a slice array */
-  auto code = [](int wi, int cc) { return (wi * 5 + (cc >> 6)) * kTcLd + (cc & 63); };
   /* window i's input */
   auto xwin = [&](size_t i) { return x + (offs ? offs[i] : i * 320); };
   /* Group gi's rows copied into DY (cp.async): in the trainer's mode its
@@ -729,7 +566,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       tc_gemm_w320(
           tc_rm<kTcLdw>{ZP}, tc_rm<kTcLdb>{DT},
           [&](int wi, int cc, float2 v) {
-            float2 *p = reinterpret_cast<float2 *>(DY + code(wi, cc));
+            float2 *p = reinterpret_cast<float2 *>(DY + tc_code::idx(wi, cc));
             const float2 x2 = *p;
             const float d0 = (v.x + __ldg(bd + (cc & 63))) - x2.x;
             const float d1 = (v.y + __ldg(bd + (cc & 63) + 1)) - x2.y;
@@ -745,10 +582,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     }
     /* the folded decoder: dD^T += z'^T dy, dz' = dy D (times GELU' below),
      * dbd */
-    tc_grad<0, 2, TC_DT, TC_BN, 20, kTcWin / 8>(
-        acc, tc_cm<kTcLdw>{ZP}, tc_code{DY});
-    tc_gemm_k320<true>(
-        SK, tc_code{DY}, tc_cm<kTcLdb>{DT});
+    tc_grad<0, 2, TC_DT, TC_BN, 20, kTcWin / 8>(acc, tc_cm<kTcLdw>{ZP}, tc_code{DY});
+    tc_gemm_k320<true>(SK, tc_code{DY}, tc_cm<kTcLdb>{DT});
     tc_bias_sum<kTcLd>(DY, GA + GA_BD);
     __syncthreads();
     /* DY is spent: the next group's input into it */
@@ -762,8 +597,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     if (warp < 4) { /* its tile warp of GW, read and written by that warp only */
       const int m0 = warp >> 1 << 4, n0 = (warp & 1) << 4;
       float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      tc_tile2<kTcWin / 8>(
-          c, tc_cm<kTcLdw>{DZP}, tc_rm<kTcLdw>{ZH}, m0, n0, 0, g, t);
+      tc_tile2<kTcWin / 8>(c, tc_cm<kTcLdw>{DZP}, tc_rm<kTcLdw>{ZH}, m0, n0, 0, g, t);
       tc_put2_v(
           c,
           [&](int r, int k, float2 v) {
@@ -795,7 +629,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     tc_gemm_w320(
         tc_rm<kTcLdw>{DZ}, tc_rm<kTcLdb>{BN},
         [&](int wi, int cc, float2 v) {
-          float2 *p = reinterpret_cast<float2 *>(G1 + code(wi, cc));
+          float2 *p = reinterpret_cast<float2 *>(G1 + tc_code::idx(wi, cc));
           const float2 d = *p;
           *p = make_float2(v.x * d.x, v.y * d.y);
         });
@@ -806,9 +640,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
     if (dx) {
       /* the input gradient: dxhat = da We' (into DY, spent), then
        * LayerNorm 1's backward a warp per slice */
-      tc_gemm_slices(
-          tc_rm<kTcLd>{G1}, tc_rm<kTcLd>{WE},
-          tc_st2<kTcLd>{DY}, SK);
+      tc_gemm_slices(tc_rm<kTcLd>{G1}, tc_rm<kTcLd>{WE}, tc_st2<kTcLd>{DY}, SK);
       __syncthreads();
 #pragma unroll 1
       for (int s = warp; s < R; s += kTcWarps) {

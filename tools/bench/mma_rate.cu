@@ -24,11 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ssae_train.h" /* what the training kernels' header needs */
-
 #include "ssae_cuda_mma_tf32.cuh"
-#include "ssae_cuda_train_kernels.cuh"
-#include "ssae_cuda_vjp_tc.cuh" /* tc_tile2: the backward kernel's own tile */
+#include "ssae_cuda_tc_tile.cuh" /* tc_tile2: the backward kernel's own tile */
 
 namespace {
 
