@@ -131,10 +131,6 @@ void destroy(ctrain *c) {
   free(c);
 }
 
-unsigned grid_update(const dims_t &d) {
-  return (unsigned)(d.L + (d.P - d.L * d.C + kThreads - 1) / kThreads);
-}
-
 int launch_update(ctrain *c, int upd, int nparts, double *sse_out, const adam_args &a,
                   ssae_err *err) {
   if (upd != UPD_PREP) {

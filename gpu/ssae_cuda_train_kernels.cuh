@@ -516,6 +516,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/* k_update's blocks: one per basis row, then one per kThreads of the other
+ * parameters */
+inline unsigned grid_update(const dims_t &d) {
+  return (unsigned)(d.L + (d.P - d.L * d.C + kThreads - 1) / kThreads);
+}
+
 /* Blocks [0, L): one basis row each; the rest: the other parameters, one
  * per thread. UPD_PREP derives the normalised basis and the transposes
  * from the parameters; UPD_GRAD_OUT writes the summed gradient (psum, from

@@ -282,9 +282,8 @@ int begin(ssae_cuda_vjp *v, const float *params, cudaStream_t s, ssae_err *err,
   }
   adam_args a;
   memset(&a, 0, sizeof a);
-  k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
-             kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, NULL, 0, NULL, NULL,
-                                                             UPD_PREP, a, NULL, gate);
+  k_update<<<grid_update(v->d), kThreads, sizeof(double) * (size_t)v->d.C, s>>>(
+      v->d, v->w, NULL, 0, NULL, NULL, UPD_PREP, a, NULL, gate);
   CKV(cudaGetLastError(), "launching the weight preparation");
   return 0;
 }
@@ -399,11 +398,9 @@ int grad_out(ssae_cuda_vjp *v, int nparts, float *dparams, cudaStream_t s, ssae_
   memset(&a, 0, sizeof a);
   k_part_sum<<<grid_part_sum(v->d), kThreads, 0, s>>>(v->d, v->part, nparts, v->psum);
   CKV(cudaGetLastError(), "launching the gradient sum");
-  k_update<<<(unsigned)(v->d.L + (v->d.P - v->d.L * v->d.C + kThreads - 1) / kThreads),
-             kThreads, sizeof(double) * (size_t)v->d.C, s>>>(v->d, v->w, v->psum, nparts,
-                                                             NULL, NULL, UPD_GRAD_OUT, a,
-                                                             dparams, NULL);
-  CKV(cudaGetLastError(), "launching the gradient sum");
+  k_update<<<grid_update(v->d), kThreads, sizeof(double) * (size_t)v->d.C, s>>>(
+      v->d, v->w, v->psum, nparts, NULL, NULL, UPD_GRAD_OUT, a, dparams, NULL);
+  CKV(cudaGetLastError(), "launching the gradient's output");
   return 0;
 }
 
