@@ -1,7 +1,7 @@
 /* CUDA training backend (see ssae_cuda_train.h); the kernels are in
  * ssae_cuda_train_kernels.cuh.
  *
- * Per Adam step three launches:
+ * Per Adam step these launches:
  *  - k_vjp_tc (ssae_cuda_vjp_tc.cuh) for the default dimensions on sm_80+:
  *    groups of 16 windows gathered through the offset table, every product
  *    on the tensor cores in 3xTF32, one partial gradient and sum of squared
@@ -16,7 +16,8 @@
  *    partials depend only on the batch and the grid size, which is a
  *    function of the batch size alone.
  *  - k_part_sum: sums the partials in double in a fixed order (four
- *    threads a parameter);
+ *    threads a parameter); after k_vjp_tc, k_decoder_grad takes the
+ *    blocks' summed gradient of the folded decoder to the basis and Wd;
  *  - k_update: one block per basis row takes the gradient through
  *    B = G/max(|G|, 1e-12) (as the CPU does, in double), applies Adam, and
  *    derives the next step's normalised basis and transposed weights (so
@@ -134,8 +135,15 @@ void destroy(ctrain *c) {
 int launch_update(ctrain *c, int upd, int nparts, double *sse_out, const adam_args &a,
                   ssae_err *err) {
   if (upd != UPD_PREP) {
-    k_part_sum<<<grid_part_sum(c->d), kThreads, 0, c->st>>>(c->d, c->d_part, nparts, c->d_psum);
+    const int count = c->tc ? tc_part_floats(c->d) : c->d.P;
+    k_part_sum<<<grid_part_sum(count), kThreads, 0, c->st>>>(count, c->d_part, nparts,
+                                                             c->d_psum);
     CK(cudaGetLastError(), "launching the gradient sum");
+    if (c->tc) {
+      k_decoder_grad<<<grid_decoder_grad(c->d), kThreads, smem_decoder_grad(c->d), c->st>>>(
+          c->d, c->w.p, c->w.bn, c->d_psum);
+      CK(cudaGetLastError(), "launching the decoder's gradient");
+    }
   }
   k_update<<<grid_update(c->d), kThreads, sizeof(double) * (size_t)c->d.C, c->st>>>(
       c->d, c->w, c->d_psum, nparts, c->d_psse, sse_out, upd, a, c->d_gout, NULL);
@@ -495,8 +503,10 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
   CKN(cudaMalloc(&c->w.bnwt, sizeof(float) * d.L * d.L), "allocating weights");
   CKN(cudaMalloc(&c->w.dect, sizeof(float) * d.M * d.S), "allocating weights");
   CKN(cudaMalloc(&c->w.gnorm, sizeof(double) * d.L), "allocating the basis norms");
-  CKN(cudaMalloc(&c->d_part, sizeof(float) * P * kMaxBlocks), "allocating partial gradients");
-  CKN(cudaMalloc(&c->d_psum, sizeof(double) * P), "allocating the gradient sum");
+  /* a partial gradient: the parameters', and k_vjp_tc's dD^T after them */
+  const size_t PX = c->tc ? (size_t)tc_part_floats(c->d) : P;
+  CKN(cudaMalloc(&c->d_part, sizeof(float) * PX * kMaxBlocks), "allocating partial gradients");
+  CKN(cudaMalloc(&c->d_psum, sizeof(double) * PX), "allocating the gradient sum");
   CKN(cudaMalloc(&c->d_psse, sizeof(double) * kMaxBlocks), "allocating partial losses");
   CKN(cudaMalloc(&c->d_gout, sizeof(float) * P), "allocating the gradient");
   CKN(cudaMalloc(&c->d_sse, sizeof(double)), "allocating the loss");

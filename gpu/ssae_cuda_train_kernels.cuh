@@ -486,34 +486,52 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
   if (mode == MODE_GRAD && tid == 0) part_sse[blockIdx.x] = sse_blk;
 }
 
-/* Each parameter's sum over the nparts partial gradients (block b's at
- * part + b * P) into psum, in double and in a fixed order (the same bits
- * on every run): kSumLanes threads a parameter, lane q adding the partials
- * b = q, q + kSumLanes, ... in turn, the lanes' sums then added in lane
- * order. A thread a parameter adding all nparts in turn (132 on an H100
- * or H200, 70 blocks) took 25 us of a 0.58 ms training step at 65,536
- * windows: one chain of loads and additions per thread. */
+/* Each value's sum over the nparts partial gradients (block b's count
+ * values at part + b * count: the P parameters', and for k_vjp_tc the
+ * folded decoder's dD^T after them) into psum, in double and in a fixed
+ * order (the same bits on every run): kSumLanes threads a value, lane q
+ * adding the partials b = q, q + kSumLanes, ... in turn, the lanes' sums
+ * then added in lane order. A thread a parameter adding all nparts in turn
+ * (132 on an H100 or H200, 70 blocks) took 25 us of a 0.58 ms training
+ * step at 65,536 windows: one chain of loads and additions per thread. */
 const int kSumLanes = 4, kSumParams = kThreads / kSumLanes;
-inline unsigned grid_part_sum(const dims_t &d) {
-  return (unsigned)((d.P + kSumParams - 1) / kSumParams);
+inline unsigned grid_part_sum(int count) {
+  return (unsigned)((count + kSumParams - 1) / kSumParams);
 }
 __global__ void __launch_bounds__(kThreads)
-    k_part_sum(dims_t d, const float *__restrict__ part, int nparts, double *__restrict__ psum) {
+    k_part_sum(int count, const float *__restrict__ part, int nparts, double *__restrict__ psum) {
   __shared__ double lanes[kThreads];
   const int j = threadIdx.x % kSumParams, q = threadIdx.x / kSumParams;
   const int i = (int)blockIdx.x * kSumParams + j;
   double acc = 0;
-  if (i < d.P) {
+  if (i < count) {
 #pragma unroll 8
-    for (int b = q; b < nparts; b += kSumLanes) acc += part[(size_t)b * d.P + i];
+    for (int b = q; b < nparts; b += kSumLanes) acc += part[(size_t)b * count + i];
   }
   lanes[threadIdx.x] = acc;
   __syncthreads();
-  if (q == 0 && i < d.P) {
+  if (q == 0 && i < count) {
     double s = lanes[j];
     for (int l = 1; l < kSumLanes; l++) s += lanes[l * kSumParams + j];
     psum[i] = s;
   }
+}
+
+/* a . b over n terms (a[i * sa], b[i * sb]) in double in four chains (i
+ * mod 4) added in a fixed order: a quarter the latency of one chain, the
+ * same bits on every run */
+template <class TA, class TB>
+__device__ __forceinline__ double dot4(const TA *a, int sa, const TB *b, int sb, int n) {
+  double c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+  int i = 0;
+  for (; i + 3 < n; i += 4) {
+    c0 += (double)a[i * sa] * (double)b[i * sb];
+    c1 += (double)a[(i + 1) * sa] * (double)b[(i + 1) * sb];
+    c2 += (double)a[(i + 2) * sa] * (double)b[(i + 2) * sb];
+    c3 += (double)a[(i + 3) * sa] * (double)b[(i + 3) * sb];
+  }
+  for (; i < n; i++) c0 += (double)a[i * sa] * (double)b[i * sb];
+  return (c0 + c1) + (c2 + c3);
 }
 
 /* k_update's blocks: one per basis row, then one per kThreads of the other
@@ -527,13 +545,15 @@ inline unsigned grid_update(const dims_t &d) {
  * from the parameters; UPD_GRAD_OUT writes the summed gradient (psum, from
  * k_part_sum) to gout; UPD_ADAM applies Adam with it, then prepares as
  * UPD_PREP. sse_out (NULL: none) gets the nparts blocks' squared errors
- * added in block order. gate (NULL: none): nothing is done while *gate is
- * 0 (the VJP forward's weights, made again only when the parameters
+ * added in block order, and loss_out (NULL: none) their sum times
+ * loss_scale, as a float. gate (NULL: none): nothing is done while *gate
+ * is 0 (the VJP forward's weights, made again only when the parameters
  * changed). */
 __global__ void __launch_bounds__(kThreads)
     k_update(dims_t d, dev_w w, const double *__restrict__ psum, int nparts,
              const double *__restrict__ part_sse, double *sse_out, int upd, adam_args a,
-             float *__restrict__ gout, const int *__restrict__ gate) {
+             float *__restrict__ gout, const int *__restrict__ gate, float *loss_out = NULL,
+             double loss_scale = 0) {
   if (gate && !*gate) return;
   __shared__ double red[kThreads];
   extern __shared__ double dB[];
@@ -576,10 +596,16 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const size_t e = (size_t)(blockIdx.x - L) * kThreads + tid;
-  if (e == 0 && upd != UPD_PREP && sse_out) {
+  if (e < 32 && upd != UPD_PREP && (sse_out || loss_out)) {
+    /* a warp: lane q adds blocks q, q + 32, ..., then the lanes in a
+     * fixed tree (a fixed order: the same bits on every run) */
     double s = 0;
-    for (int b = 0; b < nparts; b++) s += part_sse[b];
-    *sse_out = s;
+    for (int b = (int)e; b < nparts; b += 32) s += part_sse[b];
+    s = warp_sum(s);
+    if (e == 0) {
+      if (sse_out) *sse_out = s;
+      if (loss_out) *loss_out = (float)(s * loss_scale);
+    }
   }
   if (e >= (size_t)(P - L * C)) return;
   const int i = (int)e < d.off[4] ? (int)e : (int)e + L * C;
@@ -602,6 +628,82 @@ __global__ void __launch_bounds__(kThreads)
   } else if (i >= d.off[9] && i < d.off[10]) {
     const int m = (i - d.off[9]) / S, s = (i - d.off[9]) % S;
     w.dect[s * M + m] = p;
+  }
+}
+
+/* k_decoder_grad's blocks: a basis row each, then Wd's 8 x 8 tiles */
+const int kDgTile = 8;
+inline unsigned grid_decoder_grad(const dims_t &d) {
+  return (unsigned)(d.L + ((d.M + kDgTile - 1) / kDgTile) * ((d.S + kDgTile - 1) / kDgTile));
+}
+/* its dynamic shared memory: the larger of a dD^T row in double and Wd
+ * (blocks [0, L)), and a tile's F L x 8 of dD^T (double) and of the basis
+ * with kSumLanes partial sums a weight (the others) */
+inline size_t smem_decoder_grad(const dims_t &d) {
+  const size_t K = (size_t)d.F * d.L;
+  const size_t row = sizeof(double) * d.F * d.M + sizeof(float) * d.M * d.S;
+  const size_t tile = (sizeof(double) + sizeof(float)) * K * kDgTile +
+                      sizeof(double) * kSumLanes * kDgTile * kDgTile;
+  return row > tile ? row : tile;
+}
+
+/* The folded decoder's gradient taken back through the fold, once per step
+ * from k_vjp_tc's blocks' dD^T summed (psum + P: L rows of F M), in double,
+ * where each block had done it for its own part (two products as large as
+ * a sixth of a group's each): the normalised basis's dB_f += dD^T_f Wd
+ * (blocks [0, L), a basis row each) and dWd = sum over f of
+ * (dD^T_f)^T B_f (the other blocks, a tile of 8 x 8 weights each,
+ * kSumLanes threads a weight, each a quarter of the F L terms, added in
+ * lane order), into psum's sums of the other terms (the blocks' dWd is
+ * zero). The operands are staged in shared memory, a thread's loads in
+ * flight together: read from L2 in the sums' loops, a trip each, this
+ * kernel took 18 us (H200), now 7.5. */
+__global__ void __launch_bounds__(kThreads)
+    k_decoder_grad(dims_t d, const float *__restrict__ P, const float *__restrict__ bn,
+                   double *__restrict__ psum) {
+  extern __shared__ double dg_smem[];
+  const int FM = d.F * d.M, tid = threadIdx.x;
+  const double *gdt = psum + d.P;
+  if ((int)blockIdx.x < d.L) {
+    const int l = blockIdx.x;
+    double *row = dg_smem;
+    float *wd = reinterpret_cast<float *>(row + FM);
+#pragma unroll 16
+    for (int i = tid; i < d.M * d.S; i += kThreads) wd[i] = __ldg(P + d.off[9] + i);
+    for (int c = tid; c < FM; c += kThreads) row[c] = gdt[(size_t)l * FM + c];
+    __syncthreads();
+    for (int c = tid; c < d.F * d.S; c += kThreads) {
+      const int f = c / d.S, s = c % d.S;
+      psum[d.off[4] + (size_t)l * d.C + c] += dot4(row + f * d.M, 1, wd + s, d.S, d.M);
+    }
+    return;
+  }
+  const int K = d.F * d.L, nts = (d.S + kDgTile - 1) / kDgTile;
+  const int tile = (int)blockIdx.x - d.L, m0 = tile / nts * kDgTile, s0 = tile % nts * kDgTile;
+  /* k = f L + l: gt[k][j] = dD^T[l][f M + m0 + j], bt[k][j] = B[l][f S + s0 + j] */
+  double *gt = dg_smem, *lanes = gt + K * kDgTile;
+  float *bt = reinterpret_cast<float *>(lanes + kSumLanes * kDgTile * kDgTile);
+#pragma unroll 8
+  for (int i = tid; i < K * kDgTile; i += kThreads) {
+    const int k = i / kDgTile, j = i % kDgTile, f = k / d.L, l = k % d.L;
+    gt[i] = m0 + j < d.M ? gdt[(size_t)l * FM + f * d.M + m0 + j] : 0.0;
+    bt[i] = s0 + j < d.S ? __ldg(bn + (size_t)l * d.C + f * d.S + s0 + j) : 0.f;
+  }
+  __syncthreads();
+  const int per = (K + kSumLanes - 1) / kSumLanes;
+  for (int i = tid; i < kSumLanes * kDgTile * kDgTile; i += kThreads) {
+    const int q = i / (kDgTile * kDgTile), mj = i / kDgTile % kDgTile, sj = i % kDgTile;
+    const int k0 = q * per, n = min(K, k0 + per) - k0;
+    lanes[i] = n > 0 ? dot4(gt + k0 * kDgTile + mj, kDgTile, bt + k0 * kDgTile + sj, kDgTile, n)
+                     : 0.0;
+  }
+  __syncthreads();
+  for (int i = tid; i < kDgTile * kDgTile; i += kThreads) {
+    const int m = m0 + i / kDgTile, s = s0 + i % kDgTile;
+    if (m >= d.M || s >= d.S) continue;
+    double v = lanes[i];
+    for (int q = 1; q < kSumLanes; q++) v += lanes[q * kDgTile * kDgTile + i];
+    psum[d.off[9] + (size_t)m * d.S + s] += v;
   }
 }
 

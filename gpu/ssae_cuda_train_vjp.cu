@@ -12,14 +12,17 @@
  *   k_vjp_tc or k_vjp       forward, or forward + backward (one partial
  *                           gradient per block, dx per window)
  *   k_part_sum              partials summed in double in a fixed order
+ *   k_decoder_grad          (after k_vjp_tc) the folded decoder's summed
+ *                           gradient back to the basis and Wd
  *   k_update(UPD_GRAD_OUT)  through the basis normalisation, to dparams
+ *                           (and the fused loss's sum)
  * all on the caller's stream; the forward on the inference kernels instead
  * compares the parameters (the flat vector, or the caller's tensors where
  * they lie) with the last call's (k_params_gather) and folds them
  * (k_fold) only when they changed. The fused reconstruction loss runs the
  * trainer's own step instead (k_vjp_tc or k_fwd_bwd on the squared error,
- * each block's sum of squares beside its partial gradient), then
- * k_part_sum, k_update(UPD_GRAD_OUT) and k_loss_sum. */
+ * each block's sum of squares beside its partial gradient), then the same
+ * sums, k_update(UPD_GRAD_OUT) adding the blocks' squared errors too. */
 #include "ssae_cuda_vjp.h"
 
 #include "ssae_train.h"
@@ -98,17 +101,6 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     group_bwd(d, w, sh, nw, pb, first, dx ? dx + base * (size_t)FM : NULL);
     __syncthreads();
     first = false;
-  }
-}
-
-/* The loss from the blocks' sums of squared errors, added in block order
- * in double (the same bits on every run). */
-__global__ void k_loss_sum(const double *__restrict__ part_sse, int nparts, double inv,
-                           float *__restrict__ loss) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    double s = 0;
-    for (int b = 0; b < nparts; b++) s += part_sse[b];
-    *loss = (float)(s * inv);
   }
 }
 
@@ -392,14 +384,22 @@ int forward_parts(ssae_cuda_vjp *v, const param_parts &pp, const float *x, size_
 }
 
 /* Queues the sum of the first nparts partial gradients, in a fixed order, to
- * dparams. */
-int grad_out(ssae_cuda_vjp *v, int nparts, float *dparams, cudaStream_t s, ssae_err *err) {
+ * dparams; with loss_dev, the blocks' squared errors too, times inv. */
+int grad_out(ssae_cuda_vjp *v, int nparts, float *dparams, cudaStream_t s, ssae_err *err,
+             float *loss_dev = NULL, double inv = 0) {
   adam_args a;
   memset(&a, 0, sizeof a);
-  k_part_sum<<<grid_part_sum(v->d), kThreads, 0, s>>>(v->d, v->part, nparts, v->psum);
+  const int count = v->tc ? tc_part_floats(v->d) : v->d.P;
+  k_part_sum<<<grid_part_sum(count), kThreads, 0, s>>>(count, v->part, nparts, v->psum);
   CKV(cudaGetLastError(), "launching the gradient sum");
+  if (v->tc) {
+    k_decoder_grad<<<grid_decoder_grad(v->d), kThreads, smem_decoder_grad(v->d), s>>>(
+        v->d, v->w.p, v->w.bn, v->psum);
+    CKV(cudaGetLastError(), "launching the decoder's gradient");
+  }
   k_update<<<grid_update(v->d), kThreads, sizeof(double) * (size_t)v->d.C, s>>>(
-      v->d, v->w, v->psum, nparts, NULL, NULL, UPD_GRAD_OUT, a, dparams, NULL);
+      v->d, v->w, v->psum, nparts, loss_dev ? v->part_sse : NULL, NULL, UPD_GRAD_OUT, a, dparams,
+      NULL, loss_dev, inv);
   CKV(cudaGetLastError(), "launching the gradient's output");
   return 0;
 }
@@ -455,9 +455,7 @@ int loss(ssae_cuda_vjp *v, const float *params, const float *x, size_t n, float 
                                                           v->part, v->part_sse, NULL);
   }
   CKV(cudaGetLastError(), "launching the loss kernel");
-  if (grad_out(v, nparts, dparams, s, err)) return -1;
-  k_loss_sum<<<1, 32, 0, s>>>(v->part_sse, nparts, inv, loss_dev);
-  CKV(cudaGetLastError(), "launching the loss sum");
+  if (grad_out(v, nparts, dparams, s, err, loss_dev, inv)) return -1;
   return end(v, s, err);
 }
 
@@ -488,8 +486,9 @@ int graph_call(ssae_cuda_vjp *v, cudaStream_t s, size_t n, ssae_err *err, F &&ca
   const size_t o_bn = room(sizeof(float) * LC), o_bnt = room(sizeof(float) * LC);
   const size_t o_enct = room(sizeof(float) * MS), o_dect = room(sizeof(float) * MS);
   const size_t o_bnwt = room(sizeof(float) * d.L * d.L), o_gnorm = room(sizeof(double) * d.L);
-  const size_t o_part = room(sizeof(float) * (size_t)d.P * kVjpMaxBlocks);
-  const size_t o_psum = room(sizeof(double) * (size_t)d.P);
+  const size_t PX = v->tc ? (size_t)tc_part_floats(d) : (size_t)d.P;
+  const size_t o_part = room(sizeof(float) * PX * kVjpMaxBlocks);
+  const size_t o_psum = room(sizeof(double) * PX);
   const size_t o_sse = room(sizeof(double) * kVjpMaxBlocks);
   const size_t o_wf = room(v->fwd_inf ? sizeof(float) * v->lo.total : 0);
   const size_t o_scores = room(sizeof(float) * (n ? n : 1));
@@ -636,8 +635,10 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   CKN(cudaMalloc(&v->w.bnwt, sizeof(float) * d.L * d.L), "allocating weights");
   CKN(cudaMalloc(&v->w.dect, sizeof(float) * d.M * d.S), "allocating weights");
   CKN(cudaMalloc(&v->w.gnorm, sizeof(double) * d.L), "allocating the basis norms");
-  CKN(cudaMalloc(&v->part, sizeof(float) * P * kVjpMaxBlocks), "allocating partial gradients");
-  CKN(cudaMalloc(&v->psum, sizeof(double) * P), "allocating the gradient sum");
+  /* a partial gradient: the parameters', and k_vjp_tc's dD^T after them */
+  const size_t PX = v->tc ? (size_t)tc_part_floats(d) : P;
+  CKN(cudaMalloc(&v->part, sizeof(float) * PX * kVjpMaxBlocks), "allocating partial gradients");
+  CKN(cudaMalloc(&v->psum, sizeof(double) * PX), "allocating the gradient sum");
   CKN(cudaMalloc(&v->part_sse, sizeof(double) * kVjpMaxBlocks), "allocating partial losses");
   CKN(cudaEventCreateWithFlags(&v->done, cudaEventDisableTiming), "creating an event");
 #undef CKN

@@ -22,8 +22,11 @@
  *     (32 x 320): y = z' D^T + bd is one 16 x 320 product over K = 32 where
  *     r = B^T z' and y = r Wd^T were two, and the decoder side's backward is
  *     dD^T += z'^T dy and dz' = dy D, where it was dWd += dy^T r, dr = dy Wd,
- *     dB += z'^T dr and dz' = B dr; at the end dWd = sum_f dD^T_f^T B_f and
- *     dB_f += dD^T_f Wd.
+ *     dB += z'^T dr and dz' = B dr. Each block makes D^T; the blocks'
+ *     dD^T, summed, is taken back once per step (k_decoder_grad): dWd =
+ *     sum_f dD^T_f^T B_f and dB_f += dD^T_f Wd. Each block had taken its
+ *     own back, two products at its end: 11 us of the kernel's 516 at
+ *     65,536 windows (H200), where k_decoder_grad takes 7.5.
  * About 211 kFLOP a window in the trainer's mode against 375 k unfolded.
  *
  * It runs at 128 registers a thread (one block of 512 per SM), where a
@@ -86,12 +89,18 @@ const int kTcParts = 16 * 16 * kTcLdq; /* >= 8 * 16 * kTcLdk */
 static_assert(kTcParts >= 8 * 16 * kTcLdk, "the split-k parts");
 const int kTcSmemFloats = 4 * kTcSlice + 6 * kTcWinA + kTcParts + kTcRows + kTcWin +
                           GA_TOTAL + 96 + 32 * 32 + 64 * kTcLd + 32 * kTcLdw + 2 * 32 * kTcLdb;
-const int kTcDump = 32 * kTcLdb + 32 * 320 + 64 * 64;
+const int kTcDump = 2 * 32 * kTcLdb + 64 * 64;
 static_assert(kTcDump <= 4 * kTcSlice + 6 * kTcWinA + kTcParts,
               "the gradients' room at the end");
 static_assert(kTcSmemFloats * 4 <= 227 * 1024, "a block's shared memory on sm_90");
 
 inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
+
+/* The floats of a block's partial gradient: the P parameters' (the
+ * normalised basis's, Wd's zero) and the folded decoder's dD^T after them
+ * (L rows of F M), which k_decoder_grad takes back through the fold once
+ * the blocks' are summed. */
+__host__ __device__ inline int tc_part_floats(const dims_t &d) { return d.P + d.L * d.F * d.M; }
 
 /* a slice array as windows' codes: window r's code c (its five slices side
  * by side) at p[(5 r + c / 64) * kTcLd + c % 64] */
@@ -338,8 +347,9 @@ __device__ __forceinline__ void tc_unfold_ln_col(const float *__restrict__ W, co
  * gradient at dx when not NULL); or the forward and the backward of the
  * trainer's loss, the squared error scaled by s2 / 2 (block b's sum of
  * squared errors at part_sse[b]). With a backward, block b's partial
- * gradient goes to part + b * d.P (the basis's: of the normalised basis,
- * which k_update takes through the normalisation). */
+ * gradient goes to part + b * tc_part_floats(d) (the basis's: of the
+ * normalised basis, which k_update takes through the normalisation;
+ * k_part_sum then k_decoder_grad sum and complete them). */
 enum { TC_FORWARD = 0, TC_UPSTREAM = 1, TC_MSE = 2 };
 
 /* n windows; window i at x + offs[i] (offs NULL: x + i * 320). */
@@ -671,9 +681,8 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   }
 
   /* the folded weights' gradients into shared memory (everything from the
-   * slice arrays to the parts is spent), Wd over D^T (spent too) */
-  float *GDT = sm, *GB2 = GDT + 32 * kTcLdb, *GM = GB2 + 32 * 320, *GWB = GW;
-  float *WDs = DT;
+   * slice arrays to the parts is spent) */
+  float *GDT = sm, *GB2 = GDT + 32 * kTcLdb, *GM = GB2 + 32 * kTcLdb, *GWB = GW;
 #pragma unroll
   for (int i = 0; i < kTcSlots; i++) {
     const int T = warp + kTcWarps * i;
@@ -682,32 +691,25 @@ __global__ void __launch_bounds__(kTcThreads, 1)
       tc_put2(acc[i], [&](int r, int c, float v) { GDT[r * kTcLdb + c] = v; }, T / 20 * 16,
               T % 20 * 16, g, t);
     else if (T < TC_WE)
-      tc_put2(acc[i], [&](int r, int c, float v) { GB2[r * 320 + c] = v; },
+      tc_put2(acc[i], [&](int r, int c, float v) { GB2[r * kTcLdb + c] = v; },
               (T - TC_BN) / 20 * 16, (T - TC_BN) % 20 * 16, g, t);
     else
       tc_put2(acc[i], [&](int r, int c, float v) { GM[r * 64 + c] = v; }, (T - TC_WE) / 4 * 16,
               (T - TC_WE) % 4 * 16, g, t);
   }
-  for (int i = tid; i < 4096; i += kTcThreads) WDs[(i >> 6) * kTcLd + (i & 63)] = __ldg(Wd + i);
   __syncthreads();
 
-  /* this block's partial gradient */
-  float *pb = part + (size_t)blockIdx.x * d.P;
-  /* the normalised basis: dB_f = (its encoder-side sum) + dD^T_f Wd */
-  tc_gemm_per_slice([&](int f, int l, int m) { return GDT[l * kTcLdb + 64 * f + m]; },
-                    [&](int m, int s) { return WDs[m * kTcLd + s]; },
-                    [&](int f, int l, int s, float v) {
-                      const int cc = 64 * f + s;
-                      pb[d.off[4] + l * 320 + cc] = GB2[l * 320 + cc] + v;
-                    });
-  /* the decoder: dWd[m][s] = sum over f and l of dD^T[l][64 f + m] B[l][64 f + s] */
-  tc_gemm<64, 64, 160>(
-      tc_via([&](int m, int k) { return GDT[(k & 31) * kTcLdb + 64 * (k >> 5) + m]; }),
-      tc_via([&](int k, int s) { return BN[(k & 31) * kTcLdb + 64 * (k >> 5) + s]; }),
-      [&](int m, int s, float2 v) {
-        pb[d.off[9] + m * 64 + s] = v.x;
-        pb[d.off[9] + m * 64 + s + 1] = v.y;
-      });
+  /* this block's partial gradient (tc_part_floats): the normalised basis's
+   * encoder-side term, dD^T after the parameters (k_decoder_grad takes it
+   * through the fold, to the basis and Wd, once for all blocks), Wd's own
+   * zero */
+  float *pb = part + (size_t)blockIdx.x * tc_part_floats(d);
+  for (int i = tid; i < 32 * 320; i += kTcThreads) {
+    const int l = i / 320, c = i % 320;
+    pb[d.off[4] + i] = GB2[l * kTcLdb + c];
+    pb[d.P + i] = GDT[l * kTcLdb + c];
+  }
+  for (int i = tid; i < 4096; i += kTcThreads) pb[d.off[9] + i] = 0.f;
   /* the encoder and LayerNorm 1 from dWe' and dbe' (dWe = dWe' diag(g1) +
    * dbe' b1^T, dg1 and db1 by tc_unfold_ln_col); the bottleneck and
    * LayerNorm 2 from dWb' and dbb' likewise; in double */
