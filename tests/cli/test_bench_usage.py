@@ -1,5 +1,5 @@
 """The bench tools' usage (tools/bench: engine_bench, copy_bench,
-host_jitter, loss_bench), as the commands': --help prints it on stdout with status 0,
+host_jitter, loss_bench, step_kernels.py), as the commands': --help prints it on stdout with status 0,
 an unknown option is named on stderr with status 2, with the usage where
 --help's text is one ("usage: ..."; engine_bench's is a synopsis); nothing is
 measured either way (copy_bench took --help for a run, host_jitter for a
