@@ -135,15 +135,9 @@ void destroy(ctrain *c) {
 int launch_update(ctrain *c, int upd, int nparts, double *sse_out, const adam_args &a,
                   ssae_err *err) {
   if (upd != UPD_PREP) {
-    const int count = c->tc ? tc_part_floats(c->d) : c->d.P;
-    k_part_sum<<<grid_part_sum(count), kThreads, 0, c->st>>>(count, c->d_part, nparts,
-                                                             c->d_psum);
-    CK(cudaGetLastError(), "launching the gradient sum");
-    if (c->tc) {
-      k_decoder_grad<<<grid_decoder_grad(c->d), kThreads, smem_decoder_grad(c->d), c->st>>>(
-          c->d, c->w.p, c->w.bn, c->d_psum);
-      CK(cudaGetLastError(), "launching the decoder's gradient");
-    }
+    const char *what = "";
+    CK(queue_part_sums(c->d, c->tc, c->d_part, nparts, c->d_psum, c->w.p, c->w.bn, c->st, &what),
+       what);
   }
   k_update<<<grid_update(c->d), kThreads, sizeof(double) * (size_t)c->d.C, c->st>>>(
       c->d, c->w, c->d_psum, nparts, c->d_psse, sse_out, upd, a, c->d_gout, NULL);
@@ -504,7 +498,7 @@ ctrain *create(const ssae_dims *dm, ssae_err *err) {
   CKN(cudaMalloc(&c->w.dect, sizeof(float) * d.M * d.S), "allocating weights");
   CKN(cudaMalloc(&c->w.gnorm, sizeof(double) * d.L), "allocating the basis norms");
   /* a partial gradient: the parameters', and k_vjp_tc's dD^T after them */
-  const size_t PX = c->tc ? (size_t)tc_part_floats(c->d) : P;
+  const size_t PX = (size_t)part_floats(c->d, c->tc);
   CKN(cudaMalloc(&c->d_part, sizeof(float) * PX * kMaxBlocks), "allocating partial gradients");
   CKN(cudaMalloc(&c->d_psum, sizeof(double) * PX), "allocating the gradient sum");
   CKN(cudaMalloc(&c->d_psse, sizeof(double) * kMaxBlocks), "allocating partial losses");

@@ -1,7 +1,8 @@
 /* The device side of CUDA training (gpu/ssae_cuda_train.cu): the
  * dimensions and shared-memory layout the kernels share with the host,
  * the forward + backward kernel (k_fwd_bwd), the partial gradients' sum
- * (k_part_sum), the gradient + Adam kernel (k_update) and Adam alone
+ * (k_part_sum, and k_decoder_grad after k_vjp_tc's: queue_part_sums), the
+ * gradient + Adam kernel (k_update) and Adam alone
  * (k_adam_only, a test hook). Included by ssae_cuda_train.cu and
  * ssae_cuda_train_vjp.cu (file-local: each has its own copy). */
 #ifndef SSAE_CUDA_TRAIN_KERNELS_CUH
@@ -495,6 +496,13 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
  * (132 on an H100 or H200, 70 blocks) took 25 us of a 0.58 ms training
  * step at 65,536 windows: one chain of loads and additions per thread. */
 const int kSumLanes = 4, kSumParams = kThreads / kSumLanes;
+/* The floats of a block's partial gradient: the P parameters', and after
+ * k_vjp_tc's (tc) the folded decoder's dD^T after them (L rows of F M; the
+ * basis's entries then hold only its encoder-side term, Wd's are zero),
+ * which k_decoder_grad takes back through the fold once they are summed. */
+__host__ __device__ inline int part_floats(const dims_t &d, bool tc) {
+  return tc ? d.P + d.L * d.F * d.M : d.P;
+}
 inline unsigned grid_part_sum(int count) {
   return (unsigned)((count + kSumParams - 1) / kSumParams);
 }
@@ -545,7 +553,7 @@ inline unsigned grid_update(const dims_t &d) {
  * from the parameters; UPD_GRAD_OUT writes the summed gradient (psum, from
  * k_part_sum) to gout; UPD_ADAM applies Adam with it, then prepares as
  * UPD_PREP. sse_out (NULL: none) gets the nparts blocks' squared errors
- * added in block order, and loss_out (NULL: none) their sum times
+ * summed in a fixed order, and loss_out (NULL: none) their sum times
  * loss_scale, as a float. gate (NULL: none): nothing is done while *gate
  * is 0 (the VJP forward's weights, made again only when the parameters
  * changed). */
@@ -656,8 +664,8 @@ inline size_t smem_decoder_grad(const dims_t &d) {
  * kSumLanes threads a weight, each a quarter of the F L terms, added in
  * lane order), into psum's sums of the other terms (the blocks' dWd is
  * zero). The operands are staged in shared memory, a thread's loads in
- * flight together: read from L2 in the sums' loops, a trip each, this
- * kernel took 18 us (H200), now 7.5. */
+ * flight together: read from L2 in the sums' loops, a trip each, the
+ * kernel took 2.4 times as long (H200). */
 __global__ void __launch_bounds__(kThreads)
     k_decoder_grad(dims_t d, const float *__restrict__ P, const float *__restrict__ bn,
                    double *__restrict__ psum) {
@@ -694,8 +702,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = tid; i < kSumLanes * kDgTile * kDgTile; i += kThreads) {
     const int q = i / (kDgTile * kDgTile), mj = i / kDgTile % kDgTile, sj = i % kDgTile;
     const int k0 = q * per, n = min(K, k0 + per) - k0;
-    lanes[i] = n > 0 ? dot4(gt + k0 * kDgTile + mj, kDgTile, bt + k0 * kDgTile + sj, kDgTile, n)
-                     : 0.0;
+    lanes[i] = dot4(gt + k0 * kDgTile + mj, kDgTile, bt + k0 * kDgTile + sj, kDgTile, n);
   }
   __syncthreads();
   for (int i = tid; i < kDgTile * kDgTile; i += kThreads) {
@@ -705,6 +712,28 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 1; q < kSumLanes; q++) v += lanes[q * kDgTile * kDgTile + i];
     psum[d.off[9] + (size_t)m * d.S + s] += v;
   }
+}
+
+/* Queues the sums of the first nparts partial gradients at part (tc: made
+ * by k_vjp_tc) into psum on s: k_part_sum, then for k_vjp_tc's
+ * k_decoder_grad (params, bn: the parameters and the normalised basis the
+ * step ran on). On a launch's failure, *what names it. */
+inline cudaError_t queue_part_sums(const dims_t &d, bool tc, const float *part, int nparts,
+                                   double *psum, const float *params, const float *bn,
+                                   cudaStream_t s, const char **what) {
+  const int count = part_floats(d, tc);
+  k_part_sum<<<grid_part_sum(count), kThreads, 0, s>>>(count, part, nparts, psum);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    *what = "launching the gradient sum";
+    return e;
+  }
+  if (!tc) return cudaSuccess;
+  k_decoder_grad<<<grid_decoder_grad(d), kThreads, smem_decoder_grad(d), s>>>(d, params, bn,
+                                                                              psum);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) *what = "launching the decoder's gradient";
+  return e;
 }
 
 __global__ void k_adam_only(adam_args a, size_t n, float *p, float *m, float *v,

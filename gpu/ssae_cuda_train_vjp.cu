@@ -389,14 +389,8 @@ int grad_out(ssae_cuda_vjp *v, int nparts, float *dparams, cudaStream_t s, ssae_
              float *loss_dev = NULL, double inv = 0) {
   adam_args a;
   memset(&a, 0, sizeof a);
-  const int count = v->tc ? tc_part_floats(v->d) : v->d.P;
-  k_part_sum<<<grid_part_sum(count), kThreads, 0, s>>>(count, v->part, nparts, v->psum);
-  CKV(cudaGetLastError(), "launching the gradient sum");
-  if (v->tc) {
-    k_decoder_grad<<<grid_decoder_grad(v->d), kThreads, smem_decoder_grad(v->d), s>>>(
-        v->d, v->w.p, v->w.bn, v->psum);
-    CKV(cudaGetLastError(), "launching the decoder's gradient");
-  }
+  const char *what = "";
+  CKV(queue_part_sums(v->d, v->tc, v->part, nparts, v->psum, v->w.p, v->w.bn, s, &what), what);
   k_update<<<grid_update(v->d), kThreads, sizeof(double) * (size_t)v->d.C, s>>>(
       v->d, v->w, v->psum, nparts, loss_dev ? v->part_sse : NULL, NULL, UPD_GRAD_OUT, a, dparams,
       NULL, loss_dev, inv);
@@ -486,7 +480,7 @@ int graph_call(ssae_cuda_vjp *v, cudaStream_t s, size_t n, ssae_err *err, F &&ca
   const size_t o_bn = room(sizeof(float) * LC), o_bnt = room(sizeof(float) * LC);
   const size_t o_enct = room(sizeof(float) * MS), o_dect = room(sizeof(float) * MS);
   const size_t o_bnwt = room(sizeof(float) * d.L * d.L), o_gnorm = room(sizeof(double) * d.L);
-  const size_t PX = v->tc ? (size_t)tc_part_floats(d) : (size_t)d.P;
+  const size_t PX = (size_t)part_floats(d, v->tc);
   const size_t o_part = room(sizeof(float) * PX * kVjpMaxBlocks);
   const size_t o_psum = room(sizeof(double) * PX);
   const size_t o_sse = room(sizeof(double) * kVjpMaxBlocks);
@@ -636,7 +630,7 @@ extern "C" ssae_cuda_vjp *ssae_cuda_vjp_new(const ssae_dims *dm, ssae_err *err) 
   CKN(cudaMalloc(&v->w.dect, sizeof(float) * d.M * d.S), "allocating weights");
   CKN(cudaMalloc(&v->w.gnorm, sizeof(double) * d.L), "allocating the basis norms");
   /* a partial gradient: the parameters', and k_vjp_tc's dD^T after them */
-  const size_t PX = v->tc ? (size_t)tc_part_floats(d) : P;
+  const size_t PX = (size_t)part_floats(d, v->tc);
   CKN(cudaMalloc(&v->part, sizeof(float) * PX * kVjpMaxBlocks), "allocating partial gradients");
   CKN(cudaMalloc(&v->psum, sizeof(double) * PX), "allocating the gradient sum");
   CKN(cudaMalloc(&v->part_sse, sizeof(double) * kVjpMaxBlocks), "allocating partial losses");

@@ -24,9 +24,9 @@
  *     dD^T += z'^T dy and dz' = dy D, where it was dWd += dy^T r, dr = dy Wd,
  *     dB += z'^T dr and dz' = B dr. Each block makes D^T; the blocks'
  *     dD^T, summed, is taken back once per step (k_decoder_grad): dWd =
- *     sum_f dD^T_f^T B_f and dB_f += dD^T_f Wd. Each block had taken its
- *     own back, two products at its end: 11 us of the kernel's 516 at
- *     65,536 windows (H200), where k_decoder_grad takes 7.5.
+ *     sum_f dD^T_f^T B_f and dB_f += dD^T_f Wd, where each block had
+ *     taken its own back with two products at its end (2 % of the kernel
+ *     at 65,536 windows).
  * About 211 kFLOP a window in the trainer's mode against 375 k unfolded.
  *
  * It runs at 128 registers a thread (one block of 512 per SM), where a
@@ -95,12 +95,6 @@ static_assert(kTcDump <= 4 * kTcSlice + 6 * kTcWinA + kTcParts,
 static_assert(kTcSmemFloats * 4 <= 227 * 1024, "a block's shared memory on sm_90");
 
 inline size_t tc_smem_bytes() { return sizeof(float) * (size_t)kTcSmemFloats; }
-
-/* The floats of a block's partial gradient: the P parameters' (the
- * normalised basis's, Wd's zero) and the folded decoder's dD^T after them
- * (L rows of F M), which k_decoder_grad takes back through the fold once
- * the blocks' are summed. */
-__host__ __device__ inline int tc_part_floats(const dims_t &d) { return d.P + d.L * d.F * d.M; }
 
 /* a slice array as windows' codes: window r's code c (its five slices side
  * by side) at p[(5 r + c / 64) * kTcLd + c % 64] */
@@ -347,7 +341,7 @@ __device__ __forceinline__ void tc_unfold_ln_col(const float *__restrict__ W, co
  * gradient at dx when not NULL); or the forward and the backward of the
  * trainer's loss, the squared error scaled by s2 / 2 (block b's sum of
  * squared errors at part_sse[b]). With a backward, block b's partial
- * gradient goes to part + b * tc_part_floats(d) (the basis's: of the
+ * gradient goes to part + b * part_floats(d, true) (the basis's: of the
  * normalised basis, which k_update takes through the normalisation;
  * k_part_sum then k_decoder_grad sum and complete them). */
 enum { TC_FORWARD = 0, TC_UPSTREAM = 1, TC_MSE = 2 };
@@ -699,11 +693,11 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   }
   __syncthreads();
 
-  /* this block's partial gradient (tc_part_floats): the normalised basis's
+  /* this block's partial gradient (part_floats): the normalised basis's
    * encoder-side term, dD^T after the parameters (k_decoder_grad takes it
    * through the fold, to the basis and Wd, once for all blocks), Wd's own
    * zero */
-  float *pb = part + (size_t)blockIdx.x * tc_part_floats(d);
+  float *pb = part + (size_t)blockIdx.x * part_floats(d, true);
   for (int i = tid; i < 32 * 320; i += kTcThreads) {
     const int l = i / 320, c = i % 320;
     pb[d.off[4] + i] = GB2[l * kTcLdb + c];
