@@ -31,13 +31,23 @@ __device__ __forceinline__ void ssae_split_t(float v, unsigned &big, unsigned &s
   small = __float_as_uint(v - __uint_as_float(big));
 }
 
+/* The mask of ssae_split_tt (a tf32 value's 19 high bits), read from
+ * constant memory rather than written as an immediate. ptxas knows that a
+ * tf32 MMA reads only those bits: with an immediate mask it passes the MMA
+ * the unmasked value, keeps the masked one for the subtraction alone, and
+ * where a fragment's values were loaded in pairs that are not its register
+ * order (an operand stored along k for A, across k for B) it then moves
+ * them into place, four moves a fragment: 14 % of k_vjp_tc's instructions.
+ * A mask it cannot see makes it use the masked values, written in place. */
+static __constant__ unsigned ssae_tf32_trunc_mask = 0xffffe000u;
+
 /* Both halves left for the MMA to truncate: big = v with its 13 low bits
  * cleared (the MMA's own truncation), small = v - big exactly, truncated
  * by the MMA (an error below 2^-10 of small, 2^-20 of v, against 2^-21
  * rounding big): two instructions, one fewer again. The training kernel's
  * form (k_vjp_tc: gradients to 1e-4), not the inference kernels'. */
 __device__ __forceinline__ void ssae_split_tt(float v, unsigned &big, unsigned &small) {
-  big = __float_as_uint(v) & 0xffffe000u;
+  big = __float_as_uint(v) & ssae_tf32_trunc_mask;
   small = __float_as_uint(v - __uint_as_float(big));
 }
 
