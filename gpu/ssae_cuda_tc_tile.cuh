@@ -156,22 +156,6 @@ struct tc_st2 {
   }
 };
 
-/* A view through a function: at(r, c) = f(r, c), pair by two loads (the
- * products once per block, whose operands are not plain arrays). */
-template <class F>
-struct tc_fn {
-  F f;
-  static constexpr bool kPairCol = true;
-  __device__ __forceinline__ float at(int r, int c) const { return f(r, c); }
-  __device__ __forceinline__ float2 pair(int r, int c) const {
-    return make_float2(f(r, c), f(r, c + 1));
-  }
-};
-template <class F>
-__device__ __forceinline__ tc_fn<F> tc_via(F f) {
-  return tc_fn<F>{f};
-}
-
 }  // namespace
 
 #endif

@@ -159,17 +159,17 @@ __device__ __forceinline__ void tc_bias_sum(const float *a, float *sum) {
   sum[j] += v;
 }
 
-/* Out_f (32 x 64) = A_f (32 x 64) B (64 x 64) for the five slices f, the
- * folding and unfolding of the decoder: 40 tiles of 16 x 16 that the warps
- * take in turn; A(f, row, k), S(f, row, col, value). */
-template <class FA, class FB, class FS>
-__device__ __forceinline__ void tc_gemm_per_slice(const FA &A, const FB &B, const FS &S) {
+/* The folded decoder D^T_f = B_f Wd^T for the five slices f, into DT
+ * (DT[l][64 f + m] = sum_s BN[l][64 f + s] Wd[m][s], Wd in rows of kTcLd):
+ * 40 tiles of 16 x 16 that the warps take in turn, their operands read as
+ * the group loop's are (8-byte pairs, in place). */
+__device__ __forceinline__ void tc_fold_decoder(const float *BN, const float *Wd, float *DT) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   for (int it = warp; it < 40; it += kTcWarps) {
     const int f = it >> 3, m0 = (it >> 2 & 1) * 16, n0 = (it & 3) * 16;
     float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    tc_tile2<8>(c, tc_via([&](int r, int k) { return A(f, r, k); }), tc_via(B), m0, n0, 0, g, t);
-    tc_put2(c, [&](int r, int col, float v) { S(f, r, col, v); }, m0, n0, g, t);
+    tc_tile2<8>(c, tc_rm<kTcLdb>{BN + 64 * f}, tc_cm<kTcLd>{Wd}, m0, n0, 0, g, t);
+    tc_put2_v(c, tc_st2<kTcLdb>{DT + 64 * f}, m0, n0, g, t);
   }
 }
 
@@ -437,9 +437,7 @@ __global__ void __launch_bounds__(kTcThreads, 1)
   for (int i = tid; i < 32 * 32; i += kTcThreads) GW[i] = 0.f;
   __syncthreads();
   /* D^T_f = B_f Wd^T: DT[l][64 f + m] = sum_s B[l][64 f + s] Wd[m][s] */
-  tc_gemm_per_slice([&](int f, int l, int s) { return BN[l * kTcLdb + 64 * f + s]; },
-                    [&](int s, int m) { return H[m * kTcLd + s]; },
-                    [&](int f, int l, int m, float v) { DT[l * kTcLdb + 64 * f + m] = v; });
+  tc_fold_decoder(BN, H, DT);
   tc_cp_wait();
   __syncthreads();
 
