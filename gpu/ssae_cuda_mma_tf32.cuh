@@ -11,12 +11,22 @@
 #ifndef SSAE_CUDA_MMA_TF32_CUH
 #define SSAE_CUDA_MMA_TF32_CUH
 
+/* The mask that keeps a tf32 value's 19 high bits (ssae_tf32, ssae_split_tt), read from
+ * constant memory rather than written as an immediate. ptxas knows that a
+ * tf32 MMA reads only those bits: with an immediate mask it passes the MMA
+ * the unmasked value, keeps the masked one for the subtraction alone, and
+ * where a fragment's values were loaded in pairs that are not its register
+ * order (an operand stored along k for A, across k for B) it then moves
+ * them into place, four moves a fragment: 14 % of k_vjp_tc's instructions.
+ * A mask it cannot see makes it use the masked values, written in place. */
+static __constant__ unsigned ssae_tf32_trunc_mask = 0xffffe000u;
+
 /* tf32(v) (round to nearest, ties away from zero), as fp32 bits: half a
  * tf32 unit added to the magnitude's bits, the 13 low bits cleared. Two
  * integer instructions; cvt.rna.tf32.f32 compiles to four on sm_90 (it
  * also keeps NaN and infinity apart, which finite operands never need). */
 __device__ __forceinline__ unsigned ssae_tf32(float v) {
-  return (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+  return (__float_as_uint(v) + 0x1000u) & ssae_tf32_trunc_mask;
 }
 
 __device__ __forceinline__ void ssae_split(float v, unsigned &big, unsigned &small) {
@@ -31,15 +41,6 @@ __device__ __forceinline__ void ssae_split_t(float v, unsigned &big, unsigned &s
   small = __float_as_uint(v - __uint_as_float(big));
 }
 
-/* The mask of ssae_split_tt (a tf32 value's 19 high bits), read from
- * constant memory rather than written as an immediate. ptxas knows that a
- * tf32 MMA reads only those bits: with an immediate mask it passes the MMA
- * the unmasked value, keeps the masked one for the subtraction alone, and
- * where a fragment's values were loaded in pairs that are not its register
- * order (an operand stored along k for A, across k for B) it then moves
- * them into place, four moves a fragment: 14 % of k_vjp_tc's instructions.
- * A mask it cannot see makes it use the masked values, written in place. */
-static __constant__ unsigned ssae_tf32_trunc_mask = 0xffffe000u;
 
 /* Both halves left for the MMA to truncate: big = v with its 13 low bits
  * cleared (the MMA's own truncation), small = v - big exactly, truncated
