@@ -11,14 +11,15 @@
 #ifndef SSAE_CUDA_MMA_TF32_CUH
 #define SSAE_CUDA_MMA_TF32_CUH
 
-/* The mask that keeps a tf32 value's 19 high bits (ssae_tf32, ssae_split_tt), read from
- * constant memory rather than written as an immediate. ptxas knows that a
- * tf32 MMA reads only those bits: with an immediate mask it passes the MMA
- * the unmasked value, keeps the masked one for the subtraction alone, and
- * where a fragment's values were loaded in pairs that are not its register
- * order (an operand stored along k for A, across k for B) it then moves
- * them into place, four moves a fragment: 14 % of k_vjp_tc's instructions.
- * A mask it cannot see makes it use the masked values, written in place. */
+/* The mask that keeps a tf32 value's 19 high bits (ssae_tf32,
+ * ssae_split_tt), read from constant memory rather than written as an
+ * immediate. ptxas knows that a tf32 MMA reads only those bits: with an
+ * immediate mask it passes the MMA the unmasked value, keeps the masked
+ * one for the subtraction alone, and where a fragment's values were loaded
+ * in pairs that are not its register order (an operand stored along k for
+ * A, across k for B) it then moves them into place, four moves a fragment:
+ * 14 % of k_vjp_tc's instructions. A mask it cannot see makes it use the
+ * masked values, written in place (doc/gpu-kernels.md). */
 static __constant__ unsigned ssae_tf32_trunc_mask = 0xffffe000u;
 
 /* tf32(v) (round to nearest, ties away from zero), as fp32 bits: half a
