@@ -11,14 +11,9 @@ import subprocess
 import sys
 import tempfile
 
+from report_checks import check, finish
+
 SCRIPT = sys.argv[1]
-failures = []
-
-
-def check(ok, what):
-    print(f"{'ok' if ok else 'FAIL'} {what}")
-    if not ok:
-        failures.append(what)
 
 
 def report(kernels):
@@ -95,6 +90,4 @@ with tempfile.TemporaryDirectory() as d:
     check(p.returncode != 0 and "absent" in p.stderr and "Traceback" not in p.stderr,
           f"a missing file named: rc {p.returncode} {p.stderr!r}")
 
-if failures:
-    print("\n".join(["FAILED:"] + failures))
-    sys.exit(1)
+finish()

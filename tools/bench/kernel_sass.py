@@ -32,29 +32,12 @@ import collections
 import csv
 import io
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
-STEP = r"""
-import sys, torch, ssae.torch as st
-if not torch.cuda.is_available():
-    sys.exit(77)
-n = int(sys.argv[1])
-torch.manual_seed(0)
-m = st.SpectralShapeAutoencoder().cuda()
-x = (torch.randn(n, m.frames * m.n_mels) * 12 - 40).cuda()
-for _ in range(3):
-    m.zero_grad(set_to_none=True)
-    m.reconstruction_backward(x)
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-m.zero_grad(set_to_none=True)
-m.reconstruction_backward(x)
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
-"""
+import ncu_step
+
 
 MOVES = ("MOV", "IMAD.MOV.U32", "IMAD.MOV")
 
@@ -138,24 +121,15 @@ def report(ins, top):
     return "\n".join(out)
 
 
-def find_ncu(given):
-    if given:
-        return given if shutil.which(given) else None
-    return shutil.which("ncu") or shutil.which("/usr/local/cuda/bin/ncu")
-
-
 def profile(ncu, build, kernel, size):
     """The exported page's text, or None without a CUDA device."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(build, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     with tempfile.TemporaryDirectory() as d:
         rep = os.path.join(d, "kernel")
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off",
-               "-k", f"regex:{kernel}", "-c", "1", "--section", "SourceCounters",
-               "--import-source", "yes", "-o", rep, sys.executable, "-c", STEP, str(size)]
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if p.returncode == 77 or "exit code 77" in p.stdout + p.stderr:
+        p = ncu_step.run_step(ncu, build, ["--clock-control", "none", "--profile-from-start",
+                                           "off", "-k", f"regex:{kernel}", "-c", "1",
+                                           "--section", "SourceCounters", "--import-source",
+                                           "yes", "-o", rep], size, 1)
+        if p is None:
             return None
         if p.returncode != 0 or not os.path.exists(rep + ".ncu-rep"):
             raise RuntimeError(f"ncu on {build} failed (status {p.returncode}; was "
@@ -189,7 +163,7 @@ def main():
             sys.exit(f"kernel_sass.py: {a.parse}: {e.strerror}")
         where = a.parse
     else:
-        ncu = find_ncu(a.ncu)
+        ncu = ncu_step.find_ncu(a.ncu)
         if ncu is None:
             print("kernel_sass.py: no ncu (Nsight Compute): nothing measured", file=sys.stderr)
             return 77

@@ -29,34 +29,15 @@ Exit status 77 when there is no ncu or no CUDA device (nothing measured)."""
 import argparse
 import os
 import re
-import shutil
 import statistics
-import subprocess
 import sys
+
+import ncu_step
 
 PROFILED = re.compile(r'^==PROF== Profiling "([^"]+)"')
 DURATION = re.compile(r"^\s+gpu__time_duration\.sum\s+(\S+)\s+([\d.,]+)\s*$")
 SCALE_US = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6}
 
-STEP = r"""
-import sys, torch, ssae.torch as st
-if not torch.cuda.is_available():
-    sys.exit(77)
-n, steps = int(sys.argv[1]), int(sys.argv[2])
-torch.manual_seed(0)
-m = st.SpectralShapeAutoencoder().cuda()
-x = (torch.randn(n, m.frames * m.n_mels) * 12 - 40).cuda()
-for _ in range(3):
-    m.zero_grad(set_to_none=True)
-    m.reconstruction_backward(x)
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-for _ in range(steps):
-    m.zero_grad(set_to_none=True)
-    m.reconstruction_backward(x)
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
-"""
 
 
 def parse(text):
@@ -129,21 +110,11 @@ def table(columns):
     return "\n".join(lines)
 
 
-def find_ncu(given):
-    if given:
-        return given if shutil.which(given) else None
-    return shutil.which("ncu") or shutil.which("/usr/local/cuda/bin/ncu")
-
-
 def profile(ncu, build, size, steps, cold):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(build, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    cmd = [ncu, "--cache-control", "all" if cold else "none", "--clock-control", "none",
-           "--profile-from-start", "off", "--metrics", "gpu__time_duration.sum",
-           sys.executable, "-c", STEP, str(size), str(steps)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if p.returncode == 77 or "exit code 77" in p.stdout + p.stderr:
+    p = ncu_step.run_step(ncu, build, ["--cache-control", "all" if cold else "none",
+                                       "--clock-control", "none", "--profile-from-start", "off",
+                                       "--metrics", "gpu__time_duration.sum"], size, steps)
+    if p is None:
         return None
     if p.returncode != 0:
         raise RuntimeError(f"ncu on {build} failed (status {p.returncode}):\n"
@@ -172,7 +143,7 @@ def main():
             except (OSError, ValueError) as e:
                 sys.exit(f"step_kernels.py: {path}: {e}")
     else:
-        ncu = find_ncu(a.ncu)
+        ncu = ncu_step.find_ncu(a.ncu)
         if ncu is None:
             print("step_kernels.py: no ncu (Nsight Compute): nothing measured", file=sys.stderr)
             return 77

@@ -1,0 +1,51 @@
+"""What step_kernels.py and kernel_sass.py share: the drop-in module's fused
+training step (zero_grad, model.reconstruction_backward(x) on CUDA tensors)
+as a script for Nsight Compute to run, three steps unprofiled and then the
+profiled ones between torch.cuda.profiler.start and stop; and ncu itself,
+found and run on a build tree's Python package (BUILD/python)."""
+import os
+import shutil
+import subprocess
+import sys
+
+STEP = r"""
+import sys, torch, ssae.torch as st
+if not torch.cuda.is_available():
+    sys.exit(77)
+n, steps = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+m = st.SpectralShapeAutoencoder().cuda()
+x = (torch.randn(n, m.frames * m.n_mels) * 12 - 40).cuda()
+for _ in range(3):
+    m.zero_grad(set_to_none=True)
+    m.reconstruction_backward(x)
+torch.cuda.synchronize()
+torch.cuda.profiler.start()
+for _ in range(steps):
+    m.zero_grad(set_to_none=True)
+    m.reconstruction_backward(x)
+torch.cuda.synchronize()
+torch.cuda.profiler.stop()
+"""
+
+
+def find_ncu(given):
+    """The ncu command: GIVEN where it runs, else ncu on PATH, else CUDA's;
+    None without one."""
+    if given:
+        return given if shutil.which(given) else None
+    return shutil.which("ncu") or shutil.which("/usr/local/cuda/bin/ncu")
+
+
+def run_step(ncu, build, ncu_args, size, steps):
+    """ncu NCU_ARGS over STEP on BUILD's package, SIZE windows, STEPS
+    profiled steps: the completed process (output captured), or None when
+    the step found no CUDA device (its exit status 77)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(build, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    p = subprocess.run([ncu, *ncu_args, sys.executable, "-c", STEP, str(size), str(steps)],
+                       env=env, capture_output=True, text=True)
+    if p.returncode == 77 or "exit code 77" in p.stdout + p.stderr:
+        return None
+    return p
