@@ -42,7 +42,6 @@ __device__ __forceinline__ void ssae_split_t(float v, unsigned &big, unsigned &s
   small = __float_as_uint(v - __uint_as_float(big));
 }
 
-
 /* Both halves left for the MMA to truncate: big = v with its 13 low bits
  * cleared (the MMA's own truncation), small = v - big exactly, truncated
  * by the MMA (an error below 2^-10 of small, 2^-20 of v, against 2^-21

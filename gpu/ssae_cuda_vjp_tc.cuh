@@ -40,10 +40,10 @@
  * row stride is 4 mod 32 banks, where the fragments' 8-byte loads
  * (tc_tile2) fall in distinct banks. A product is a set of 16 x 16 output
  * tiles that the warps take in turn, operands read through views of any
- * layout or transpose (ssae_cuda_tc_tile.cuh, and tc_code below; the folded
- * weights are made in shared memory once per block); the K = 320 products over the latent
- * (16 x 32 outputs) are split over k in eight parts summed in a fixed
- * order. The folded weights' gradients (the three large matrices: 96 tiles
+ * layout or transpose (ssae_cuda_tc_tile.cuh, and tc_code below; the
+ * folded weights are made in shared memory once per block); the K = 320
+ * products over the latent (16 x 32 outputs) are split over k in eight
+ * parts summed in a fixed order. The folded weights' gradients (the three large matrices: 96 tiles
  * of 16 x 16) stay in registers across the block's groups, 6 per warp
  * (tile T of warp w: slot (T - w) / 16); the bottleneck's and the biases'
  * sums in shared memory. Each block writes one partial gradient at the

@@ -125,15 +125,13 @@ def profile(ncu, build, kernel, size):
     """The exported page's text, or None without a CUDA device."""
     with tempfile.TemporaryDirectory() as d:
         rep = os.path.join(d, "kernel")
-        p = ncu_step.run_step(ncu, build, ["--clock-control", "none", "--profile-from-start",
-                                           "off", "-k", f"regex:{kernel}", "-c", "1",
-                                           "--section", "SourceCounters", "--import-source",
-                                           "yes", "-o", rep], size, 1)
-        if p is None:
+        if ncu_step.run_step(ncu, build, ["--clock-control", "none", "--profile-from-start",
+                                          "off", "-k", f"regex:{kernel}", "-c", "1", "--section",
+                                          "SourceCounters", "--import-source", "yes", "-o", rep],
+                             size, 1) is None:
             return None
-        if p.returncode != 0 or not os.path.exists(rep + ".ncu-rep"):
-            raise RuntimeError(f"ncu on {build} failed (status {p.returncode}; was "
-                               f"{kernel} launched?):\n{(p.stdout + p.stderr)[-2000:]}")
+        if not os.path.exists(rep + ".ncu-rep"):
+            raise RuntimeError(f"ncu made no report: was {kernel} launched?")
         p = subprocess.run([ncu, "-i", rep + ".ncu-rep", "--page", "source", "--csv",
                             "--print-source", "cuda,sass"], capture_output=True, text=True)
         if p.returncode != 0:
@@ -165,15 +163,13 @@ def main():
     else:
         ncu = ncu_step.find_ncu(a.ncu)
         if ncu is None:
-            print("kernel_sass.py: no ncu (Nsight Compute): nothing measured", file=sys.stderr)
-            return 77
+            return ncu_step.nothing_measured("kernel_sass.py", "no ncu (Nsight Compute)")
         try:
             text = profile(ncu, a.build, a.kernel, a.size)
         except RuntimeError as e:
-            sys.exit(f"kernel_sass.py: {e}")
+            sys.exit(f"kernel_sass.py: {a.build}: {e}")
         if text is None:
-            print("kernel_sass.py: no CUDA device: nothing measured", file=sys.stderr)
-            return 77
+            return ncu_step.nothing_measured("kernel_sass.py", "no CUDA device")
         where = a.build
         if a.csv_out:
             tmp = a.csv_out + ".tmp"

@@ -39,8 +39,9 @@ def find_ncu(given):
 
 def run_step(ncu, build, ncu_args, size, steps):
     """ncu NCU_ARGS over STEP on BUILD's package, SIZE windows, STEPS
-    profiled steps: the completed process (output captured), or None when
-    the step found no CUDA device (its exit status 77)."""
+    profiled steps: ncu's standard output, or None when the step found no
+    CUDA device (its exit status 77); RuntimeError with the end of ncu's
+    output when it failed."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.join(build, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -48,4 +49,13 @@ def run_step(ncu, build, ncu_args, size, steps):
                        env=env, capture_output=True, text=True)
     if p.returncode == 77 or "exit code 77" in p.stdout + p.stderr:
         return None
-    return p
+    if p.returncode != 0:
+        raise RuntimeError(f"ncu failed (status {p.returncode}):\n"
+                           f"{(p.stdout + p.stderr)[-2000:]}")
+    return p.stdout
+
+
+def nothing_measured(prog, why):
+    """The tools' exit without ncu or a GPU: WHY on stderr, status 77."""
+    print(f"{prog}: {why}: nothing measured", file=sys.stderr)
+    return 77

@@ -111,15 +111,10 @@ def table(columns):
 
 
 def profile(ncu, build, size, steps, cold):
-    p = ncu_step.run_step(ncu, build, ["--cache-control", "all" if cold else "none",
-                                       "--clock-control", "none", "--profile-from-start", "off",
-                                       "--metrics", "gpu__time_duration.sum"], size, steps)
-    if p is None:
-        return None
-    if p.returncode != 0:
-        raise RuntimeError(f"ncu on {build} failed (status {p.returncode}):\n"
-                           f"{(p.stdout + p.stderr)[-2000:]}")
-    return p.stdout
+    return ncu_step.run_step(ncu, build, ["--cache-control", "all" if cold else "none",
+                                          "--clock-control", "none", "--profile-from-start",
+                                          "off", "--metrics", "gpu__time_duration.sum"],
+                             size, steps)
 
 
 def main():
@@ -145,16 +140,14 @@ def main():
     else:
         ncu = ncu_step.find_ncu(a.ncu)
         if ncu is None:
-            print("step_kernels.py: no ncu (Nsight Compute): nothing measured", file=sys.stderr)
-            return 77
+            return ncu_step.nothing_measured("step_kernels.py", "no ncu (Nsight Compute)")
         for build in a.builds.split(","):
-            out = profile(ncu, build, a.size, a.steps, a.cold)
-            if out is None:
-                print("step_kernels.py: no CUDA device: nothing measured", file=sys.stderr)
-                return 77
             try:
+                out = profile(ncu, build, a.size, a.steps, a.cold)
+                if out is None:
+                    return ncu_step.nothing_measured("step_kernels.py", "no CUDA device")
                 columns.append((os.path.basename(os.path.normpath(build)), per_step(parse(out))))
-            except ValueError as e:
+            except (RuntimeError, ValueError) as e:
                 sys.exit(f"step_kernels.py: {build}: {e}")
         print(f"# {a.size} windows a step, median of {a.steps} profiled steps, "
               f"caches {'flushed before each kernel' if a.cold else 'warm'}; us")
