@@ -506,8 +506,19 @@ __host__ __device__ inline int part_floats(const dims_t &d, bool tc) {
 inline unsigned grid_part_sum(int count) {
   return (unsigned)((count + kSumParams - 1) / kSumParams);
 }
+/* Whether parameter i's gradient is complete once summed: all but the
+ * basis's and Wd's, which k_decoder_grad completes after k_vjp_tc. */
+__device__ __forceinline__ bool summed_is_final(const dims_t &d, int i) {
+  return i < d.P && (i < d.off[4] || i >= d.off[5]) && (i < d.off[9] || i >= d.off[10]);
+}
+
+/* gout (NULL: none; k_vjp_tc's partials only) gets the complete gradients
+ * as floats (summed_is_final) in place of their sums in psum: the step's
+ * gradient output without a kernel of its own (k_decoder_grad writes the
+ * rest). */
 __global__ void __launch_bounds__(kThreads)
-    k_part_sum(int count, const float *__restrict__ part, int nparts, double *__restrict__ psum) {
+    k_part_sum(int count, const float *__restrict__ part, int nparts, double *__restrict__ psum,
+               dims_t d, float *__restrict__ gout) {
   __shared__ double lanes[kThreads];
   const int j = threadIdx.x % kSumParams, q = threadIdx.x / kSumParams;
   const int i = (int)blockIdx.x * kSumParams + j;
@@ -521,7 +532,10 @@ __global__ void __launch_bounds__(kThreads)
   if (q == 0 && i < count) {
     double s = lanes[j];
     for (int l = 1; l < kSumLanes; l++) s += lanes[l * kSumParams + j];
-    psum[i] = s;
+    if (gout && summed_is_final(d, i))
+      gout[i] = (float)s;
+    else
+      psum[i] = s;
   }
 }
 
@@ -540,6 +554,23 @@ __device__ __forceinline__ double dot4(const TA *a, int sa, const TB *b, int sb,
   }
   for (; i < n; i++) c0 += (double)a[i * sa] * (double)b[i * sb];
   return (c0 + c1) + (c2 + c3);
+}
+
+/* A basis row's gradient through its normalisation: dB (shared, C
+ * doubles) holds the gradient of the normalised row b = G / |G| (nrm =
+ * |G|) and becomes that of G, db . (I - b b^T) / |G|. A whole block
+ * (kThreads) calls it. */
+__device__ void basis_row_back(double *dB, const float *G, double nrm, int C, double *red) {
+  const int tid = threadIdx.x;
+  __syncthreads();
+  if (nrm >= kNormEps) {
+    double loc = 0;
+    for (int c = tid; c < C; c += kThreads) loc += dB[c] * ((double)G[c] / nrm);
+    const double dot = block_sum(loc, red);
+    for (int c = tid; c < C; c += kThreads) dB[c] = (dB[c] - ((double)G[c] / nrm) * dot) / nrm;
+  } else {
+    for (int c = tid; c < C; c += kThreads) dB[c] /= kNormEps;
+  }
 }
 
 /* k_update's blocks: one per basis row, then one per kThreads of the other
@@ -572,16 +603,7 @@ __global__ void __launch_bounds__(kThreads)
     float *G = w.p + o;
     if (upd != UPD_PREP) {
       for (int c = tid; c < C; c += kThreads) dB[c] = psum[o + c];
-      const double nrm = w.gnorm[l];
-      if (nrm >= kNormEps) {
-        double loc = 0;
-        for (int c = tid; c < C; c += kThreads) loc += dB[c] * ((double)G[c] / nrm);
-        const double dot = block_sum(loc, red);
-        for (int c = tid; c < C; c += kThreads)
-          dB[c] = (dB[c] - ((double)G[c] / nrm) * dot) / nrm;
-      } else {
-        for (int c = tid; c < C; c += kThreads) dB[c] /= kNormEps;
-      }
+      basis_row_back(dB, G, w.gnorm[l], C, red);
       for (int c = tid; c < C; c += kThreads) {
         const float g = (float)dB[c];
         if (upd == UPD_GRAD_OUT) gout[o + c] = g;
@@ -639,17 +661,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/* k_decoder_grad's blocks: a basis row each, then Wd's 8 x 8 tiles */
+/* k_decoder_grad's blocks: a basis row each, then Wd's 8 x 8 tiles (and
+ * with a loss to write one more, which writes it) */
 const int kDgTile = 8;
-inline unsigned grid_decoder_grad(const dims_t &d) {
+__host__ __device__ inline unsigned grid_decoder_grad(const dims_t &d) {
   return (unsigned)(d.L + ((d.M + kDgTile - 1) / kDgTile) * ((d.S + kDgTile - 1) / kDgTile));
 }
-/* its dynamic shared memory: the larger of a dD^T row in double and Wd
- * (blocks [0, L)), and a tile's F L x 8 of dD^T (double) and of the basis
- * with kSumLanes partial sums a weight (the others) */
+/* its dynamic shared memory: the larger of a dD^T row and a basis row's
+ * gradient in double and Wd (blocks [0, L)), and a tile's F L x 8 of dD^T
+ * (double) and of the basis with kSumLanes partial sums a weight (the
+ * others) */
 inline size_t smem_decoder_grad(const dims_t &d) {
   const size_t K = (size_t)d.F * d.L;
-  const size_t row = sizeof(double) * d.F * d.M + sizeof(float) * d.M * d.S;
+  const size_t row = sizeof(double) * (d.F * d.M + d.C) + sizeof(float) * d.M * d.S;
   const size_t tile = (sizeof(double) + sizeof(float)) * K * kDgTile +
                       sizeof(double) * kSumLanes * kDgTile * kDgTile;
   return row > tile ? row : tile;
@@ -665,24 +689,51 @@ inline size_t smem_decoder_grad(const dims_t &d) {
  * lane order), into psum's sums of the other terms (the blocks' dWd is
  * zero). The operands are staged in shared memory, a thread's loads in
  * flight together: read from L2 in the sums' loops, a trip each, the
- * kernel took 2.4 times as long (H200). */
+ * kernel took 2.4 times as long (H200).
+ * With gout (k_part_sum having written the other gradients there) it
+ * writes these as floats to gout instead, each basis row's through the
+ * normalisation (gnorm: the rows' norms) as k_update's UPD_GRAD_OUT does,
+ * and with loss_out one more block writes the loss: the nparts blocks'
+ * squared errors (part_sse) summed in a fixed order, times loss_scale. */
 __global__ void __launch_bounds__(kThreads)
     k_decoder_grad(dims_t d, const float *__restrict__ P, const float *__restrict__ bn,
-                   double *__restrict__ psum) {
+                   double *__restrict__ psum, const double *__restrict__ gnorm,
+                   float *__restrict__ gout, const double *__restrict__ part_sse, int nparts,
+                   float *__restrict__ loss_out, double loss_scale) {
   extern __shared__ double dg_smem[];
   const int FM = d.F * d.M, tid = threadIdx.x;
   const double *gdt = psum + d.P;
+  if (blockIdx.x == grid_decoder_grad(d)) {
+    /* as k_update's: lane q adds blocks q, q + 32, ..., then a fixed tree */
+    if (tid < 32) {
+      double s = 0;
+      for (int b = tid; b < nparts; b += 32) s += part_sse[b];
+      s = warp_sum(s);
+      if (tid == 0) *loss_out = (float)(s * loss_scale);
+    }
+    return;
+  }
   if ((int)blockIdx.x < d.L) {
+    __shared__ double red[kThreads];
     const int l = blockIdx.x;
-    double *row = dg_smem;
-    float *wd = reinterpret_cast<float *>(row + FM);
+    const size_t o = d.off[4] + (size_t)l * d.C;
+    double *row = dg_smem, *dB = row + FM;
+    float *wd = reinterpret_cast<float *>(dB + d.C);
 #pragma unroll 16
     for (int i = tid; i < d.M * d.S; i += kThreads) wd[i] = __ldg(P + d.off[9] + i);
     for (int c = tid; c < FM; c += kThreads) row[c] = gdt[(size_t)l * FM + c];
     __syncthreads();
     for (int c = tid; c < d.F * d.S; c += kThreads) {
       const int f = c / d.S, s = c % d.S;
-      psum[d.off[4] + (size_t)l * d.C + c] += dot4(row + f * d.M, 1, wd + s, d.S, d.M);
+      const double v = psum[o + c] + dot4(row + f * d.M, 1, wd + s, d.S, d.M);
+      if (gout)
+        dB[c] = v;
+      else
+        psum[o + c] = v;
+    }
+    if (gout) {
+      basis_row_back(dB, P + o, gnorm[l], d.C, red);
+      for (int c = tid; c < d.C; c += kThreads) gout[o + c] = (float)dB[c];
     }
     return;
   }
@@ -710,27 +761,49 @@ __global__ void __launch_bounds__(kThreads)
     if (m >= d.M || s >= d.S) continue;
     double v = lanes[i];
     for (int q = 1; q < kSumLanes; q++) v += lanes[q * kDgTile * kDgTile + i];
-    psum[d.off[9] + (size_t)m * d.S + s] += v;
+    const size_t o = d.off[9] + (size_t)m * d.S + s;
+    if (gout)
+      gout[o] = (float)(psum[o] + v);
+    else
+      psum[o] += v;
   }
 }
+
+/* Where queue_part_sums puts the step's gradient when no k_update follows
+ * (k_vjp_tc's partials only): gout gets the complete gradient as floats,
+ * through the basis's normalisation (gnorm: the rows' norms), and loss_out
+ * (NULL: none) the nparts blocks' squared errors (part_sse) summed times
+ * loss_scale. */
+struct grad_dest {
+  float *gout;
+  const double *gnorm, *part_sse;
+  float *loss_out;
+  double loss_scale;
+};
 
 /* Queues the sums of the first nparts partial gradients at part (tc: made
  * by k_vjp_tc) into psum on s: k_part_sum, then for k_vjp_tc's
  * k_decoder_grad (params, bn: the parameters and the normalised basis the
- * step ran on). On a launch's failure, *what names it. */
+ * step ran on); with out (tc only) the gradient and loss to out's places
+ * instead. On a launch's failure, *what names it. */
 inline cudaError_t queue_part_sums(const dims_t &d, bool tc, const float *part, int nparts,
                                    double *psum, const float *params, const float *bn,
-                                   cudaStream_t s, const char **what) {
+                                   cudaStream_t s, const char **what,
+                                   const grad_dest *out = NULL) {
   const int count = part_floats(d, tc);
-  k_part_sum<<<grid_part_sum(count), kThreads, 0, s>>>(count, part, nparts, psum);
+  k_part_sum<<<grid_part_sum(count), kThreads, 0, s>>>(count, part, nparts, psum, d,
+                                                       out ? out->gout : NULL);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     *what = "launching the gradient sum";
     return e;
   }
   if (!tc) return cudaSuccess;
-  k_decoder_grad<<<grid_decoder_grad(d), kThreads, smem_decoder_grad(d), s>>>(d, params, bn,
-                                                                              psum);
+  const grad_dest none = {NULL, NULL, NULL, NULL, 0};
+  const grad_dest &o = out ? *out : none;
+  k_decoder_grad<<<grid_decoder_grad(d) + (o.loss_out ? 1 : 0), kThreads, smem_decoder_grad(d),
+                   s>>>(d, params, bn, psum, o.gnorm, o.gout, o.part_sse, nparts, o.loss_out,
+                        o.loss_scale);
   e = cudaGetLastError();
   if (e != cudaSuccess) *what = "launching the decoder's gradient";
   return e;

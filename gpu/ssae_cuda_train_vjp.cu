@@ -387,10 +387,17 @@ int forward_parts(ssae_cuda_vjp *v, const param_parts &pp, const float *x, size_
  * dparams; with loss_dev, the blocks' squared errors too, times inv. */
 int grad_out(ssae_cuda_vjp *v, int nparts, float *dparams, cudaStream_t s, ssae_err *err,
              float *loss_dev = NULL, double inv = 0) {
+  const char *what = "";
+  if (v->tc) {
+    /* the sums write the gradient and the loss themselves: no k_update */
+    const grad_dest out = {dparams, v->w.gnorm, v->part_sse, loss_dev, inv};
+    CKV(queue_part_sums(v->d, true, v->part, nparts, v->psum, v->w.p, v->w.bn, s, &what, &out),
+        what);
+    return 0;
+  }
+  CKV(queue_part_sums(v->d, false, v->part, nparts, v->psum, v->w.p, v->w.bn, s, &what), what);
   adam_args a;
   memset(&a, 0, sizeof a);
-  const char *what = "";
-  CKV(queue_part_sums(v->d, v->tc, v->part, nparts, v->psum, v->w.p, v->w.bn, s, &what), what);
   k_update<<<grid_update(v->d), kThreads, sizeof(double) * (size_t)v->d.C, s>>>(
       v->d, v->w, v->psum, nparts, loss_dev ? v->part_sse : NULL, NULL, UPD_GRAD_OUT, a, dparams,
       NULL, loss_dev, inv);

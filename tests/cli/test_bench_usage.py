@@ -1,7 +1,7 @@
 """The bench tools' usage (tools/bench: engine_bench, copy_bench,
-host_jitter, loss_bench, step_kernels.py, kernel_sass.py), as the
-commands': --help prints it on stdout with status 0, an unknown option is
-named on stderr with status 2, with the usage where --help's text is one
+host_jitter, loss_bench, step_kernels.py, kernel_sass.py, step_trace.py), as
+the commands': --help prints it on stdout with status 0, an unknown option
+is named on stderr with status 2, with the usage where --help's text is one
 ("usage: ..."; engine_bench's is a synopsis); nothing is measured either
 way (copy_bench took --help for a run, host_jitter for a bad thread count).
 meson's should_fail would take any failure, a crash included. Arguments:

@@ -4,7 +4,9 @@ source file a "File Path" row, the function, the column header, then each
 source line followed by the SASS instructions it produced): every
 instruction counted once though inlining lists it under several lines,
 predicated instructions by their opcode, the register moves and the line
-they come from, the source lines by samples; and a page without the SASS
+they come from, the source lines by samples; the stall reasons where the
+page has ncu's stall_* columns (overall, by opcode, by line; the not-issued
+columns left out), none where it has not; and a page without the SASS
 columns refused with a message. Standard library only. Argument: the
 script's path."""
 import os
@@ -72,6 +74,39 @@ with tempfile.TemporaryDirectory() as d:
     lines = out.partition("# the 3 source lines with the most samples\n")[2].splitlines()[1:]
     check([ln.split()[0] for ln in lines] == ["mma.cuh:49", "mma.cuh:40", "kernel.cuh:500"],
           "the source lines by samples, the top three")
+
+    check("stall reasons" not in out, "no stall reasons where the page has none")
+
+    # the same instructions with ncu's stall reason columns (all samples,
+    # and the not-issued ones, which are not counted)
+    why = {0x7f00000100: (30, 10, 0), 0x7f00000200: (0, 1, 4), 0x7f00000210: (0, 0, 15)}
+    rows = []
+    for row in page.splitlines():
+        if row == HEADER:
+            row += ',"stall_math","stall_wait","stall_barrier","stall_math (Not Issued)"'
+        elif row.startswith('"","","0x'):
+            m, w, b = why.get(int(row.split(",")[2].strip('"'), 16), (0, 0, 0))
+            row += f',"{m}","{w}","{b}","99"'
+        elif row.startswith('"') and not row.startswith(('"File', '"Function')):
+            row += ',"-","-","-","-"'
+        rows.append(row)
+    stalled = os.path.join(d, "stalls.csv")
+    with open(stalled, "w") as f:
+        f.write("\n".join(rows) + "\n")
+    p = subprocess.run([sys.executable, SCRIPT, "--parse", stalled, "--top", "3"],
+                       capture_output=True, text=True)
+    out = p.stdout
+    print(out)
+    check(p.returncode == 0 and not p.stderr, f"stalls: rc {p.returncode}, {p.stderr[:200]!r}")
+    check("# stall reasons of all samples: math 50%, barrier 32%, wait 18%" in out,
+          "the stall reasons of all samples (not-issued columns left out)")
+    check("  HMMA.1688.F32.TF32        math 75%, wait 25%" in out, "HMMA's stall reasons")
+    check("  BRA                       barrier 80%, wait 20%" in out,
+          "a branch inlined twice, its reasons once")
+    top = out.partition("source lines with the most samples\n")[2].splitlines()
+    check(top and top[0].endswith("stall reasons") and
+          top[1].split()[0] == "mma.cuh:49" and top[1].endswith("math 75%, wait 25%"),
+          "the source lines' reasons")
 
     bad = os.path.join(d, "no_sass.csv")
     with open(bad, "w") as f:

@@ -7,9 +7,10 @@ by default k_vjp_tc), exports the per-instruction page (each SASS
 instruction's executions and warp stall samples, under the source lines it
 came from) and prints: every opcode's executions and share of the stall
 samples; the register moves (MOV, IMAD.MOV) and the source lines they come
-from; the source lines with the most samples. This is how the moves that
-ptxas had put around k_vjp_tc's MMAs were found (doc/gpu-kernels.md, "The
-backward kernel").
+from; the source lines with the most samples; and, where the page has them,
+what the samples were stalled on (ncu's stall reasons), overall, by opcode
+and by line. This is how the moves that ptxas had put around k_vjp_tc's MMAs
+were found (doc/gpu-kernels.md, "The backward kernel").
 
 usage: kernel_sass.py [--build DIR] [--kernel NAME] [--size N] [--top K]
                       [--csv-out FILE] [--ncu PATH]
@@ -42,10 +43,25 @@ import ncu_step
 MOVES = ("MOV", "IMAD.MOV.U32", "IMAD.MOV")
 
 
+def count(cell):
+    """A count cell of the page ("1234", "1,234"; "-" or empty: 0)."""
+    try:
+        return int(cell.replace(",", ""))
+    except ValueError:
+        return 0
+
+
+def reasons(stalls, n):
+    """The n largest of a {reason: samples} as "math 43%, wait 27%"."""
+    total = sum(stalls.values()) or 1
+    return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in stalls.most_common(n))
+
+
 def parse(text):
     """The SASS instructions of ncu's source page (--csv --print-source
     cuda,sass), once each: [{addr, sass, op, file, line, samples,
-    executed}] in address order. Under each source line come the
+    executed, stalls: {reason: samples}}] in address order (the stall
+    reasons: ncu's stall_* columns, all samples, where the page has them). Under each source line come the
     instructions it produced; one inlined in several lines is listed under
     each of them, and counted once here."""
     hdr, where, seen = None, (None, None), {}
@@ -80,9 +96,12 @@ def parse(text):
         words = sass.split()
         op = words[1] if words and words[0].startswith("@") and len(words) > 1 else (
             words[0] if words else "?")
+        stalls = {h[len("stall_"):]: count(row[k]) for k, h in enumerate(hdr)
+                  if h.startswith("stall_") and "Not Issued" not in h and k < len(row)}
         seen[addr] = {"addr": addr, "sass": sass, "op": op, "file": where[0],
                       "line": where[1], "samples": int(row[si] or 0),
-                      "executed": int(row[ei] or 0)}
+                      "executed": int(row[ei] or 0),
+                      "stalls": {k: v for k, v in stalls.items() if v}}
     if hdr is None:
         raise ValueError("no \"Line No\" header: not ncu's source page")
     if not seen:
@@ -97,6 +116,9 @@ def report(ins, top):
     by_op_ex, by_op_sa = collections.Counter(), collections.Counter()
     by_line_ex, by_line_sa = collections.Counter(), collections.Counter()
     moves = collections.Counter()
+    why = collections.Counter()
+    why_op = collections.defaultdict(collections.Counter)
+    why_line = collections.defaultdict(collections.Counter)
     for i in ins:
         by_op_ex[i["op"]] += i["executed"]
         by_op_sa[i["op"]] += i["samples"]
@@ -105,6 +127,10 @@ def report(ins, top):
         by_line_sa[key] += i["samples"]
         if i["op"] in MOVES:
             moves[key] += i["executed"]
+        for r, v in i.get("stalls", {}).items():
+            why[r] += v
+            why_op[i["op"]][r] += v
+            why_line[key][r] += v
     out = [f"# {len(ins)} instructions in the code, {ex:,} executed (warp level), "
            f"{sa:,} stall samples",
            f"{'opcode':<28}{'executed':>14}{'% executed':>12}{'% samples':>11}"]
@@ -114,10 +140,19 @@ def report(ins, top):
     out.append(f"# register moves (MOV, IMAD.MOV): {mv:,} executed, {100 * mv / ex:.1f} %")
     for key, v in moves.most_common(5):
         out.append(f"  {key:<40}{v:>14,}")
+    if why:
+        # what the samples were waiting for: "math" a busy pipe (the MMA's),
+        # "wait" a fixed-latency result, "short_sb" shared memory, "barrier"
+        out.append(f"# stall reasons of all samples: {reasons(why, 8)}")
+        out.append("# and of the 8 opcodes with the most samples")
+        for op, _ in by_op_sa.most_common(8):
+            out.append(f"  {op:<26}{reasons(why_op[op], 4)}")
     out.append(f"# the {top} source lines with the most samples")
-    out.append(f"{'file:line':<40}{'% samples':>11}{'% executed':>12}")
+    out.append(f"{'file:line':<40}{'% samples':>11}{'% executed':>12}" +
+               ("  stall reasons" if why else ""))
     for key, v in by_line_sa.most_common(top):
-        out.append(f"{key:<40}{100 * v / sa:>10.1f}%{100 * by_line_ex[key] / ex:>11.1f}%")
+        out.append(f"{key:<40}{100 * v / sa:>10.1f}%{100 * by_line_ex[key] / ex:>11.1f}%" +
+                   (f"  {reasons(why_line[key], 3)}" if why else ""))
     return "\n".join(out)
 
 
