@@ -52,14 +52,21 @@ page = "\n".join([
     sass(0x7f00000210, "BAR.SYNC.DEFER_BLOCKING 0x0", 15, 10),
 ]) + "\n"
 
-with tempfile.TemporaryDirectory() as d:
-    good = os.path.join(d, "page.csv")
-    with open(good, "w") as f:
-        f.write(page)
-    p = subprocess.run([sys.executable, SCRIPT, "--parse", good, "--top", "3"],
+def parse_page(d, name, text):
+    """The script's --parse --top 3 of text, saved as d/name: the finished
+    process (its output printed)."""
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    p = subprocess.run([sys.executable, SCRIPT, "--parse", path, "--top", "3"],
                        capture_output=True, text=True)
+    print(p.stdout)
+    return p
+
+
+with tempfile.TemporaryDirectory() as d:
+    p = parse_page(d, "page.csv", page)
     out = p.stdout
-    print(out)
     check(p.returncode == 0 and not p.stderr, f"rc {p.returncode}, stderr {p.stderr[:200]!r}")
     check("# 6 instructions in the code, 420 executed (warp level), 100 stall samples" in out,
           "each instruction counted once (the branch inlined under two lines)")
@@ -90,13 +97,8 @@ with tempfile.TemporaryDirectory() as d:
         elif row.startswith('"') and not row.startswith(('"File', '"Function')):
             row += ',"-","-","-","-"'
         rows.append(row)
-    stalled = os.path.join(d, "stalls.csv")
-    with open(stalled, "w") as f:
-        f.write("\n".join(rows) + "\n")
-    p = subprocess.run([sys.executable, SCRIPT, "--parse", stalled, "--top", "3"],
-                       capture_output=True, text=True)
+    p = parse_page(d, "stalls.csv", "\n".join(rows) + "\n")
     out = p.stdout
-    print(out)
     check(p.returncode == 0 and not p.stderr, f"stalls: rc {p.returncode}, {p.stderr[:200]!r}")
     check("# stall reasons of all samples: math 50%, barrier 32%, wait 18%" in out,
           "the stall reasons of all samples (not-issued columns left out)")

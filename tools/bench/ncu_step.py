@@ -1,4 +1,4 @@
-"""What step_kernels.py and kernel_sass.py share: the drop-in module's fused
+"""What step_kernels.py, kernel_sass.py and step_trace.py share: the drop-in module's fused
 training step (zero_grad, model.reconstruction_backward(x) on CUDA tensors)
 as a script for Nsight Compute to run, three steps unprofiled and then the
 profiled ones between torch.cuda.profiler.start and stop; and ncu itself,
@@ -8,22 +8,29 @@ import shutil
 import subprocess
 import sys
 
-STEP = r"""
-import sys, torch, ssae.torch as st
+# The step's setup, shared with step_trace.py's script: the module and a
+# batch on the GPU (exit 77 without one), argv: windows, steps; step().
+STEP_SETUP = r"""
+import sys, torch
 if not torch.cuda.is_available():
     sys.exit(77)
+import ssae.torch as st
 n, steps = int(sys.argv[1]), int(sys.argv[2])
 torch.manual_seed(0)
 m = st.SpectralShapeAutoencoder().cuda()
 x = (torch.randn(n, m.frames * m.n_mels) * 12 - 40).cuda()
-for _ in range(3):
+def step():
     m.zero_grad(set_to_none=True)
     m.reconstruction_backward(x)
+"""
+
+STEP = STEP_SETUP + r"""
+for _ in range(3):
+    step()
 torch.cuda.synchronize()
 torch.cuda.profiler.start()
 for _ in range(steps):
-    m.zero_grad(set_to_none=True)
-    m.reconstruction_backward(x)
+    step()
 torch.cuda.synchronize()
 torch.cuda.profiler.stop()
 """
@@ -37,16 +44,22 @@ def find_ncu(given):
     return shutil.which("ncu") or shutil.which("/usr/local/cuda/bin/ncu")
 
 
+def build_env(build):
+    """The environment with BUILD's Python package (BUILD/python) first on
+    PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(build, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
 def run_step(ncu, build, ncu_args, size, steps):
     """ncu NCU_ARGS over STEP on BUILD's package, SIZE windows, STEPS
     profiled steps: ncu's standard output, or None when the step found no
     CUDA device (its exit status 77); RuntimeError with the end of ncu's
     output when it failed."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(build, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     p = subprocess.run([ncu, *ncu_args, sys.executable, "-c", STEP, str(size), str(steps)],
-                       env=env, capture_output=True, text=True)
+                       env=build_env(build), capture_output=True, text=True)
     if p.returncode == 77 or "exit code 77" in p.stdout + p.stderr:
         return None
     if p.returncode != 0:

@@ -27,21 +27,12 @@ import statistics
 import subprocess
 import sys
 
+import ncu_step
 import step_kernels
 
-CHILD = r"""
-import json, sys, torch
-if not torch.cuda.is_available():
-    sys.exit(77)
+CHILD = ncu_step.STEP_SETUP + r"""
+import json
 from torch.profiler import ProfilerActivity, profile
-import ssae.torch as st
-n, steps = int(sys.argv[1]), int(sys.argv[2])
-torch.manual_seed(0)
-m = st.SpectralShapeAutoencoder().cuda()
-x = (torch.randn(n, m.frames * m.n_mels) * 12 - 40).cuda()
-def step():
-    m.zero_grad(set_to_none=True)
-    m.reconstruction_backward(x)
 def trace(k):
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -101,11 +92,8 @@ def step_stats(steps):
 def run_child(build, size, steps):
     """The child's JSON for BUILD, or None without a CUDA device; RuntimeError
     when it failed."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(build, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    p = subprocess.run([sys.executable, "-c", CHILD, str(size), str(steps)], env=env,
-                       capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", CHILD, str(size), str(steps)],
+                       env=ncu_step.build_env(build), capture_output=True, text=True)
     if p.returncode == 77:
         return None
     if p.returncode != 0:
