@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "ssae_cuda_device_scope.cuh"
+#include "ssae_cuda_grad_sums.cuh"
 #include "ssae_cuda_train_kernels.cuh"
 #include "ssae_cuda_vjp_tc.cuh"
 

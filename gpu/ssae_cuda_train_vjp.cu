@@ -33,6 +33,7 @@
 
 #include "ssae_cuda_device_scope.cuh"
 #include "ssae_cuda_small_batch.cuh"
+#include "ssae_cuda_grad_sums.cuh"
 #include "ssae_cuda_train_kernels.cuh"
 #include "ssae_cuda_vjp_tc.cuh"
 #include "ssae_cuda_warp_3xtf32.cuh"

@@ -7,7 +7,8 @@
  * (ssae_cuda_mma_tf32.cuh: fp32 accuracy), LayerNorms and GELU on the CUDA
  * cores (tc_gelu: a float form as accurate as the gradients need, see
  * there). Included by ssae_cuda_train_vjp.cu and ssae_cuda_train.cu after
- * ssae_cuda_train_kernels.cuh (dims_t, dev_w, warp_sum).
+ * ssae_cuda_train_kernels.cuh (dims_t, dev_w, warp_sum) and
+ * ssae_cuda_grad_sums.cuh (part_floats).
  *
  * It runs on the folded weights, as the inference kernels do, and takes the
  * gradients of those, turned into the parameters' gradients once per block
@@ -43,12 +44,12 @@
  * layout or transpose (ssae_cuda_tc_tile.cuh, and tc_code below; the
  * folded weights are made in shared memory once per block); the K = 320
  * products over the latent (16 x 32 outputs) are split over k in eight
- * parts summed in a fixed order. The folded weights' gradients (the three large matrices: 96 tiles
- * of 16 x 16) stay in registers across the block's groups, 6 per warp
- * (tile T of warp w: slot (T - w) / 16); the bottleneck's and the biases'
- * sums in shared memory. Each block writes one partial gradient at the
- * end, which k_part_sum adds up in a fixed order: no atomics, the same bits
- * on every run.
+ * parts summed in a fixed order. The folded weights' gradients (the three
+ * large matrices: 96 tiles of 16 x 16) stay in registers across the
+ * block's groups, 6 per warp (tile T of warp w: slot (T - w) / 16); the
+ * bottleneck's and the biases' sums in shared memory. Each block writes
+ * one partial gradient at the end, which k_part_sum adds up in a fixed
+ * order: no atomics, the same bits on every run.
  * The trainer's input (or an upstream gradient) for the next group is
  * copied into shared memory (cp.async) while the block works on this one.
  * The operands' tf32 halves are split by truncation (ssae_split_tt). */
